@@ -1,0 +1,54 @@
+# Cordon: `make run` serves it, `make test` tests it. Both set up what they need, as root on Debian 12+.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.cordon-installed
+# Debian packages the host needs: sandboxing, image builds, Redis, and a Python venv.
+DEB_PACKAGES := bubblewrap mmdebstrap redis-server python3-venv libseccomp2 ca-certificates
+
+.PHONY: help system venv images migrate run test lint bench
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+
+system: ## install the Debian packages Cordon needs, if any is missing
+	@missing=$$(for p in $(DEB_PACKAGES); do \
+		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" != 0 ]; then echo "missing Debian packages: $$missing (run as root)"; exit 1; fi; \
+		echo "installing: $$missing"; \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; \
+	fi
+
+$(STAMP): pyproject.toml | system
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q -e '.[dev]'
+	@touch $@
+
+venv: $(STAMP) ## create the virtualenv and install Cordon into it
+
+images: venv ## build the guest images (cached: a no-op when recipes are unchanged)
+	$(PY) -m runner images build
+
+migrate: venv
+	@$(PY) manage.py migrate --noinput -v0
+	@$(PY) manage.py collectstatic --noinput -v0
+
+run: images migrate ## serve Cordon on 127.0.0.1:8000 with Redis, a Celery worker and daphne
+	@$(PY) manage.py ensure_admin
+	@$(PY) manage.py serve_info
+	exec $(VENV)/bin/honcho start
+
+test: images ## run the test suite
+	$(PY) -m pytest
+
+lint: venv ## ruff (format and lint) and mypy
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy .
+
+bench: images ## run the benchmarks; prints a table and saves JSON under var/bench/
+	$(PY) -m tests.bench

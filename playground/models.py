@@ -1,0 +1,1 @@
+"""Cordon's records (runs, events, datasets, audits) live here."""

@@ -1,0 +1,144 @@
+"""The one settings module. Every knob is an environment variable listed in `.env.example`.
+
+Values are read with strict helpers: a malformed one stops start-up with a message that
+names the variable. A `.env` file at the project root is read first; the environment wins.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from runner.config import ENV_FILE, PROJECT_ROOT, paths_from_env
+from runner.env import ConfigError, env_bool, env_int, env_list, env_str, load_env_file
+
+
+def _secret_key(data_dir: Path) -> str:
+    """CORDON_SECRET_KEY, or one generated once and kept (mode 0600) in the data directory."""
+    configured = env_str("CORDON_SECRET_KEY", "")
+    if configured:
+        return configured
+    key_file = data_dir / "secret_key"
+    if not key_file.exists():
+        data_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(secrets.token_urlsafe(50))
+    return key_file.read_text().strip()
+
+
+try:
+    load_env_file(ENV_FILE)
+    _paths = paths_from_env()
+    DATA_DIR = _paths.data_dir
+    DEBUG = env_bool("CORDON_DEBUG", False)
+    SECRET_KEY = _secret_key(DATA_DIR)
+    ALLOWED_HOSTS = env_list("CORDON_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
+    CSRF_TRUSTED_ORIGINS = env_list("CORDON_CSRF_TRUSTED_ORIGINS", [])
+    _database_url = env_str("DATABASE_URL", "")
+    REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
+    HTTP_HOST = env_str("CORDON_HTTP_HOST", "127.0.0.1")
+    HTTP_PORT = env_int("CORDON_HTTP_PORT", 8000, minimum=1, maximum=65535)
+except ConfigError as exc:
+    raise ImproperlyConfigured(f"Cordon configuration error: {exc}") from exc
+
+BASE_DIR = PROJECT_ROOT
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+    "playground",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "playground.urls"
+ASGI_APPLICATION = "playground.asgi.application"
+WSGI_APPLICATION = "playground.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+if _database_url:
+    DATABASES = {"default": dj_database_url.parse(_database_url, conn_max_age=60)}
+else:
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": str(DATA_DIR / "cordon.sqlite3"),
+            # Several processes (web, workers) write; wait for the lock rather than fail.
+            "OPTIONS": {"timeout": 20, "transaction_mode": "IMMEDIATE"},
+        }
+    }
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = DATA_DIR / "static"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+WHITENOISE_USE_FINDERS = True
+
+SECURE_CONTENT_TYPE_NOSNIFF = True
+X_FRAME_OPTIONS = "DENY"
+SESSION_COOKIE_HTTPONLY = True
+
+CELERY_BROKER_URL = REDIS_URL
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+
+CHANNEL_LAYERS = {
+    "default": {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {"hosts": [REDIS_URL]},
+    }
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": "INFO"},
+}

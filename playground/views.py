@@ -1,0 +1,8 @@
+"""Pages. Thin: they call selectors and render templates."""
+
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+
+
+def home(request: HttpRequest) -> HttpResponse:
+    return render(request, "home.html")

@@ -1,0 +1,43 @@
+"""Where the runner keeps its files, derived from the project root and CORDON_DATA_DIR.
+
+No machine-specific paths: everything hangs off the checkout or the data directory.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from runner.env import env_path
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+RECIPES_DIR = PROJECT_ROOT / "images"
+LOCK_PATH = RECIPES_DIR / "lock.json"
+ENV_FILE = PROJECT_ROOT / ".env"
+
+
+@dataclass(frozen=True)
+class Paths:
+    data_dir: Path
+    images_dir: Path
+
+    @property
+    def archives_dir(self) -> Path:
+        return self.images_dir / "archives"
+
+    @property
+    def rootfs_dir(self) -> Path:
+        return self.images_dir / "rootfs"
+
+    @property
+    def build_dir(self) -> Path:
+        return self.images_dir / "build"
+
+
+def paths_from_env(environ: Mapping[str, str] | None = None) -> Paths:
+    env = os.environ if environ is None else environ
+    data_dir = env_path("CORDON_DATA_DIR", Path("var"), base=PROJECT_ROOT, environ=env)
+    images_dir = env_path("CORDON_IMAGES_DIR", data_dir / "images", base=PROJECT_ROOT, environ=env)
+    return Paths(data_dir=data_dir, images_dir=images_dir)

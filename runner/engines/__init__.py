@@ -1,0 +1,1 @@
+"""Isolation mechanisms behind one engine interface, one module per mechanism."""

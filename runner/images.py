@@ -1,0 +1,584 @@
+"""Guest images: build from Debian packages, pin by archive digest, verify the extracted tree.
+
+An image is a docker-save archive (its sha256 is the digest smolvm keys on) plus a read-only
+extracted rootfs keyed by that digest, which the namespace engine binds. The archive is the
+root of trust: `verify` re-derives the expected tree from it and compares path by path.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import io
+import json
+import os
+import platform
+import shutil
+import stat
+import subprocess
+import tarfile
+import time
+import tomllib
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Any
+
+from runner.config import LOCK_PATH, RECIPES_DIR, Paths
+
+# Bump when the build procedure changes what ends up in the archive, so old builds are redone.
+BUILDER_VERSION = "2"
+
+MMDEBSTRAP_MERGED_USR_HOOK = "/usr/share/mmdebstrap/hooks/merged-usr"
+DPKG_EXCLUDES = (
+    "path-exclude=/usr/share/doc/*",
+    "path-include=/usr/share/doc/*/copyright",
+    "path-exclude=/usr/share/man/*",
+    "path-exclude=/usr/share/info/*",
+    "path-exclude=/usr/share/locale/*",
+    "path-exclude=/usr/share/lintian/*",
+)
+# Mount points the engines bind over; they must exist in a read-only rootfs.
+MOUNT_POINTS = ("input", "output", "tmp", "proc", "dev", "sys")
+GUEST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+_CHUNK = 1 << 20
+
+Log = Callable[[str], None]
+
+
+class ImageError(RuntimeError):
+    """A recipe, build or verification problem, with a message meant for the operator."""
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    suite: str
+    variant: str
+    packages: tuple[str, ...]
+    source_date_epoch: int
+    command: tuple[str, ...]
+    sha256: str
+
+
+@dataclass(frozen=True)
+class LockEntry:
+    digest: str
+    recipe_sha256: str
+    built_at: str
+    packages: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "digest": self.digest,
+            "recipe_sha256": self.recipe_sha256,
+            "built_at": self.built_at,
+            "packages": list(self.packages),
+        }
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    name: str
+    digest: str
+    skipped: bool
+    seconds: float
+    # None: nothing was pinned for this recipe before; True/False: the pin was (not) reproduced.
+    reproduced: bool | None = None
+    package_changes: tuple[str, ...] = ()
+
+
+@dataclass
+class VerifyReport:
+    name: str
+    digest: str | None
+    problems: list[str] = field(default_factory=list)
+    files_checked: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+@dataclass(frozen=True)
+class ImageRef:
+    """A locally present, pinned image, as an engine needs it."""
+
+    name: str
+    digest: str
+    archive: Path
+    rootfs: Path
+
+
+# --- recipes and the lock -------------------------------------------------------------
+
+
+def recipe_names(recipes_dir: Path = RECIPES_DIR) -> list[str]:
+    return sorted(p.parent.name for p in recipes_dir.glob("*/recipe.toml"))
+
+
+def load_recipe(name: str, recipes_dir: Path = RECIPES_DIR) -> Recipe:
+    path = recipes_dir / name / "recipe.toml"
+    if not path.is_file():
+        known = ", ".join(recipe_names(recipes_dir)) or "none"
+        raise ImageError(f"no image recipe named {name!r} (known: {known})")
+    raw = path.read_bytes()
+    try:
+        data = tomllib.loads(raw.decode())
+        recipe = Recipe(
+            name=name,
+            suite=str(data["suite"]),
+            variant=str(data.get("variant", "essential")),
+            packages=tuple(str(p) for p in data["packages"]),
+            source_date_epoch=int(data["source_date_epoch"]),
+            command=tuple(str(c) for c in data["command"]),
+            sha256=hashlib.sha256(BUILDER_VERSION.encode() + b"\0" + raw).hexdigest(),
+        )
+    except (KeyError, TypeError, ValueError, tomllib.TOMLDecodeError) as exc:
+        raise ImageError(f"{path}: malformed recipe: {exc}") from exc
+    if not recipe.packages or not all(_is_package_name(p) for p in recipe.packages):
+        raise ImageError(f"{path}: packages must be a non-empty list of Debian package names")
+    return recipe
+
+
+def _is_package_name(name: str) -> bool:
+    return bool(name) and name[0].isalnum() and all(c.isalnum() or c in "+-." for c in name)
+
+
+def read_lock(path: Path = LOCK_PATH) -> dict[str, LockEntry]:
+    if not path.exists():
+        return {}
+    data = json.loads(path.read_text())
+    return {
+        name: LockEntry(
+            digest=entry["digest"],
+            recipe_sha256=entry["recipe_sha256"],
+            built_at=entry["built_at"],
+            packages=tuple(entry["packages"]),
+        )
+        for name, entry in data.get("images", {}).items()
+    }
+
+
+def write_lock(entries: dict[str, LockEntry], path: Path = LOCK_PATH) -> None:
+    body = {"images": {name: entries[name].to_json() for name in sorted(entries)}}
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(body, indent=2) + "\n")
+    tmp.replace(path)
+
+
+def digest_hex(digest: str) -> str:
+    algo, _, hexpart = digest.partition(":")
+    if algo != "sha256" or len(hexpart) != 64 or not all(c in "0123456789abcdef" for c in hexpart):
+        raise ImageError(f"malformed image digest {digest!r}")
+    return hexpart
+
+
+# --- the store ------------------------------------------------------------------------
+
+
+class ImageStore:
+    """Builds, finds and verifies images under the data directory, pinned by the lock."""
+
+    def __init__(self, paths: Paths, *, recipes_dir: Path = RECIPES_DIR, lock_path: Path = LOCK_PATH):
+        self.paths = paths
+        self.recipes_dir = recipes_dir
+        self.lock_path = lock_path
+
+    def archive_path(self, digest: str) -> Path:
+        return self.paths.archives_dir / f"{digest_hex(digest)}.tar"
+
+    def rootfs_path(self, digest: str) -> Path:
+        return self.paths.rootfs_dir / digest_hex(digest)
+
+    def _stamp_path(self, name: str) -> Path:
+        return self.paths.images_dir / f"{name}.build.json"
+
+    def resolve(self, name: str) -> ImageRef:
+        """The pinned image `name`, which must be present locally (not re-verified here)."""
+        entry = read_lock(self.lock_path).get(name)
+        if entry is None:
+            raise ImageError(f"image {name!r} is not in {self.lock_path.name}; run `make images`")
+        ref = ImageRef(name, entry.digest, self.archive_path(entry.digest), self.rootfs_path(entry.digest))
+        if not ref.archive.is_file() or not ref.rootfs.is_dir():
+            raise ImageError(f"image {name!r} ({entry.digest}) is not built on this host; run `make images`")
+        return ref
+
+    # build
+
+    def build(self, names: list[str], *, force: bool = False, jobs: int = 2, log: Log = print) -> list[BuildResult]:
+        recipes = [load_recipe(n, self.recipes_dir) for n in names]
+        self.paths.images_dir.mkdir(parents=True, exist_ok=True)
+        with self._exclusive():
+            lock = read_lock(self.lock_path)
+            todo = [r for r in recipes if force or not self._up_to_date(r, lock.get(r.name))]
+            results = [BuildResult(r.name, lock[r.name].digest, True, 0.0) for r in recipes if r not in todo]
+            for result in results:
+                log(f"{result.name}: up to date ({result.digest})")
+            with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+                built = list(pool.map(lambda r: self._build_one(r, log), todo))
+            for recipe, (digest, packages) in zip(todo, built, strict=True):
+                results.append(self._pin(recipe, digest, packages, lock, log))
+            write_lock(lock, self.lock_path)
+        return sorted(results, key=lambda r: r.name)
+
+    @contextmanager
+    def _exclusive(self) -> Iterator[None]:
+        with open(self.paths.images_dir / ".build.lock", "w") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            yield
+
+    def _up_to_date(self, recipe: Recipe, entry: LockEntry | None) -> bool:
+        stamp_path = self._stamp_path(recipe.name)
+        if entry is None or not stamp_path.exists():
+            return False
+        stamp = json.loads(stamp_path.read_text())
+        archive = self.archive_path(entry.digest)
+        try:
+            st = archive.stat()
+        except FileNotFoundError:
+            return False
+        return (
+            stamp.get("recipe_sha256") == recipe.sha256
+            and stamp.get("digest") == entry.digest
+            and stamp.get("archive_size") == st.st_size
+            and stamp.get("archive_mtime_ns") == st.st_mtime_ns
+            and self.rootfs_path(entry.digest).is_dir()
+        )
+
+    def _pin(
+        self, recipe: Recipe, digest: str, packages: tuple[str, ...], lock: dict[str, LockEntry], log: Log
+    ) -> BuildResult:
+        old = lock.get(recipe.name)
+        reproduced: bool | None = None
+        changes: tuple[str, ...] = ()
+        if old is not None and old.recipe_sha256 == recipe.sha256:
+            reproduced = old.digest == digest
+            if not reproduced:
+                changes = tuple(sorted(set(old.packages) ^ set(packages)))
+                log(
+                    f"{recipe.name}: WARNING: the rebuild did not reproduce the pinned digest "
+                    f"{old.digest}; re-pinned to {digest}. Package differences (old and new): "
+                    f"{', '.join(changes) or 'none (file content differs)'}. Commit images/lock.json to pin it."
+                )
+        built_at = old.built_at if old is not None and old.digest == digest else _now_iso()
+        lock[recipe.name] = LockEntry(digest, recipe.sha256, built_at, packages)
+        st = self.archive_path(digest).stat()
+        stamp = {
+            "recipe_sha256": recipe.sha256,
+            "digest": digest,
+            "archive_size": st.st_size,
+            "archive_mtime_ns": st.st_mtime_ns,
+        }
+        self._stamp_path(recipe.name).write_text(json.dumps(stamp) + "\n")
+        return BuildResult(recipe.name, digest, False, 0.0, reproduced, changes)
+
+    def _build_one(self, recipe: Recipe, log: Log) -> tuple[str, tuple[str, ...]]:
+        started = time.monotonic()
+        work = self.paths.build_dir / f"{recipe.name}-{os.getpid()}"
+        if work.exists():
+            _rmtree(work)
+        work.mkdir(parents=True)
+        try:
+            tree = work / "rootfs"
+            log(f"{recipe.name}: mmdebstrap {recipe.suite} {' '.join(recipe.packages)}")
+            _mmdebstrap(recipe, tree, work / "mmdebstrap.log")
+            packages = _package_manifest(tree)
+            _finish_tree(tree, recipe.source_date_epoch)
+            archive_tmp = work / "image.tar"
+            digest = _write_archive(recipe, tree, work, archive_tmp)
+            self.paths.archives_dir.mkdir(parents=True, exist_ok=True)
+            self.paths.rootfs_dir.mkdir(parents=True, exist_ok=True)
+            rootfs = self.rootfs_path(digest)
+            if rootfs.exists():
+                _rmtree(rootfs)  # a partial or tampered tree of the same digest; ours is fresh
+            tree.rename(rootfs)
+            os.chmod(rootfs, 0o755)  # noqa: S103 - the image is meant to be world-readable
+            archive_tmp.replace(self.archive_path(digest))
+            log(f"{recipe.name}: built {digest} in {time.monotonic() - started:.0f} s")
+            return digest, packages
+        finally:
+            _rmtree(work)
+
+    # verify
+
+    def verify(self, name: str) -> VerifyReport:
+        entry = read_lock(self.lock_path).get(name)
+        if entry is None:
+            return VerifyReport(name, None, [f"{name}: not pinned in {self.lock_path.name}"])
+        report = VerifyReport(name, entry.digest)
+        archive, rootfs = self.archive_path(entry.digest), self.rootfs_path(entry.digest)
+        if not archive.is_file():
+            report.problems.append(f"archive missing: {archive}")
+            return report
+        expected, actual_digest = _manifest_from_archive(archive)
+        if actual_digest != entry.digest:
+            report.problems.append(f"archive digest is {actual_digest}, lock pins {entry.digest}")
+        if not rootfs.is_dir():
+            report.problems.append(f"extracted rootfs missing: {rootfs}")
+            return report
+        actual = _manifest_from_tree(rootfs)
+        report.files_checked = len(actual)
+        report.problems.extend(_compare(expected, actual))
+        return report
+
+
+# --- building -------------------------------------------------------------------------
+
+
+def _mmdebstrap(recipe: Recipe, target: Path, log_path: Path) -> None:
+    argv = [
+        "mmdebstrap",
+        f"--variant={recipe.variant}",
+        "--mode=root",
+        "--format=directory",
+        f"--hook-dir={MMDEBSTRAP_MERGED_USR_HOOK}",
+        '--aptopt=Apt::Install-Recommends "false"',
+        *(f"--dpkgopt={opt}" for opt in DPKG_EXCLUDES),
+        f"--include={','.join(recipe.packages)}",
+        recipe.suite,
+        str(target),
+    ]
+    env = {**os.environ, "SOURCE_DATE_EPOCH": str(recipe.source_date_epoch)}
+    with open(log_path, "wb") as log:
+        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env)
+    if proc.returncode != 0:
+        tail = log_path.read_text(errors="replace")[-2000:]
+        raise ImageError(f"{recipe.name}: mmdebstrap failed with status {proc.returncode}:\n{tail}")
+
+
+def _package_manifest(tree: Path) -> tuple[str, ...]:
+    out = subprocess.run(
+        ["dpkg-query", f"--admindir={tree / 'var/lib/dpkg'}", "-W", "-f", "${Package}=${Version}\n"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    return tuple(sorted(line for line in out.splitlines() if line))
+
+
+def _finish_tree(tree: Path, epoch: int) -> None:
+    """Make the tree safe to share read-only: root-owned, no devices, no setuid, world-readable,
+    nothing group- or world-writable, fixed times."""
+    dev = tree / "dev"
+    if dev.exists():
+        _rmtree(dev)
+    for mount_point in MOUNT_POINTS:
+        (tree / mount_point).mkdir(exist_ok=True)
+    for path in _walk(tree):
+        st = path.lstat()
+        if stat.S_ISLNK(st.st_mode):
+            pass
+        elif stat.S_ISDIR(st.st_mode):
+            os.chmod(path, 0o755)  # noqa: S103 - world-readable, writable by root only
+        elif stat.S_ISREG(st.st_mode):
+            os.chmod(path, 0o755 if st.st_mode & 0o111 else 0o644)
+        else:
+            path.unlink()  # sockets, FIFOs or device nodes left by maintainer scripts
+            continue
+        os.lchown(path, 0, 0)
+        os.utime(path, (epoch, epoch), follow_symlinks=False)
+    os.utime(tree, (epoch, epoch))
+
+
+def _walk(root: Path) -> Iterator[Path]:
+    """Every path below root in a fixed order (sorted, parents first), never following links."""
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        base = Path(dirpath)
+        for name in sorted(dirnames + filenames):
+            yield base / name
+
+
+def _write_archive(recipe: Recipe, tree: Path, work: Path, out: Path) -> str:
+    """Write a docker-save archive of `tree` deterministically; return its digest."""
+    epoch = recipe.source_date_epoch
+    layer = work / "layer.tar"
+    with tarfile.open(layer, "w", format=tarfile.GNU_FORMAT) as tar:
+        seen_inodes: dict[tuple[int, int], str] = {}
+        for path in _walk(tree):
+            info = _tarinfo(path, tree, epoch, seen_inodes)
+            if info.isreg():
+                with open(path, "rb") as handle:
+                    tar.addfile(info, handle)
+            else:
+                tar.addfile(info)
+    layer_hex = _sha256_file(layer)
+    created = datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    config = {
+        "architecture": _oci_arch(),
+        "os": "linux",
+        "created": created,
+        "config": {"Env": [f"PATH={GUEST_PATH}", "LANG=C.UTF-8"], "Cmd": list(recipe.command), "WorkingDir": "/"},
+        "rootfs": {"type": "layers", "diff_ids": [f"sha256:{layer_hex}"]},
+        "history": [{"created": created, "created_by": f"cordon images build {recipe.name} ({recipe.suite})"}],
+    }
+    config_bytes = json.dumps(config, sort_keys=True, separators=(",", ":")).encode()
+    config_name = f"{hashlib.sha256(config_bytes).hexdigest()}.json"
+    manifest = [
+        {"Config": config_name, "RepoTags": [f"cordon/{recipe.name}:latest"], "Layers": [f"{layer_hex}/layer.tar"]}
+    ]
+    manifest_bytes = json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode()
+    with tarfile.open(out, "w", format=tarfile.GNU_FORMAT) as tar:
+        _add_bytes(tar, "manifest.json", manifest_bytes, epoch)
+        _add_bytes(tar, config_name, config_bytes, epoch)
+        info = tarfile.TarInfo(f"{layer_hex}/layer.tar")
+        info.size, info.mtime, info.mode = layer.stat().st_size, epoch, 0o644
+        with open(layer, "rb") as handle:
+            tar.addfile(info, handle)
+    layer.unlink()
+    return f"sha256:{_sha256_file(out)}"
+
+
+def _tarinfo(path: Path, tree: Path, epoch: int, seen_inodes: dict[tuple[int, int], str]) -> tarfile.TarInfo:
+    st = path.lstat()
+    info = tarfile.TarInfo(str(path.relative_to(tree)))
+    info.mode, info.uid, info.gid, info.mtime = stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid, epoch
+    if stat.S_ISDIR(st.st_mode):
+        info.type = tarfile.DIRTYPE
+    elif stat.S_ISLNK(st.st_mode):
+        info.type, info.linkname = tarfile.SYMTYPE, os.readlink(path)
+    elif stat.S_ISREG(st.st_mode):
+        key = (st.st_dev, st.st_ino)
+        if st.st_nlink > 1 and key in seen_inodes:
+            info.type, info.linkname = tarfile.LNKTYPE, seen_inodes[key]
+        else:
+            seen_inodes[key] = info.name
+            info.size = st.st_size
+    else:
+        raise ImageError(f"unexpected special file in image tree: {info.name}")
+    return info
+
+
+def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes, epoch: int) -> None:
+    info = tarfile.TarInfo(name)
+    info.size, info.mtime, info.mode = len(data), epoch, 0o644
+    tar.addfile(info, io.BytesIO(data))
+
+
+def _oci_arch() -> str:
+    machine = platform.machine()
+    return {"x86_64": "amd64", "aarch64": "arm64"}.get(machine, machine)
+
+
+# --- verifying ------------------------------------------------------------------------
+
+# path -> (kind, mode, uid, gid, size, sha256 or link target)
+Manifest = dict[str, tuple[str, int, int, int, int, str]]
+
+
+class _HashingReader:
+    def __init__(self, raw: IO[bytes]):
+        self.raw, self.hash = raw, hashlib.sha256()
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.raw.read(size)
+        self.hash.update(data)
+        return data
+
+
+def _manifest_from_archive(archive: Path) -> tuple[Manifest, str]:
+    """The tree the archive describes, and the archive's own digest, in one pass."""
+    layers: dict[str, Manifest] = {}
+    wanted: list[str] = []
+    with open(archive, "rb") as raw:
+        reader = _HashingReader(raw)
+        with tarfile.open(fileobj=reader, mode="r|") as outer:  # type: ignore[call-overload]
+            for member in outer:
+                if member.name == "manifest.json":
+                    wanted = json.loads(_member_stream(outer, member).read())[0]["Layers"]
+                elif member.name.endswith("/layer.tar") and member.isfile():
+                    layers[member.name] = _manifest_from_layer(_member_stream(outer, member))
+        while reader.read(_CHUNK):
+            pass
+    if len(wanted) != 1 or wanted[0] not in layers:
+        raise ImageError(f"{archive}: not a single-layer Cordon image archive")
+    return layers[wanted[0]], f"sha256:{reader.hash.hexdigest()}"
+
+
+def _manifest_from_layer(stream: IO[bytes]) -> Manifest:
+    manifest: Manifest = {}
+    with tarfile.open(fileobj=stream, mode="r|") as layer:
+        for m in layer:
+            name = m.name.rstrip("/")
+            if m.isdir():
+                manifest[name] = ("dir", m.mode, m.uid, m.gid, 0, "")
+            elif m.issym():
+                manifest[name] = ("symlink", m.mode, m.uid, m.gid, 0, m.linkname)
+            elif m.islnk():
+                manifest[name] = manifest[m.linkname]
+            elif m.isfile():
+                manifest[name] = ("file", m.mode, m.uid, m.gid, m.size, _sha256_stream(_member_stream(layer, m)))
+            else:
+                raise ImageError(f"unexpected member type in image layer: {name}")
+    return manifest
+
+
+def _member_stream(tar: tarfile.TarFile, member: tarfile.TarInfo) -> IO[bytes]:
+    stream = tar.extractfile(member)
+    if stream is None:
+        raise ImageError(f"image archive member {member.name} has no content")
+    return stream
+
+
+def _manifest_from_tree(root: Path) -> Manifest:
+    manifest: Manifest = {}
+    for path in _walk(root):
+        st = path.lstat()
+        name = str(path.relative_to(root))
+        mode = stat.S_IMODE(st.st_mode)
+        if stat.S_ISDIR(st.st_mode):
+            manifest[name] = ("dir", mode, st.st_uid, st.st_gid, 0, "")
+        elif stat.S_ISLNK(st.st_mode):
+            manifest[name] = ("symlink", mode, st.st_uid, st.st_gid, 0, os.readlink(path))
+        elif stat.S_ISREG(st.st_mode):
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+            with os.fdopen(fd, "rb") as handle:
+                digest = _sha256_stream(handle)
+            manifest[name] = ("file", mode, st.st_uid, st.st_gid, st.st_size, digest)
+        else:
+            manifest[name] = ("special", mode, st.st_uid, st.st_gid, 0, "")
+    return manifest
+
+
+_FIELDS = ("type", "mode", "uid", "gid", "size", "content")
+
+
+def _compare(expected: Manifest, actual: Manifest) -> list[str]:
+    problems: list[str] = []
+    for name in sorted(expected.keys() | actual.keys()):
+        want, got = expected.get(name), actual.get(name)
+        if got is None:
+            problems.append(f"missing: /{name}")
+        elif want is None:
+            problems.append(f"unexpected: /{name}")
+        elif want != got:
+            diffs = [f for f, a, b in zip(_FIELDS, want, got, strict=True) if a != b]
+            problems.append(f"modified: /{name} ({', '.join(diffs)} differ)")
+    return problems
+
+
+# --- small helpers --------------------------------------------------------------------
+
+
+def _sha256_stream(handle: IO[bytes]) -> str:
+    digest = hashlib.sha256()
+    while chunk := handle.read(_CHUNK):
+        digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _sha256_file(path: Path) -> str:
+    with open(path, "rb") as handle:
+        return _sha256_stream(handle)
+
+
+def _rmtree(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=False)
+
+
+def _now_iso() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

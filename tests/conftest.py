@@ -1,0 +1,37 @@
+"""Shared test helpers: the project's own interpreter, free ports, a clean environment."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+
+from runner.config import PROJECT_ROOT, paths_from_env
+
+PYTHON = sys.executable
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def child_env(**overrides: str) -> dict[str, str]:
+    """The environment for a child process of the project, without make's own variables."""
+    env = {k: v for k, v in os.environ.items() if k not in {"MAKEFLAGS", "MAKELEVEL", "MFLAGS"}}
+    env.update(overrides)
+    return env
+
+
+@pytest.fixture
+def project_root() -> Path:
+    return PROJECT_ROOT
+
+
+@pytest.fixture
+def images_dir() -> Path:
+    return paths_from_env().images_dir
