@@ -6,12 +6,19 @@ Exit status: 0 success, 1 a failed check, 2 an operational error, 64 a usage err
 from __future__ import annotations
 
 import argparse
+import json
+import signal
 import sys
+import threading
+from pathlib import Path
 from collections.abc import Sequence
 from typing import NoReturn
 
 from runner import __version__
-from runner.config import paths_from_env
+from runner.config import ENV_FILE, paths_from_env
+from runner.env import load_env_file
+from runner.spec import RUNTIMES, Limits, RunResult, RunSpec
+from runner.supervisor import Supervisor
 from runner.env import ConfigError
 from runner.images import ImageError, ImageStore, read_lock, recipe_names
 
@@ -38,15 +45,49 @@ def _parser() -> argparse.ArgumentParser:
     verify = image_commands.add_parser("verify", help="check archives against the lock and trees against archives")
     verify.add_argument("names", nargs="*", help="image names (default: every pinned image)")
     image_commands.add_parser("list", help="list pinned images and whether they are present here")
+
+    run = commands.add_parser("run", help="run a script in a sandbox and report what happened")
+    run.add_argument("--runtime", required=True, choices=RUNTIMES)
+    run.add_argument("--engine", default="auto", choices=("auto", "namespace", "smolvm"))
+    defaults = Limits()
+    for flag, field_name, kind in LIMIT_FLAGS:
+        run.add_argument(flag, dest=field_name, type=kind, default=getattr(defaults, field_name),
+                         help=f"default {getattr(defaults, field_name)}")  # fmt: skip
+    run.add_argument("--input", action="append", default=[], type=Path, help="a file to show under /input (repeat)")
+    run.add_argument("--output-dir", type=Path, help="where files the job writes under /output are exported")
+    run.add_argument("--json", action="store_true", help="print only the result object")
+    run.add_argument("script", help="the script to run ('-' reads it from standard input)")
+
+    commands.add_parser("sweep", help="reclaim what crashed supervisors left behind")
     return parser
+
+
+LIMIT_FLAGS = (
+    ("--timeout-s", "wall_timeout_s", float),
+    ("--cpu-time-s", "cpu_time_s", float),
+    ("--memory-mib", "memory_mib", int),
+    ("--cpus", "cpus", float),
+    ("--max-processes", "max_processes", int),
+    ("--stdout-max-bytes", "stdout_max_bytes", int),
+    ("--stderr-max-bytes", "stderr_max_bytes", int),
+    ("--disk-mib", "disk_mib", int),
+    ("--output-max-bytes", "output_max_bytes", int),
+    ("--output-max-files", "output_max_files", int),
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        store = ImageStore(paths_from_env())
+        load_env_file(ENV_FILE)
         if args.command == "images":
-            return _images(store, args)
+            return _images(ImageStore(paths_from_env()), args)
+        if args.command == "run":
+            return _run(args)
+        if args.command == "sweep":
+            for line in Supervisor().sweep():
+                print(f"swept {line}")
+            return 0
     except (ConfigError, ImageError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -86,6 +127,57 @@ def _images(store: ImageStore, args: argparse.Namespace) -> int:
             print(f"{name}\t{entry.digest}\t{entry.built_at}\t{len(entry.packages)}\t{here}")
         return 0
     raise AssertionError(args.images_command)
+
+
+def _run(args: argparse.Namespace) -> int:
+    script = sys.stdin.buffer.read() if args.script == "-" else Path(args.script).read_bytes()
+    limits = Limits(**{name: getattr(args, name) for _, name, _ in LIMIT_FLAGS})
+    spec = RunSpec(runtime=args.runtime, script=script, limits=limits, inputs=tuple(args.input), engine=args.engine)
+    cancel = threading.Event()
+    for signo in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signo, lambda *_: cancel.set())
+    supervisor = Supervisor()
+    supervisor.sweep()
+    if args.output_dir is not None:
+        args.output_dir.mkdir(parents=True, exist_ok=True)
+    result = supervisor.run(
+        spec, on_event=None if args.json else _live_output, cancelled=cancel.is_set, output_dir=args.output_dir
+    )
+    if args.json:
+        print(json.dumps(result.to_json(), indent=2))
+    else:
+        _summary(result)
+    return result.outcome.exit_status
+
+
+def _live_output(event: dict[str, object]) -> None:
+    if event["type"] == "chunk":
+        target = sys.stdout if event["stream"] == "stdout" else sys.stderr
+        target.buffer.write(event["data"])  # type: ignore[arg-type]
+        target.flush()
+
+
+def _summary(result: RunResult) -> None:
+    def figure(value: object, unit: str) -> str:
+        return "unknown" if value is None else f"{value}{unit}"
+
+    lines = [
+        f"outcome: {result.outcome.value} ({result.reason})",
+        f"exit: code {result.exit_code} signal {result.signal}",
+        f"wall {figure(result.wall_s, ' s')}, cpu {figure(result.cpu_s, ' s')}, "
+        f"peak memory {figure(result.peak_memory_bytes, ' bytes')}",
+        f"stdout {result.stdout_bytes} bytes{' (truncated)' if result.stdout_truncated else ''}, "
+        f"stderr {result.stderr_bytes} bytes{' (truncated)' if result.stderr_truncated else ''}",
+        f"engine {result.engine} ({result.isolation}), image "
+        f"{result.image.name + ' ' + result.image.digest if result.image else 'none'}",
+    ]
+    lines += [f"output {o.name} {o.size} bytes sha256:{o.sha256}" for o in result.outputs]
+    lines += [f"rejected output {r.name}: {r.reason}" for r in result.rejected_outputs]
+    lines.append(f"cleanup: {'ok' if result.cleanup_ok else 'INCOMPLETE'}")
+    lines += [f"  {'ok  ' if c.ok else 'FAIL'} {c.name}: {c.detail}" for c in result.cleanup]
+    if result.error:
+        lines.append(f"error: {result.error.code}: {result.error.message}")
+    print("\n".join(f"[cordon] {line}" for line in lines), file=sys.stderr)
 
 
 def _log(message: str) -> None:

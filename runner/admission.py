@@ -1,0 +1,141 @@
+"""Host capacity admission, shared by every supervisor process on the host.
+
+A JSON ledger of reservations (slot, memory, vCPUs, owner pid) under a file lock. A slot
+is also the run's sandbox uid offset, so concurrent runs never share a host uid. Entries
+whose owner process died are reclaimed on every call.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import psutil
+
+from runner.env import env_float, env_int
+from runner.spec import Outcome, RunnerError
+
+
+@dataclass(frozen=True)
+class Capacity:
+    slots: int
+    memory_mib: int
+    cpus: float
+    wait_s: float
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Capacity:
+        env = os.environ if environ is None else environ
+        total_mib = psutil.virtual_memory().total // (1024 * 1024)
+        cores = os.cpu_count() or 1
+        return cls(
+            slots=env_int("CORDON_MAX_SLOTS", max(4, 2 * cores), minimum=1, maximum=1000, environ=env),
+            memory_mib=env_int("CORDON_MEMORY_BUDGET_MIB", total_mib // 2, minimum=64, environ=env),
+            cpus=env_float("CORDON_CPU_BUDGET", float(cores * 2), minimum=0.1, environ=env),
+            wait_s=env_float("CORDON_ADMISSION_WAIT_S", 30.0, minimum=0.0, environ=env),
+        )
+
+
+@dataclass(frozen=True)
+class Reservation:
+    run_id: str
+    slot: int
+    memory_mib: int
+    cpus: float
+    pid: int
+    pid_started: float
+
+
+class Admission:
+    def __init__(self, state_dir: Path, capacity: Capacity):
+        self.state_dir = state_dir
+        self.capacity = capacity
+        state_dir.mkdir(parents=True, exist_ok=True)
+        self._ledger = state_dir / "admission.json"
+
+    def acquire(
+        self, run_id: str, *, memory_mib: int, cpus: float, cancelled: Callable[[], bool] = lambda: False
+    ) -> Reservation:
+        """Reserve room for a run, waiting with backoff up to the bound; else rejected_capacity."""
+        if memory_mib > self.capacity.memory_mib or cpus > self.capacity.cpus:
+            raise RunnerError(
+                "exceeds_host_capacity",
+                f"the run needs {memory_mib} MiB and {cpus:g} vCPUs; this host admits at most "
+                f"{self.capacity.memory_mib} MiB and {self.capacity.cpus:g} vCPUs in all",
+                outcome=Outcome.REJECTED_CAPACITY,
+            )
+        deadline = time.monotonic() + self.capacity.wait_s
+        delay = 0.02
+        while True:
+            with self._locked() as entries:
+                reservation = self._try(entries, run_id, memory_mib, cpus)
+                if reservation is not None:
+                    return reservation
+                in_use = sum(e.memory_mib for e in entries)
+            if time.monotonic() >= deadline or cancelled():
+                raise RunnerError(
+                    "no_capacity",
+                    f"no host capacity within {self.capacity.wait_s:g} s ({len(entries)} of "
+                    f"{self.capacity.slots} slots and {in_use} of {self.capacity.memory_mib} MiB in use)",
+                    outcome=Outcome.REJECTED_CAPACITY,
+                    retryable=True,
+                )
+            time.sleep(delay)
+            delay = min(delay * 2, 0.5)
+
+    def _try(self, entries: list[Reservation], run_id: str, memory_mib: int, cpus: float) -> Reservation | None:
+        used_slots = {e.slot for e in entries}
+        free = [s for s in range(self.capacity.slots) if s not in used_slots]
+        if not free:
+            return None
+        if sum(e.memory_mib for e in entries) + memory_mib > self.capacity.memory_mib:
+            return None
+        if sum(e.cpus for e in entries) + cpus > self.capacity.cpus + 1e-9:
+            return None
+        me = psutil.Process()
+        reservation = Reservation(run_id, free[0], memory_mib, cpus, me.pid, me.create_time())
+        entries.append(reservation)
+        return reservation
+
+    def release(self, run_id: str) -> None:
+        with self._locked() as entries:
+            entries[:] = [e for e in entries if e.run_id != run_id]
+
+    def holds(self, run_id: str) -> bool:
+        with self._locked() as entries:
+            return any(e.run_id == run_id for e in entries)
+
+    def active(self) -> list[Reservation]:
+        with self._locked() as entries:
+            return list(entries)
+
+    @contextmanager
+    def _locked(self) -> Iterator[list[Reservation]]:
+        with open(self.state_dir / "admission.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            stored = self._read()
+            entries = [e for e in stored if _alive(e)]
+            yield entries
+            if entries != stored:
+                tmp = self._ledger.with_suffix(".tmp")
+                tmp.write_text(json.dumps([asdict(e) for e in entries]))
+                tmp.replace(self._ledger)
+
+    def _read(self) -> list[Reservation]:
+        try:
+            return [Reservation(**item) for item in json.loads(self._ledger.read_text())]
+        except FileNotFoundError:
+            return []
+
+
+def _alive(entry: Reservation) -> bool:
+    try:
+        return abs(psutil.Process(entry.pid).create_time() - entry.pid_started) < 0.01
+    except psutil.NoSuchProcess:
+        return False

@@ -1,0 +1,82 @@
+"""Turn what the supervisor saw into exactly one Outcome, with the reason in plain words.
+
+Precedence, when several apply, is fixed: whoever stopped the run first wins, then the
+strongest evidence of a limit, then the program's own exit status:
+
+    cancelled > sandbox_error > timed_out > cpu_limit > output_limit (stream cap, output
+    files over their caps) > memory_limit (OOM kill) > process_limit > disk_limit
+    > failed / succeeded
+
+Limits the program merely brushed against (a refused fork, a full disk) count only when the
+program did not succeed: a program that handles ENOSPC and exits 0 has succeeded.
+"""
+
+from __future__ import annotations
+
+import signal as signals
+from dataclasses import dataclass
+
+from runner.spec import Limits, Outcome, RunnerError
+
+
+@dataclass
+class Evidence:
+    """Facts gathered outside the sandbox. Each flag is set only by the supervisor or the kernel."""
+
+    cancelled: bool = False
+    engine_error: RunnerError | None = None
+    # The first reason the supervisor stopped the run: cancel, deadline, cpu, stdout, stderr,
+    # oom, process_cap (or exit, when it only had to reap). First wins; later ones are ignored.
+    stopped_by: str | None = None
+    stop_requested_at: float | None = None
+    stop_latency_s: float | None = None
+    kill_method: str | None = None
+    stream_cap_hit: str | None = None  # "stdout" or "stderr"
+    bytes_at_cap_time: int = 0
+    output_files_over_cap: bool = False
+    output_area_full: bool = False
+    oom_kills: int = 0
+    runtime_heap_exhausted: bool = False  # e.g. V8's "JavaScript heap out of memory" abort
+    process_cap_hits: int = 0
+    scratch_full: bool = False
+    exit_code: int | None = None
+    signal: int | None = None
+
+
+def classify(ev: Evidence, limits: Limits) -> tuple[Outcome, str]:
+    if ev.cancelled:
+        return Outcome.CANCELLED, "cancelled before it finished"
+    if ev.engine_error is not None:
+        return ev.engine_error.outcome, f"{ev.engine_error.code}: {ev.engine_error.message}"
+    if ev.stopped_by == "deadline":
+        return Outcome.TIMED_OUT, f"stopped after the {limits.wall_timeout_s:g} s wall-clock limit"
+    if ev.stopped_by == "cpu":
+        return Outcome.CPU_LIMIT, f"stopped after using its {limits.cpu_time_s:g} s of CPU time"
+    succeeded = ev.exit_code == 0 and ev.signal is None and ev.stopped_by in (None, "exit")
+    if ev.stream_cap_hit:
+        cap = limits.stdout_max_bytes if ev.stream_cap_hit == "stdout" else limits.stderr_max_bytes
+        return Outcome.OUTPUT_LIMIT, f"stopped when {ev.stream_cap_hit} passed its {cap} byte cap"
+    if ev.output_files_over_cap:
+        return Outcome.OUTPUT_LIMIT, (
+            f"output files over their caps ({limits.output_max_files} files, {limits.output_max_bytes} bytes)"
+        )
+    if not succeeded and ev.output_area_full:
+        return Outcome.OUTPUT_LIMIT, f"filled the {limits.output_max_bytes} byte output area"
+    if ev.stopped_by == "oom" or ev.oom_kills > 0 or ev.runtime_heap_exhausted:
+        return Outcome.MEMORY_LIMIT, f"ran out of its {limits.memory_mib} MiB of memory"
+    if ev.stopped_by == "process_cap" or (not succeeded and ev.process_cap_hits > 0):
+        return Outcome.PROCESS_LIMIT, f"hit the cap of {limits.max_processes} processes and threads"
+    if not succeeded and ev.scratch_full:
+        return Outcome.DISK_LIMIT, f"filled its {limits.disk_mib} MiB of writable space"
+    if succeeded:
+        return Outcome.SUCCEEDED, "exited 0"
+    if ev.signal is not None:
+        return Outcome.FAILED, f"killed by its own signal {_signal_name(ev.signal)}"
+    return Outcome.FAILED, f"exited with status {ev.exit_code}"
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signals.Signals(number).name
+    except ValueError:
+        return str(number)

@@ -1,0 +1,103 @@
+"""The one engine interface. Every isolation mechanism implements this ordered sequence:
+
+    prepare -> start -> (the supervisor streams and samples) -> stop -> collect -> teardown
+
+The supervisor owns the clock, the caps and the decisions; an engine only does what it is
+told and reports what the host can see. `teardown` must be idempotent and say, check by
+check, what it removed and what survived.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from runner.images import ImageRef
+from runner.spec import CleanupCheck, Limits, RunSpec
+
+
+@dataclass
+class RunContext:
+    """Everything about one run that the supervisor and its engine share."""
+
+    run_id: str
+    spec: RunSpec
+    limits: Limits
+    run_dir: Path
+    input_dir: Path
+    scratch_dir: Path
+    output_dir: Path
+    slot: int
+    uid: int
+    image: ImageRef
+    argv: list[str]
+    process: subprocess.Popen[bytes] | None = None
+    # Engine-private state (cgroups, fds, VM names), so teardown can find what prepare made.
+    state: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Sample:
+    cpu_s: float | None
+    memory_bytes: int | None
+    oom_kills: int
+    process_cap_hits: int
+
+
+@dataclass(frozen=True)
+class Collected:
+    exit_code: int | None
+    signal: int | None
+    cpu_s: float | None
+    peak_memory_bytes: int | None
+    oom_kills: int
+    process_cap_hits: int
+    scratch_full: bool
+    output_area_full: bool
+    started: bool  # whether the program itself was started (not just the sandbox tooling)
+    engine_message: str = ""
+
+
+class Engine(ABC):
+    name: ClassVar[str]
+    isolation: ClassVar[str]
+
+    @abstractmethod
+    def version(self) -> str: ...
+
+    @abstractmethod
+    def prepare(self, ctx: RunContext) -> None:
+        """Create the run's host resources (cgroups, mounts, filters). Nothing runs yet."""
+
+    @abstractmethod
+    def start(self, ctx: RunContext) -> subprocess.Popen[bytes]:
+        """Start the program; its stdout and stderr are pipes the supervisor reads."""
+
+    @abstractmethod
+    def control_fds(self, ctx: RunContext) -> list[int]:
+        """Extra fds the supervisor must drain (engine status channels), read via `on_control`."""
+
+    @abstractmethod
+    def on_control(self, ctx: RunContext, fd: int, data: bytes) -> None: ...
+
+    @abstractmethod
+    def sample(self, ctx: RunContext) -> Sample: ...
+
+    @abstractmethod
+    def stop(self, ctx: RunContext, *, grace_s: float) -> str:
+        """Polite stop, grace, kill everything, verify it is gone; return how it was killed."""
+
+    @abstractmethod
+    def collect(self, ctx: RunContext) -> Collected:
+        """After stop: exit status and the host's accounting."""
+
+    @abstractmethod
+    def teardown(self, ctx: RunContext) -> list[CleanupCheck]:
+        """Remove every host resource of the run (idempotent) and audit that each is gone."""
+
+    @abstractmethod
+    def sweep(self, is_live: Any) -> list[str]:
+        """Reclaim what crashed supervisors left; `is_live(run_id)` protects running runs."""

@@ -1,0 +1,343 @@
+"""The `namespace` engine: bubblewrap + cgroups + rlimits + seccomp, on the host's kernel.
+
+Launch: the supervisor forks; the child joins the run's cgroups, sets rlimits, raises its
+OOM score and drops to the slot's unprivileged host uid, then execs bwrap, which builds
+fresh user/pid/ipc/uts/net namespaces around a read-only image rootfs. Every directory is
+handed to bwrap as an fd, so the sandbox uid needs no access to the host paths above them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import signal
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+from runner import hostfs
+from runner.cgroups import CgroupLayout, RunCgroup, run_names
+from runner.engines.base import Collected, Engine, RunContext, Sample
+from runner.seccomp import bpf_fd
+from runner.spec import MIB, CleanupCheck, RunnerError
+
+SHM_BYTES = 8 * MIB
+SANDBOX_UID_INSIDE = 1000
+GUEST_ENV = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "HOME": "/tmp",
+    "TMPDIR": "/tmp",
+    "LANG": "C.UTF-8",
+    "PYTHONUNBUFFERED": "1",
+    "PYTHONDONTWRITEBYTECODE": "1",
+}
+
+
+class NamespaceEngine(Engine):
+    name = "namespace"
+    isolation = "namespace"
+
+    def __init__(self, *, cgroup_parent: str = "cordon", layout: CgroupLayout | None = None):
+        self.cgroup_parent = cgroup_parent
+        self.layout = layout or CgroupLayout.detect()
+        self.bwrap = shutil.which("bwrap") or "/usr/bin/bwrap"
+
+    def version(self) -> str:
+        out = subprocess.run([self.bwrap, "--version"], capture_output=True, text=True, check=False).stdout
+        return out.strip() or "bubblewrap (unknown version)"
+
+    def memory_limit_bytes(self, ctx: RunContext) -> int:
+        """The run's memory cgroup also carries its tmpfs areas, so they are added on top."""
+        limits = ctx.limits
+        return (limits.memory_mib + limits.disk_mib) * MIB + limits.output_max_bytes + SHM_BYTES
+
+    # prepare / start
+
+    def prepare(self, ctx: RunContext) -> None:
+        cgroup = RunCgroup(self.layout, self.cgroup_parent, ctx.run_id)
+        ctx.state["cgroup"] = cgroup
+        cgroup.create(
+            memory_bytes=self.memory_limit_bytes(ctx),
+            pids_max=ctx.limits.max_processes + 2,  # + bwrap and its init
+            cpus=ctx.limits.cpus,
+        )
+        for area, size in ((ctx.scratch_dir, ctx.limits.disk_mib * MIB), (ctx.output_dir, ctx.limits.output_max_bytes)):
+            area.mkdir(mode=0o700)
+            max_inodes = ctx.limits.output_max_files * 4 + 64 if area == ctx.output_dir else None
+            hostfs.mount_tmpfs(area, size_bytes=size, uid=ctx.uid, max_inodes=max_inodes)
+
+    def start(self, ctx: RunContext) -> subprocess.Popen[bytes]:
+        cgroup: RunCgroup = ctx.state["cgroup"]
+        fds: dict[str, int] = {}
+        status_read, status_write = os.pipe()
+        try:
+            fds["root"] = os.open(ctx.image.rootfs, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+            fds["input"] = os.open(ctx.input_dir, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+            fds["scratch"] = os.open(ctx.scratch_dir, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+            fds["output"] = os.open(ctx.output_dir, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+            fds["seccomp"] = bpf_fd()
+            fds["status"] = status_write
+            argv = bwrap_argv(self.bwrap, fds, ctx.argv)
+            process = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                pass_fds=tuple(fds.values()),
+                preexec_fn=_launcher(cgroup.procs_files, ctx.uid, rlimits(ctx)),  # noqa: PLW1509
+                env={"PATH": "/usr/bin:/bin"},
+                cwd="/",
+            )
+        except BaseException:
+            os.close(status_read)
+            raise
+        finally:
+            for fd in fds.values():
+                os.close(fd)
+        ctx.state["status_fd"] = status_read
+        ctx.state["status"] = b""
+        return process
+
+    def control_fds(self, ctx: RunContext) -> list[int]:
+        return [ctx.state["status_fd"]] if "status_fd" in ctx.state else []
+
+    def on_control(self, ctx: RunContext, fd: int, data: bytes) -> None:
+        ctx.state["status"] = (ctx.state["status"] + data)[-65536:]
+
+    # while it runs
+
+    def sample(self, ctx: RunContext) -> Sample:
+        cgroup: RunCgroup = ctx.state["cgroup"]
+        return Sample(cgroup.cpu_seconds(), cgroup.memory_bytes(), cgroup.oom_kills(), cgroup.pids_max_hits())
+
+    # stop / collect
+
+    def stop(self, ctx: RunContext, *, grace_s: float) -> str:
+        cgroup: RunCgroup | None = ctx.state.get("cgroup")
+        if cgroup is None:
+            return "nothing to stop"
+        method = "exited"
+        if cgroup.pids():
+            cgroup.signal_all(signal.SIGTERM)
+            if not cgroup.wait_empty(grace_s):
+                method = cgroup.kill()
+            else:
+                method = "SIGTERM"
+        if not cgroup.wait_empty(5.0):
+            method = cgroup.kill()
+            cgroup.wait_empty(5.0)
+        if ctx.process is not None:
+            try:
+                ctx.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                ctx.process.kill()
+                ctx.process.wait()
+        return method
+
+    def collect(self, ctx: RunContext) -> Collected:
+        cgroup: RunCgroup = ctx.state["cgroup"]
+        status = _parse_status(ctx.state.get("status", b""))
+        returncode = ctx.process.returncode if ctx.process else None
+        exit_code, signo = _exit_status(returncode, status)
+        return Collected(
+            exit_code=exit_code,
+            signal=signo,
+            cpu_s=cgroup.cpu_seconds(),
+            peak_memory_bytes=cgroup.memory_peak_bytes(),
+            oom_kills=cgroup.oom_kills(),
+            process_cap_hits=cgroup.pids_max_hits(),
+            scratch_full=_full(ctx.scratch_dir),
+            output_area_full=_full(ctx.output_dir),
+            started="child-pid" in status,
+        )
+
+    # teardown / sweep
+
+    def teardown(self, ctx: RunContext) -> list[CleanupCheck]:
+        checks: list[CleanupCheck] = []
+        cgroup: RunCgroup | None = ctx.state.get("cgroup") or RunCgroup(self.layout, self.cgroup_parent, ctx.run_id)
+        left = cgroup.pids()
+        if left:
+            cgroup.kill()
+            cgroup.wait_empty(5.0)
+            left = cgroup.pids()
+        strays = _processes_of_uid(ctx.uid)
+        checks.append(
+            CleanupCheck(
+                "processes",
+                not left and not strays,
+                f"cgroup pids left: {sorted(left)}; uid {ctx.uid} processes: {strays}"
+                if left or strays
+                else f"no process left in the run's cgroups or as uid {ctx.uid}",
+            )
+        )
+        fd = ctx.state.pop("status_fd", None)
+        if fd is not None:
+            os.close(fd)
+        remaining = cgroup.remove()
+        checks.append(
+            CleanupCheck(
+                "cgroups",
+                not remaining,
+                f"not removed: {remaining}" if remaining else f"{len(cgroup.dirs)} cgroup directories removed",
+            )
+        )
+        errors = []
+        for mount in hostfs.mounts_under(ctx.run_dir):
+            try:
+                hostfs.unmount(mount)
+            except OSError as exc:
+                errors.append(str(exc))
+        mounted = hostfs.mounts_under(ctx.run_dir)
+        checks.append(
+            CleanupCheck(
+                "mounts",
+                not mounted,
+                f"still mounted: {[str(m) for m in mounted]} {errors}" if mounted else "scratch and output tmpfs unmounted",
+            )
+        )
+        return checks
+
+    def sweep(self, is_live: Callable[[str], bool]) -> list[str]:
+        swept = []
+        for name in sorted(run_names(self.layout, self.cgroup_parent)):
+            if is_live(name):
+                continue
+            cgroup = RunCgroup(self.layout, self.cgroup_parent, name)
+            if cgroup.pids():
+                cgroup.kill()
+                cgroup.wait_empty(5.0)
+            remaining = cgroup.remove()
+            swept.append(f"cgroup {name}" + (f" (could not remove {remaining})" if remaining else ""))
+        return swept
+
+
+def bwrap_argv(bwrap: str, fds: dict[str, int], program: list[str]) -> list[str]:
+    """The bwrap command line, in a fixed, reviewed order. Directories come in as fds."""
+    argv = [
+        bwrap,
+        "--unshare-user", "--uid", str(SANDBOX_UID_INSIDE), "--gid", str(SANDBOX_UID_INSIDE),
+        "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net", "--unshare-cgroup-try",
+        "--disable-userns", "--die-with-parent", "--new-session", "--hostname", "sandbox",
+        "--ro-bind-fd", str(fds["root"]), "/",
+        "--proc", "/proc",
+        "--dev", "/dev",
+        "--size", str(SHM_BYTES), "--tmpfs", "/dev/shm",
+        "--remount-ro", "/dev",
+        "--bind-fd", str(fds["scratch"]), "/tmp",
+        "--ro-bind-fd", str(fds["input"]), "/input",
+        "--bind-fd", str(fds["output"]), "/output",
+        "--clearenv",
+    ]  # fmt: skip
+    for key, value in GUEST_ENV.items():
+        argv += ["--setenv", key, value]
+    argv += [
+        "--chdir", "/tmp",
+        "--seccomp", str(fds["seccomp"]),
+        "--json-status-fd", str(fds["status"]),
+        "--", *program,
+    ]  # fmt: skip
+    return argv
+
+
+def rlimits(ctx: RunContext) -> list[tuple[int, int]]:
+    largest_area = max(ctx.limits.disk_mib * MIB, ctx.limits.output_max_bytes)
+    return [
+        (resource.RLIMIT_CORE, 0),
+        (resource.RLIMIT_FSIZE, largest_area + MIB),  # the tmpfs caps bite first; this is a backstop
+        (resource.RLIMIT_NOFILE, 1024),
+        (resource.RLIMIT_NPROC, ctx.limits.max_processes + 8),  # per uid; the pids cgroup bites first
+    ]
+
+
+def _launcher(procs_files: list[str], uid: int, limits: list[tuple[int, int]]) -> Callable[[], None]:
+    """Runs in the forked child before exec: only plain syscalls, no locks, no allocation-heavy work."""
+
+    def enter() -> None:
+        for path in procs_files:
+            fd = os.open(path, os.O_WRONLY)
+            os.write(fd, b"0")
+            os.close(fd)
+        for which, value in limits:
+            resource.setrlimit(which, (value, value))
+        fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
+        os.write(fd, b"1000")
+        os.close(fd)
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+
+    return enter
+
+
+def _parse_status(raw: bytes) -> dict[str, int]:
+    """bwrap's --json-status-fd stream: JSON objects such as {"child-pid": N}, {"exit-code": N}."""
+    status: dict[str, int] = {}
+    decoder = json.JSONDecoder()
+    text = raw.decode(errors="replace")
+    index = 0
+    while index < len(text):
+        while index < len(text) and text[index].isspace():
+            index += 1
+        if index >= len(text):
+            break
+        try:
+            obj, index = decoder.raw_decode(text, index)
+        except json.JSONDecodeError:
+            break
+        if isinstance(obj, dict):
+            status.update({k: v for k, v in obj.items() if isinstance(v, int)})
+    return status
+
+
+def _exit_status(returncode: int | None, status: dict[str, int]) -> tuple[int | None, int | None]:
+    """(exit code, signal) of the program. bwrap reports a signal death as 128 + signo."""
+    code = status.get("exit-code", returncode)
+    if code is None:
+        return None, None
+    if code < 0:
+        return None, -code  # bwrap itself was killed (by the supervisor)
+    if 128 < code <= 128 + 64:
+        return None, code - 128
+    return code, None
+
+
+def _full(path: Path) -> bool:
+    try:
+        return hostfs.is_full(path)
+    except OSError:
+        return False
+
+
+def _processes_of_uid(uid: int) -> list[int]:
+    """Live (non-zombie) processes owned by `uid`. A zombie has exited and holds nothing but its
+    pid; bwrap's exited helpers are reaped by the host's init in its own time."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            if entry.stat().st_uid != uid:
+                continue
+            with open(f"/proc/{entry.name}/stat") as handle:
+                state = handle.read().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            continue
+        if state not in ("Z", "X"):
+            found.append(int(entry.name))
+    return found
+
+
+def check_available() -> tuple[bool, str]:
+    if shutil.which("bwrap") is None:
+        return False, "bubblewrap is not installed (apt-get install bubblewrap)"
+    try:
+        CgroupLayout.detect()
+    except RuntimeError as exc:
+        return False, str(exc)
+    return True, "bubblewrap and cgroups present"
+
+
+__all__ = ["NamespaceEngine", "RunnerError", "bwrap_argv", "check_available"]

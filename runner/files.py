@@ -1,0 +1,189 @@
+"""Files crossing the sandbox boundary: staging designated inputs in, exporting outputs out.
+
+Both directions open every file with O_NOFOLLOW relative to a directory fd, accept regular
+files only and count bytes as they copy, so a link, device, FIFO or growing file is refused,
+never followed. Export runs only after the sandbox is verified empty, so nothing inside can
+change the tree while it is read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from runner.spec import Limits, OutputFile, RejectedOutput, RunnerError, Outcome
+
+SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$")
+_CHUNK = 1 << 16
+_OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def _refuse(code: str, message: str) -> RunnerError:
+    return RunnerError(code, message, outcome=Outcome.REJECTED_INPUT)
+
+
+def stage_inputs(inputs: tuple[Path, ...], dest: Path, limits: Limits) -> list[OutputFile]:
+    """Copy exactly the designated files into `dest` (read-only), or refuse the whole set."""
+    if len(inputs) > limits.input_max_files:
+        raise _refuse("too_many_inputs", f"{len(inputs)} input files; at most {limits.input_max_files} are allowed")
+    staged: list[OutputFile] = []
+    names: set[str] = set()
+    budget = limits.input_max_bytes
+    for source in inputs:
+        name = source.name
+        if not SAFE_NAME.match(name):
+            raise _refuse("unsafe_input_name", f"input name {name!r} is not allowed (letters, digits, ._+- only)")
+        if name in names:
+            raise _refuse("duplicate_input_name", f"two inputs are named {name!r}")
+        names.add(name)
+        try:
+            fd = os.open(source, _OPEN_FLAGS)
+        except OSError as exc:
+            what = "is a symbolic link" if exc.errno == 40 else f"cannot be opened ({exc.strerror})"
+            raise _refuse("input_refused", f"input {name!r} {what}") from None
+        with os.fdopen(fd, "rb") as handle:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise _refuse("input_refused", f"input {name!r} is not a regular file ({_kind(st.st_mode)})")
+            if st.st_nlink > 1:
+                raise _refuse("input_refused", f"input {name!r} has hard links; copy it first")
+            if st.st_size > budget:
+                raise _refuse(
+                    "inputs_too_large", f"inputs exceed the cap of {limits.input_max_bytes} bytes at {name!r}"
+                )
+            copied = _copy(handle, dest, name, budget, mode=0o444)
+            if copied is None:
+                raise _refuse("inputs_too_large", f"inputs exceed the cap of {limits.input_max_bytes} bytes at {name!r}")
+        size, digest = copied
+        budget -= size
+        staged.append(OutputFile(name, size, digest))
+    os.chmod(dest, 0o555)
+    return staged
+
+
+@dataclass
+class ExportReport:
+    outputs: list[OutputFile] = field(default_factory=list)
+    rejected: list[RejectedOutput] = field(default_factory=list)
+    over_cap: bool = False
+
+
+def export_outputs(area: Path, dest: Path | None, limits: Limits) -> ExportReport:
+    """Inspect the output area after exit; copy approved regular files to `dest` (if given)."""
+    report = ExportReport()
+    budget = limits.output_max_bytes
+    root_fd = os.open(area, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        for relative, entry_stat, parent_fd in _walk(root_fd, ""):
+            reason = _reject_reason(relative, entry_stat)
+            if reason is None and len(report.outputs) >= limits.output_max_files:
+                reason, report.over_cap = f"over the cap of {limits.output_max_files} files", True
+            if reason is None and entry_stat.st_size > budget:
+                reason, report.over_cap = f"over the cap of {limits.output_max_bytes} bytes in all", True
+            if reason is not None:
+                report.rejected.append(RejectedOutput(relative, reason))
+                continue
+            copied = _export_one(parent_fd, relative, entry_stat, dest)
+            if isinstance(copied, str):
+                report.rejected.append(RejectedOutput(relative, copied))
+                continue
+            budget -= copied.size
+            report.outputs.append(copied)
+    finally:
+        os.close(root_fd)
+    return report
+
+
+def _walk(dir_fd: int, prefix: str):  # type: ignore[no-untyped-def]
+    """(relative name, lstat, parent fd) for every non-directory below, sorted, links not followed."""
+    for entry in sorted(os.listdir(dir_fd)):
+        relative = f"{prefix}{entry}"
+        st = os.stat(entry, dir_fd=dir_fd, follow_symlinks=False)
+        if stat.S_ISDIR(st.st_mode) and SAFE_NAME.match(entry):
+            child = os.open(entry, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+            try:
+                yield from _walk(child, relative + "/")
+            finally:
+                os.close(child)
+        else:
+            yield relative, st, dir_fd
+
+
+def _reject_reason(relative: str, st: os.stat_result) -> str | None:
+    base = relative.rsplit("/", 1)[-1]
+    if stat.S_ISDIR(st.st_mode):
+        return "directory with a disallowed name"
+    if not stat.S_ISREG(st.st_mode):
+        return f"not a regular file ({_kind(st.st_mode)})"
+    if not SAFE_NAME.match(base):
+        return "disallowed file name"
+    if st.st_nlink > 1:
+        return "hard link"
+    return None
+
+
+def _export_one(parent_fd: int, relative: str, st: os.stat_result, dest: Path | None) -> OutputFile | str:
+    base = relative.rsplit("/", 1)[-1]
+    try:
+        fd = os.open(base, _OPEN_FLAGS, dir_fd=parent_fd)
+    except OSError as exc:
+        return f"cannot be opened ({exc.strerror})"
+    with os.fdopen(fd, "rb") as handle:
+        now = os.fstat(fd)
+        if not stat.S_ISREG(now.st_mode) or (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+            return "changed while being inspected"
+        target_dir = None
+        if dest is not None:
+            target_dir = dest / relative.rsplit("/", 1)[0] if "/" in relative else dest
+            target_dir.mkdir(parents=True, exist_ok=True)
+        copied = _copy(handle, target_dir, base, now.st_size, mode=0o644)
+    if copied is None:
+        return "grew while being exported"
+    return OutputFile(relative, copied[0], copied[1])
+
+
+def _copy(handle, dest: Path | None, name: str, max_bytes: int, *, mode: int) -> tuple[int, str] | None:  # type: ignore[no-untyped-def]
+    """Copy at most `max_bytes` from `handle` to dest/name (new file); None if there was more."""
+    digest = hashlib.sha256()
+    size = 0
+    target = None if dest is None else dest / name
+    out = None
+    if target is not None:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        out = os.fdopen(os.open(target, flags, 0o600), "wb")
+    try:
+        while chunk := handle.read(min(_CHUNK, max_bytes - size + 1)):
+            size += len(chunk)
+            if size > max_bytes:
+                break
+            digest.update(chunk)
+            if out is not None:
+                out.write(chunk)
+        if out is not None:
+            os.fchmod(out.fileno(), mode)
+    finally:
+        if out is not None:
+            out.close()
+    if size > max_bytes:
+        if target is not None:
+            target.unlink()
+        return None
+    return size, digest.hexdigest()
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISLNK(mode):
+        return "symbolic link"
+    if stat.S_ISFIFO(mode):
+        return "FIFO"
+    if stat.S_ISSOCK(mode):
+        return "socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "device"
+    if stat.S_ISDIR(mode):
+        return "directory"
+    return "special file"

@@ -1,0 +1,57 @@
+"""Host-side mounts for a run: size-capped tmpfs areas for scratch and outputs, and their audit."""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+from pathlib import Path
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+MS_NOSUID = 0x2
+MS_NODEV = 0x4
+MNT_DETACH = 0x2
+
+
+def mount_tmpfs(target: Path, *, size_bytes: int, uid: int, max_inodes: int | None = None) -> None:
+    """A tmpfs at `target` that only `uid` can write to, capped at `size_bytes`."""
+    options = f"size={size_bytes},mode=0700,uid={uid},gid={uid}"
+    if max_inodes is not None:
+        options += f",nr_inodes={max_inodes}"
+    if _libc.mount(b"tmpfs", os.fsencode(target), b"tmpfs", MS_NOSUID | MS_NODEV, options.encode()) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"mount tmpfs on {target}: {os.strerror(err)}")
+
+
+def unmount(target: Path) -> None:
+    """Unmount `target`; fall back to a lazy detach if something still holds it."""
+    if _libc.umount2(os.fsencode(target), 0) == 0:
+        return
+    err = ctypes.get_errno()
+    if err == 22:  # EINVAL: not a mount point (already unmounted)
+        return
+    if _libc.umount2(os.fsencode(target), MNT_DETACH) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"umount {target}: {os.strerror(err)}")
+
+
+def mounts_under(directory: Path) -> list[Path]:
+    """Mount points at or below `directory`, deepest first (the order to unmount them)."""
+    prefix = str(directory).rstrip("/") + "/"
+    found = []
+    with open("/proc/self/mountinfo") as handle:
+        for line in handle:
+            point = _unescape(line.split()[4])
+            if point == prefix.rstrip("/") or point.startswith(prefix):
+                found.append(Path(point))
+    return sorted(set(found), key=lambda p: len(p.parts), reverse=True)
+
+
+def is_full(path: Path, slack_bytes: int = 4096) -> bool:
+    """Whether a filesystem has (almost) no space left for an unprivileged writer."""
+    stats = os.statvfs(path)
+    return stats.f_bavail * stats.f_frsize < slack_bytes or (stats.f_files > 0 and stats.f_favail == 0)
+
+
+def _unescape(field: str) -> str:
+    return field.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")

@@ -1,0 +1,233 @@
+"""What a run is asked to do (RunSpec, Limits) and what became of it (Outcome, RunResult).
+
+Policy is data: limits carry their units in their names and are checked against operator
+maxima before anything runs. Unknown figures are None, never 0.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields, replace
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from runner.env import env_float, env_int
+
+MIB = 1024 * 1024
+
+
+class Outcome(StrEnum):
+    """The closed set of ways a run ends (DESIGN.md). Order of precedence: see runner.classify."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+    CPU_LIMIT = "cpu_limit"
+    MEMORY_LIMIT = "memory_limit"
+    OUTPUT_LIMIT = "output_limit"
+    DISK_LIMIT = "disk_limit"
+    PROCESS_LIMIT = "process_limit"
+    REJECTED_INPUT = "rejected_input"
+    REJECTED_CAPACITY = "rejected_capacity"
+    SANDBOX_ERROR = "sandbox_error"
+    CANCELLED = "cancelled"
+
+    @property
+    def charged(self) -> bool:
+        """Whether the run counts against the user: their code ran and this is its result."""
+        return self not in _NOT_CHARGED
+
+    @property
+    def exit_status(self) -> int:
+        """The CLI's exit status: 0 succeeded, 1 another user-charged outcome, 2 otherwise."""
+        if self is Outcome.SUCCEEDED:
+            return 0
+        return 1 if self.charged else 2
+
+
+_NOT_CHARGED = frozenset(
+    {Outcome.REJECTED_INPUT, Outcome.REJECTED_CAPACITY, Outcome.SANDBOX_ERROR, Outcome.CANCELLED}
+)
+
+
+class RunnerError(Exception):
+    """A failure with a stable code. `outcome` says how the run is recorded."""
+
+    def __init__(self, code: str, message: str, *, outcome: Outcome = Outcome.SANDBOX_ERROR, retryable: bool = False):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.outcome = outcome
+        self.retryable = retryable
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"code": self.code, "message": self.message, "retryable": self.retryable}
+
+
+@dataclass(frozen=True)
+class Limits:
+    wall_timeout_s: float = 10.0
+    cpu_time_s: float = 10.0
+    memory_mib: int = 256
+    cpus: float = 1.0
+    max_processes: int = 64
+    stdout_max_bytes: int = 1 * MIB
+    stderr_max_bytes: int = 1 * MIB
+    output_max_files: int = 16
+    output_max_bytes: int = 16 * MIB
+    disk_mib: int = 64
+    input_max_files: int = 16
+    input_max_bytes: int = 64 * MIB
+
+    def over(self, maxima: Limits) -> list[tuple[str, str]]:
+        """(field, message) for every limit that is out of range or over the operator's maximum."""
+        problems = []
+        for f in fields(self):
+            value, maximum = getattr(self, f.name), getattr(maxima, f.name)
+            if not value > 0:
+                problems.append((f.name, f"{f.name} must be greater than 0; got {value}"))
+            elif value > maximum:
+                problems.append((f.name, f"{f.name} is {value}; the maximum on this service is {maximum}"))
+        return problems
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# The operator's ceiling for every limit; each can be lowered or raised by CORDON_MAX_<FIELD>.
+DEFAULT_MAXIMA = Limits(
+    wall_timeout_s=300.0,
+    cpu_time_s=300.0,
+    memory_mib=4096,
+    cpus=4.0,
+    max_processes=512,
+    stdout_max_bytes=16 * MIB,
+    stderr_max_bytes=16 * MIB,
+    output_max_files=256,
+    output_max_bytes=256 * MIB,
+    disk_mib=1024,
+    input_max_files=64,
+    input_max_bytes=512 * MIB,
+)
+
+
+def maxima_from_env(environ: Mapping[str, str] | None = None) -> Limits:
+    env = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    for f in fields(Limits):
+        default = getattr(DEFAULT_MAXIMA, f.name)
+        name = f"CORDON_MAX_{f.name.upper()}"
+        if isinstance(default, float):
+            values[f.name] = env_float(name, default, minimum=0.001, environ=env)
+        else:
+            values[f.name] = env_int(name, default, minimum=1, environ=env)
+    return replace(DEFAULT_MAXIMA, **values)
+
+
+RUNTIMES = ("python", "node")
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    runtime: str
+    script: bytes
+    limits: Limits = field(default_factory=Limits)
+    inputs: tuple[Path, ...] = ()
+    image: str | None = None  # default: the image named like the runtime
+    engine: str = "auto"
+
+    @property
+    def image_name(self) -> str:
+        return self.image or self.runtime
+
+
+@dataclass(frozen=True)
+class OutputFile:
+    name: str
+    size: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class RejectedOutput:
+    name: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class CleanupCheck:
+    name: str
+    ok: bool
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    name: str
+    digest: str
+
+
+@dataclass
+class RunResult:
+    outcome: Outcome
+    run_id: str
+    exit_code: int | None = None
+    signal: int | None = None
+    wall_s: float | None = None
+    cpu_s: float | None = None
+    peak_memory_bytes: int | None = None
+    stdout_bytes: int = 0
+    stderr_bytes: int = 0
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    stdout: bytes = b""
+    stderr: bytes = b""
+    outputs: list[OutputFile] = field(default_factory=list)
+    rejected_outputs: list[RejectedOutput] = field(default_factory=list)
+    engine: str | None = None
+    engine_version: str | None = None
+    isolation: str | None = None
+    image: ImageInfo | None = None
+    cleanup: list[CleanupCheck] = field(default_factory=list)
+    error: RunnerError | None = None
+    # Why the outcome was chosen, in plain words, e.g. "wall-clock deadline of 2 s fired".
+    reason: str = ""
+    evidence: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+    sandbox_id: str | None = None
+    limits: Limits | None = None
+
+    @property
+    def cleanup_ok(self) -> bool:
+        return bool(self.cleanup) and all(check.ok for check in self.cleanup)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "outcome": self.outcome.value,
+            "run_id": self.run_id,
+            "exit_code": self.exit_code,
+            "signal": self.signal,
+            "wall_s": self.wall_s,
+            "cpu_s": self.cpu_s,
+            "peak_memory_bytes": self.peak_memory_bytes,
+            "stdout_bytes": self.stdout_bytes,
+            "stderr_bytes": self.stderr_bytes,
+            "stdout_truncated": self.stdout_truncated,
+            "stderr_truncated": self.stderr_truncated,
+            "stdout": self.stdout.decode("utf-8", errors="replace"),
+            "stderr": self.stderr.decode("utf-8", errors="replace"),
+            "outputs": [asdict(o) for o in self.outputs],
+            "rejected_outputs": [asdict(r) for r in self.rejected_outputs],
+            "engine": self.engine,
+            "engine_version": self.engine_version,
+            "isolation": self.isolation,
+            "image": asdict(self.image) if self.image else None,
+            "cleanup": {"ok": self.cleanup_ok, "checks": [asdict(c) for c in self.cleanup]},
+            "error": self.error.as_dict() if self.error else None,
+            "reason": self.reason,
+            "evidence": self.evidence,
+            "sandbox_id": self.sandbox_id,
+            "limits": self.limits.to_json() if self.limits else None,
+        }

@@ -1,0 +1,488 @@
+"""The supervisor: one run from admission to audit, with every decision made outside the sandbox.
+
+admit -> stage -> prepare -> start -> stream + sample (deadline, CPU, caps, cancel) -> stop
+-> collect -> export -> classify -> teardown + audit. The monotonic clock is the host's; the
+program never owns the timer, the kill or the cleanup decision.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import selectors
+import shutil
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from runner.admission import Admission, Capacity
+from runner.classify import Evidence, classify
+from runner.config import Paths, paths_from_env
+from runner.engines.base import Collected, Engine, RunContext
+from runner.env import env_float, env_int
+from runner.files import export_outputs, stage_inputs
+from runner.images import ImageError, ImageStore
+from runner.spec import (
+    MIB,
+    RUNTIMES,
+    CleanupCheck,
+    ImageInfo,
+    Limits,
+    Outcome,
+    RunnerError,
+    RunResult,
+    RunSpec,
+    maxima_from_env,
+)
+
+Event = dict[str, Any]
+EventSink = Callable[[Event], None]
+_READ_SIZE = 1 << 16
+SAMPLE_INTERVAL_S = 0.05
+EVENT_SAMPLE_INTERVAL_S = 0.5
+
+
+@dataclass(frozen=True)
+class SupervisorSettings:
+    uid_base: int = 1_900_000
+    stop_grace_s: float = 0.5
+    cgroup_parent: str = "cordon"
+
+    @classmethod
+    def from_env(cls) -> SupervisorSettings:
+        return cls(
+            uid_base=env_int("CORDON_SANDBOX_UID_BASE", 1_900_000, minimum=1000),
+            stop_grace_s=env_float("CORDON_STOP_GRACE_S", 0.5, minimum=0.0),
+        )
+
+
+@dataclass
+class _Stream:
+    name: str
+    cap: int
+    kept: bytearray = field(default_factory=bytearray)
+    total: int = 0  # bytes read, including what came after the cap
+
+    @property
+    def truncated(self) -> bool:
+        return self.total > self.cap
+
+
+class Supervisor:
+    def __init__(
+        self,
+        *,
+        paths: Paths | None = None,
+        engines: dict[str, Engine] | None = None,
+        admission: Admission | None = None,
+        settings: SupervisorSettings | None = None,
+        maxima: Limits | None = None,
+    ):
+        self.paths = paths or paths_from_env()
+        self.settings = settings or SupervisorSettings.from_env()
+        self.maxima = maxima or maxima_from_env()
+        self.admission = admission or Admission(self.paths.data_dir / "admission", Capacity.from_env())
+        self.images = ImageStore(self.paths)
+        self._engines = engines
+        self.runs_dir = self.paths.data_dir / "runs"
+        self.runs_dir.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.runs_dir, 0o711)
+
+    @property
+    def engines(self) -> dict[str, Engine]:
+        if self._engines is None:
+            from runner.engines.namespace import NamespaceEngine
+
+            self._engines = {"namespace": NamespaceEngine(cgroup_parent=self.settings.cgroup_parent)}
+        return self._engines
+
+    def select_engine(self, requested: str) -> Engine:
+        if requested == "auto":
+            return self.engines["namespace"]
+        if requested not in self.engines:
+            raise RunnerError(
+                "engine_unavailable", f"engine {requested!r} is not available on this host", outcome=Outcome.SANDBOX_ERROR
+            )
+        return self.engines[requested]
+
+    # --- one run ------------------------------------------------------------------
+
+    def run(
+        self,
+        spec: RunSpec,
+        *,
+        on_event: EventSink | None = None,
+        cancelled: Callable[[], bool] = lambda: False,
+        output_dir: Path | None = None,
+        run_id: str | None = None,
+    ) -> RunResult:
+        run_id = run_id or uuid.uuid4().hex[:16]
+        emit = on_event or (lambda event: None)
+        started = time.monotonic()
+        result = RunResult(outcome=Outcome.SANDBOX_ERROR, run_id=run_id, limits=spec.limits)
+        lock = RunLock(self.runs_dir, run_id)
+        lock.acquire()
+        ctx: RunContext | None = None
+        engine: Engine | None = None
+        evidence = Evidence()
+        streams = {
+            "stdout": _Stream("stdout", spec.limits.stdout_max_bytes),
+            "stderr": _Stream("stderr", spec.limits.stderr_max_bytes),
+        }
+        try:
+            self._validate(spec)
+            engine = self.select_engine(spec.engine)
+            result.engine, result.isolation = engine.name, engine.isolation
+            result.engine_version = engine.version()
+            image = self._image(spec.image_name)
+            result.image = ImageInfo(image.name, image.digest)
+            reservation = self.admission.acquire(
+                run_id, memory_mib=self._reserved_mib(spec.limits), cpus=spec.limits.cpus, cancelled=cancelled
+            )
+            emit({"type": "state", "state": "admitted", "slot": reservation.slot})
+            ctx = self._stage(spec, run_id, reservation.slot, image)
+            result.sandbox_id = f"{engine.name}:{run_id}"
+            emit({"type": "state", "state": "starting"})
+            engine.prepare(ctx)
+            self._write_script(ctx)
+            ctx.process = engine.start(ctx)
+            t_start = time.monotonic()
+            result.timings["start_s"] = t_start - started
+            emit({"type": "state", "state": "running"})
+            self._supervise(engine, ctx, streams, evidence, emit, cancelled, t_start)
+            result.wall_s = round(time.monotonic() - t_start, 4)
+            stop_method = engine.stop(ctx, grace_s=self.settings.stop_grace_s)
+            result.evidence["stop"] = stop_method
+            collected = engine.collect(ctx)
+            if not collected.started:
+                raise RunnerError(
+                    "sandbox_setup_failed",
+                    f"the sandbox did not start the program: {bytes(streams['stderr'].kept).decode(errors='replace')[-500:]}",
+                    retryable=True,
+                )
+            emit({"type": "state", "state": "exporting"})
+            self._record(result, collected, evidence)
+            evidence.runtime_heap_exhausted = spec.runtime == "node" and _v8_heap_exhausted(collected, streams)
+            export = export_outputs(ctx.output_dir, output_dir, spec.limits)
+            result.outputs, result.rejected_outputs = export.outputs, export.rejected
+            evidence.output_files_over_cap = export.over_cap
+        except RunnerError as exc:
+            if evidence.stopped_by == "cancel" or (cancelled() and exc.outcome is not Outcome.REJECTED_INPUT):
+                evidence.cancelled = True
+            evidence.engine_error = exc
+            result.error = exc
+        except ImageError as exc:
+            error = RunnerError("image_unavailable", str(exc), retryable=False)
+            evidence.engine_error, result.error = error, error
+        except OSError as exc:
+            error = RunnerError("host_error", f"{exc}", retryable=True)
+            evidence.engine_error, result.error = error, error
+        finally:
+            result.cleanup = self._teardown(engine, ctx, run_id)
+            lock.release()
+        evidence.cancelled = evidence.cancelled or evidence.stopped_by == "cancel"
+        result.outcome, result.reason = classify(evidence, spec.limits)
+        for stream in streams.values():
+            setattr(result, stream.name, bytes(stream.kept))
+            setattr(result, f"{stream.name}_bytes", min(stream.total, stream.cap))
+            setattr(result, f"{stream.name}_truncated", stream.truncated)
+        result.evidence.update(_evidence_dict(evidence, streams))
+        result.timings["total_s"] = round(time.monotonic() - started, 4)
+        emit({"type": "final", "result": result.to_json()})
+        return result
+
+    def _validate(self, spec: RunSpec) -> None:
+        if spec.runtime not in RUNTIMES:
+            raise RunnerError(
+                "unknown_runtime", f"runtime must be one of {', '.join(RUNTIMES)}", outcome=Outcome.REJECTED_INPUT
+            )
+        problems = spec.limits.over(self.maxima)
+        if problems:
+            raise RunnerError("limits_over_maxima", "; ".join(m for _, m in problems), outcome=Outcome.REJECTED_INPUT)
+
+    def _image(self, name: str) -> Any:
+        ref = self.images.resolve(name)
+        if not self.images.recently_verified(ref):
+            report = self.images.verify(name)
+            if not report.ok:
+                raise RunnerError(
+                    "image_verification_failed", f"image {name} failed verification: {report.problems[:5]}"
+                )
+        return ref
+
+    @staticmethod
+    def _reserved_mib(limits: Limits) -> int:
+        return limits.memory_mib + limits.disk_mib + -(-limits.output_max_bytes // MIB) + 8 + 16
+
+    def _stage(self, spec: RunSpec, run_id: str, slot: int, image: Any) -> RunContext:
+        run_dir = self.runs_dir / run_id
+        run_dir.mkdir(mode=0o711)
+        input_dir = run_dir / "in"
+        input_dir.mkdir(mode=0o755)
+        ctx = RunContext(
+            run_id=run_id,
+            spec=spec,
+            limits=spec.limits,
+            run_dir=run_dir,
+            input_dir=input_dir,
+            scratch_dir=run_dir / "scratch",
+            output_dir=run_dir / "out",
+            slot=slot,
+            uid=self.settings.uid_base + slot,
+            image=image,
+            argv=program_argv(spec),
+        )
+        try:
+            stage_inputs(spec.inputs, input_dir, spec.limits)
+        except RunnerError:
+            shutil.rmtree(run_dir)
+            raise
+        return ctx
+
+    # --- streaming and watching ---------------------------------------------------
+
+    def _supervise(
+        self,
+        engine: Engine,
+        ctx: RunContext,
+        streams: dict[str, _Stream],
+        evidence: Evidence,
+        emit: EventSink,
+        cancelled: Callable[[], bool],
+        t_start: float,
+    ) -> None:
+        process = ctx.process
+        assert process is not None and process.stdout is not None and process.stderr is not None
+        selector = selectors.DefaultSelector()
+        for pipe, stream in ((process.stdout, streams["stdout"]), (process.stderr, streams["stderr"])):
+            os.set_blocking(pipe.fileno(), False)
+            selector.register(pipe.fileno(), selectors.EVENT_READ, stream)
+        for fd in engine.control_fds(ctx):
+            os.set_blocking(fd, False)
+            selector.register(fd, selectors.EVENT_READ, None)
+        deadline = t_start + ctx.limits.wall_timeout_s
+        next_sample = next_event_sample = t_start
+        exited_at: float | None = None
+        try:
+            while selector.get_map():
+                now = time.monotonic()
+                timeout = max(0.0, min(deadline, next_sample) - now)
+                for key, _ in selector.select(timeout):
+                    self._read(key, selector, engine, ctx, evidence, emit)
+                now = time.monotonic()
+                if evidence.stopped_by is None:
+                    if cancelled():
+                        self._stop(engine, ctx, evidence, "cancel")
+                    elif now >= deadline:
+                        self._stop(engine, ctx, evidence, "deadline")
+                if now >= next_sample:
+                    next_sample = now + SAMPLE_INTERVAL_S
+                    sample = engine.sample(ctx)
+                    if evidence.stopped_by is None:
+                        if sample.cpu_s is not None and sample.cpu_s >= ctx.limits.cpu_time_s:
+                            self._stop(engine, ctx, evidence, "cpu")
+                        elif sample.oom_kills > 0:
+                            self._stop(engine, ctx, evidence, "oom")
+                        elif sample.process_cap_hits > 0:
+                            self._stop(engine, ctx, evidence, "process_cap")
+                    if now >= next_event_sample:
+                        next_event_sample = now + EVENT_SAMPLE_INTERVAL_S
+                        emit({"type": "sample", "t": round(now - t_start, 3), "cpu_s": sample.cpu_s,
+                              "memory_bytes": sample.memory_bytes})  # fmt: skip
+                if process.poll() is not None:
+                    exited_at = exited_at or now
+                    if now - exited_at > 2.0:
+                        # The program is gone but something still holds a pipe: stop waiting for EOF.
+                        self._stop(engine, ctx, evidence, evidence.stopped_by or "exit")
+                        break
+        finally:
+            selector.close()
+
+    def _read(
+        self, key: selectors.SelectorKey, selector: selectors.BaseSelector, engine: Engine, ctx: RunContext,
+        evidence: Evidence, emit: EventSink,
+    ) -> None:  # fmt: skip
+        fd = key.fd
+        try:
+            data = os.read(fd, _READ_SIZE)
+        except BlockingIOError:
+            return
+        except OSError as exc:
+            if exc.errno != errno.EIO:
+                raise
+            data = b""
+        if not data:
+            selector.unregister(fd)
+            return
+        stream: _Stream | None = key.data
+        if stream is None:
+            engine.on_control(ctx, fd, data)
+            return
+        offset = stream.total
+        stream.total += len(data)
+        room = stream.cap - len(stream.kept)
+        if room > 0:
+            kept = data[:room]
+            stream.kept += kept
+            emit({"type": "chunk", "stream": stream.name, "offset": offset, "data": kept})
+        if stream.total > stream.cap and evidence.stopped_by is None:
+            self._stop(engine, ctx, evidence, stream.name)
+            evidence.stream_cap_hit = stream.name
+            evidence.bytes_at_cap_time = stream.total
+
+    def _stop(self, engine: Engine, ctx: RunContext, evidence: Evidence, reason: str) -> None:
+        evidence.stopped_by = reason
+        evidence.stop_requested_at = time.monotonic()
+        method = engine.stop(ctx, grace_s=0.0 if reason in ("stdout", "stderr") else self.settings.stop_grace_s)
+        evidence.stop_latency_s = time.monotonic() - evidence.stop_requested_at
+        evidence.kill_method = method
+
+    @staticmethod
+    def _write_script(ctx: RunContext) -> None:
+        """The script goes into scratch, root-owned and read-only (the job may still delete it)."""
+        path = ctx.scratch_dir / Path(ctx.argv[-1]).name
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o444)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(ctx.spec.script)
+
+    @staticmethod
+    def _record(result: RunResult, collected: Collected, evidence: Evidence) -> None:
+        result.exit_code, result.signal = collected.exit_code, collected.signal
+        result.cpu_s = None if collected.cpu_s is None else round(collected.cpu_s, 4)
+        result.peak_memory_bytes = collected.peak_memory_bytes
+        evidence.exit_code, evidence.signal = collected.exit_code, collected.signal
+        evidence.oom_kills = collected.oom_kills
+        evidence.process_cap_hits = collected.process_cap_hits
+        evidence.scratch_full = collected.scratch_full
+        evidence.output_area_full = collected.output_area_full
+
+    # --- teardown -----------------------------------------------------------------
+
+    def _teardown(self, engine: Engine | None, ctx: RunContext | None, run_id: str) -> list[CleanupCheck]:
+        checks: list[CleanupCheck] = []
+        if engine is not None and ctx is not None:
+            if ctx.process is not None and ctx.process.poll() is None:
+                engine.stop(ctx, grace_s=0.0)
+            for pipe in (ctx.process.stdout, ctx.process.stderr) if ctx.process else ():
+                if pipe is not None:
+                    pipe.close()
+            checks.extend(engine.teardown(ctx))
+        run_dir = self.runs_dir / run_id
+        if run_dir.exists():
+            shutil.rmtree(run_dir, ignore_errors=True)
+        checks.append(
+            CleanupCheck("staging", not run_dir.exists(), "run directory removed" if not run_dir.exists() else f"{run_dir} remains")
+        )
+        self.admission.release(run_id)
+        held = self.admission.holds(run_id)
+        checks.append(CleanupCheck("slot", not held, "admission slot released" if not held else "slot still reserved"))
+        return checks
+
+    def sweep(self) -> list[str]:
+        """Reclaim what crashed supervisors left: cgroups, mounts and directories of dead runs."""
+        swept: list[str] = []
+        live = RunLock.live_runs(self.runs_dir)
+        for engine in self.engines.values():
+            swept.extend(engine.sweep(lambda run_id: run_id in live))
+        from runner import hostfs
+
+        for entry in sorted(self.runs_dir.iterdir()):
+            run_id = entry.name.removesuffix(".lock")
+            if run_id in live:
+                continue
+            if entry.is_dir():
+                for mount in hostfs.mounts_under(entry):
+                    hostfs.unmount(mount)
+                shutil.rmtree(entry, ignore_errors=True)
+                swept.append(f"run directory {run_id}")
+            elif entry.name.endswith(".lock"):
+                RunLock(self.runs_dir, run_id).remove_if_stale()
+        return swept
+
+
+def program_argv(spec: RunSpec) -> list[str]:
+    if spec.runtime == "python":
+        return ["/usr/bin/python3", "/tmp/main.py"]
+    heap_mib = max(16, int(spec.limits.memory_mib * 0.6))
+    return ["/usr/bin/node", f"--max-old-space-size={heap_mib}", "/tmp/main.js"]
+
+
+class RunLock:
+    """A per-run lock file held (flock) while the run's supervisor lives; sweeps skip held ones."""
+
+    def __init__(self, runs_dir: Path, run_id: str):
+        self.path = runs_dir / f"{run_id}.lock"
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                if os.stat(self.path).st_ino == os.fstat(fd).st_ino:
+                    self._fd = fd
+                    return
+            except FileNotFoundError:
+                pass
+            os.close(fd)  # a sweeper unlinked it between open and lock: take a fresh one
+
+    def release(self) -> None:
+        if self._fd is not None:
+            self.path.unlink(missing_ok=True)
+            os.close(self._fd)
+            self._fd = None
+
+    def remove_if_stale(self) -> bool:
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        self.path.unlink(missing_ok=True)
+        os.close(fd)
+        return True
+
+    @staticmethod
+    def live_runs(runs_dir: Path) -> set[str]:
+        live = set()
+        for lock in runs_dir.glob("*.lock"):
+            fd = os.open(lock, os.O_RDWR | os.O_CLOEXEC)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            except BlockingIOError:
+                live.add(lock.name.removesuffix(".lock"))
+            finally:
+                os.close(fd)
+        return live
+
+
+def _v8_heap_exhausted(collected: Collected, streams: dict[str, _Stream]) -> bool:
+    """Node aborts (SIGABRT) with this line when its heap cap (set below the memory limit) is hit."""
+    return collected.signal == 6 and b"JavaScript heap out of memory" in bytes(streams["stderr"].kept[-4096:])
+
+
+def _evidence_dict(ev: Evidence, streams: dict[str, _Stream]) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "stopped_by": ev.stopped_by,
+        "oom_kills": ev.oom_kills,
+        "process_cap_hits": ev.process_cap_hits,
+        "scratch_full": ev.scratch_full,
+        "output_area_full": ev.output_area_full,
+        "output_files_over_cap": ev.output_files_over_cap,
+    }
+    if ev.stop_latency_s is not None:
+        out["stop_latency_s"] = round(ev.stop_latency_s, 4)
+        out["kill_method"] = ev.kill_method
+    if ev.stream_cap_hit:
+        stream = streams[ev.stream_cap_hit]
+        out["bytes_read_past_cap"] = stream.total - stream.cap
+    return out
