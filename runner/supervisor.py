@@ -178,8 +178,8 @@ class Supervisor:
         except ImageError as exc:
             error = RunnerError("image_unavailable", str(exc), retryable=False)
             evidence.engine_error, result.error = error, error
-        except OSError as exc:
-            error = RunnerError("host_error", f"{exc}", retryable=True)
+        except Exception as exc:  # an engine or host failure must still end as a recorded run
+            error = RunnerError("engine_failure", f"{type(exc).__name__}: {exc}", retryable=True)
             evidence.engine_error, result.error = error, error
         finally:
             result.cleanup = self._teardown(engine, ctx, run_id)
@@ -385,14 +385,19 @@ class Supervisor:
     def sweep(self) -> list[str]:
         """Reclaim what crashed supervisors left: cgroups, mounts and directories of dead runs."""
         swept: list[str] = []
-        live = RunLock.live_runs(self.runs_dir)
+
+        def is_live(run_id: str) -> bool:
+            # Asked at the moment of each decision, not from a snapshot: a run takes its lock
+            # before it creates anything, so whatever exists under a held lock is live.
+            return RunLock(self.runs_dir, run_id).is_held()
+
         for engine in self.engines.values():
-            swept.extend(engine.sweep(lambda run_id: run_id in live))
+            swept.extend(engine.sweep(is_live))
         from runner import hostfs
 
         for entry in sorted(self.runs_dir.iterdir()):
             run_id = entry.name.removesuffix(".lock")
-            if run_id in live:
+            if is_live(run_id):
                 continue
             if entry.is_dir():
                 for mount in hostfs.mounts_under(entry):
@@ -450,19 +455,20 @@ class RunLock:
         os.close(fd)
         return True
 
-    @staticmethod
-    def live_runs(runs_dir: Path) -> set[str]:
-        live = set()
-        for lock in runs_dir.glob("*.lock"):
-            fd = os.open(lock, os.O_RDWR | os.O_CLOEXEC)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-                fcntl.flock(fd, fcntl.LOCK_UN)
-            except BlockingIOError:
-                live.add(lock.name.removesuffix(".lock"))
-            finally:
-                os.close(fd)
-        return live
+    def is_held(self) -> bool:
+        """Whether a live supervisor holds this run's lock."""
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return False
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
 
 
 def _v8_heap_exhausted(collected: Collected, streams: dict[str, _Stream]) -> bool:

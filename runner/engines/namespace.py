@@ -119,12 +119,18 @@ class NamespaceEngine(Engine):
         if cgroup is None:
             return "nothing to stop"
         method = "exited"
-        if cgroup.pids():
-            cgroup.signal_all(signal.SIGTERM)
+        # Polite first, to the program only: bwrap and its init would take everything down at once.
+        tooling = {ctx.process.pid if ctx.process else -1, _parse_status(ctx.state.get("status", b"")).get("child-pid")}
+        program = cgroup.pids() - tooling
+        if program and grace_s > 0:
+            for pid in program:
+                _signal(pid, signal.SIGTERM)
             if not cgroup.wait_empty(grace_s):
                 method = cgroup.kill()
             else:
                 method = "SIGTERM"
+        elif cgroup.pids():
+            method = cgroup.kill()
         if not cgroup.wait_empty(5.0):
             method = cgroup.kill()
             cgroup.wait_empty(5.0)
@@ -248,7 +254,9 @@ def rlimits(ctx: RunContext) -> list[tuple[int, int]]:
         (resource.RLIMIT_CORE, 0),
         (resource.RLIMIT_FSIZE, largest_area + MIB),  # the tmpfs caps bite first; this is a backstop
         (resource.RLIMIT_NOFILE, 1024),
-        (resource.RLIMIT_NPROC, ctx.limits.max_processes + 8),  # per uid; the pids cgroup bites first
+        # Counted per host uid (exited helpers awaiting reaping included): generous, so that the
+        # pids cgroup, which leaves evidence, bites first.
+        (resource.RLIMIT_NPROC, ctx.limits.max_processes * 2 + 32),
     ]
 
 
@@ -302,6 +310,13 @@ def _exit_status(returncode: int | None, status: dict[str, int]) -> tuple[int | 
     if 128 < code <= 128 + 64:
         return None, code - 128
     return code, None
+
+
+def _signal(pid: int, signo: int) -> None:
+    try:
+        os.kill(pid, signo)
+    except ProcessLookupError:
+        pass
 
 
 def _full(path: Path) -> bool:

@@ -1,0 +1,5 @@
+# cordon: {"outcome": "disk_limit", "stderr_has": ["No space left on device"], "limits": {"disk_mib": 16, "wall_timeout_s": 20}}
+with open("/tmp/fill", "wb") as handle:
+    while True:
+        handle.write(b"\0" * 1048576)
+        handle.flush()

@@ -1,0 +1,4 @@
+# cordon: {"outcome": "failed", "signal": 6}
+import os
+
+os.abort()

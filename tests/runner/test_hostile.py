@@ -1,0 +1,300 @@
+"""The hostile battery: every case in tests/hostile/ against every engine this host can run.
+
+A case is a script whose first line declares, as JSON after `cordon:`, the outcome it must
+end in, its limits, the inputs to stage and extra evidence to check. Each run must also
+leave a green cleanup audit and, checked independently here, nothing on the host.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runner import hostfs
+from runner.admission import Admission, Capacity
+from runner.cgroups import CgroupLayout
+from runner.config import PROJECT_ROOT, paths_from_env
+from runner.engines.namespace import check_available
+from runner.spec import Limits, Outcome, RunResult, RunSpec
+from runner.supervisor import Supervisor
+from tests.conftest import child_env
+
+pytestmark = pytest.mark.images
+
+HOSTILE_DIR = Path(__file__).resolve().parent.parent / "hostile"
+SLOTS = 8
+
+
+@dataclass(frozen=True)
+class Case:
+    path: Path
+    runtime: str
+    expect: dict[str, Any]
+
+    @property
+    def id(self) -> str:
+        return self.path.name
+
+    @property
+    def limits(self) -> Limits:
+        return replace(Limits(), **self.expect.get("limits", {}))
+
+
+def load_cases() -> list[Case]:
+    cases = []
+    for path in sorted(HOSTILE_DIR.iterdir()):
+        if path.suffix not in (".py", ".js"):
+            continue
+        first = path.read_text().splitlines()[0]
+        marker = first.split("cordon:", 1)
+        assert len(marker) == 2, f"{path.name}: first line must declare `cordon: {{...}}`"
+        cases.append(Case(path, "python" if path.suffix == ".py" else "node", json.loads(marker[1])))
+    return cases
+
+
+CASES = load_cases()
+
+
+def engines_here() -> list[Any]:
+    ok, why = check_available()
+    return [pytest.param("namespace", marks=[] if ok else [pytest.mark.skip(reason=why)])]
+
+
+@pytest.fixture(scope="module")
+def supervisor() -> Supervisor:
+    paths = paths_from_env()
+    capacity = Capacity(slots=SLOTS, memory_mib=8192, cpus=64.0, wait_s=120.0)
+    sup = Supervisor(paths=paths, admission=Admission(paths.data_dir / "admission", capacity))
+    sup.sweep()
+    return sup
+
+
+class Inputs:
+    """Builds the inputs a case asks for, and the host-side listener for network probes."""
+
+    def __init__(self, tmp: Path):
+        self.tmp = tmp
+        self.paths: list[Path] = []
+        self.listener: socket.socket | None = None
+
+    def build(self, kinds: list[str]) -> tuple[Path, ...]:
+        for kind in kinds:
+            getattr(self, f"_{kind}")()
+        return tuple(self.paths)
+
+    def _file(self, name: str, data: bytes) -> Path:
+        path = self.tmp / name
+        path.write_bytes(data)
+        self.paths.append(path)
+        return path
+
+    def _data(self) -> None:
+        self._file("data.csv", b"name,value\na,10\nb,20\nc,30\n")
+
+    def _host_port(self) -> None:
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(8)
+        self.listener.setblocking(False)
+        self._file("port.txt", str(self.listener.getsockname()[1]).encode())
+
+    def _host_paths(self) -> None:
+        paths = paths_from_env()
+        names = [PROJECT_ROOT, paths.data_dir, paths.images_dir, Path(sys.prefix), Path.home() / ".bash_history"]
+        self._file("host_paths.txt", "\n".join(str(p) for p in names).encode())
+
+    def _symlink(self) -> None:
+        target = self.tmp / "real.csv"
+        target.write_text("a,b\n")
+        link = self.tmp / "link.csv"
+        link.symlink_to(target)
+        self.paths.append(link)
+
+    def _oversize(self) -> None:
+        self._file("big.bin", b"\0" * 4096)
+
+    def _too_many(self) -> None:
+        for i in range(5):
+            self._file(f"part{i}.txt", b"x")
+
+    def _fifo(self) -> None:
+        path = self.tmp / "pipe.csv"
+        os.mkfifo(path)
+        self.paths.append(path)
+
+    def accepted_connections(self) -> int:
+        assert self.listener is not None
+        count = 0
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+                conn.close()
+                count += 1
+            except BlockingIOError:
+                return count
+
+
+def run_case(supervisor: Supervisor, case: Case, engine: str, tmp: Path) -> tuple[RunResult, Inputs]:
+    inputs = Inputs(tmp)
+    spec = RunSpec(
+        runtime=case.runtime,
+        script=case.path.read_bytes(),
+        limits=case.limits,
+        inputs=inputs.build(case.expect.get("inputs", [])),
+        engine=engine,
+    )
+    out = tmp / "exported"
+    out.mkdir()
+    return supervisor.run(spec, output_dir=out), inputs
+
+
+def assert_expected(case: Case, result: RunResult, inputs: Inputs) -> None:
+    expect, limits = case.expect, case.limits
+    summary = json.dumps({k: v for k, v in result.to_json().items() if k not in ("stdout",)}, indent=1)[:3000]
+    assert result.outcome == Outcome(expect["outcome"]), summary
+    stdout, stderr = result.stdout.decode(errors="replace"), result.stderr.decode(errors="replace")
+    for text in expect.get("stdout_has", []):
+        assert text in stdout, (text, stdout[-2000:])
+    for text in expect.get("stderr_has", []):
+        assert text in stderr, (text, stderr[-2000:])
+    for key in ("exit_code", "signal", "stdout_truncated", "stderr_truncated"):
+        if key in expect:
+            assert getattr(result, key) == expect[key], (key, summary)
+    if "outputs" in expect:
+        assert sorted(o.name for o in result.outputs) == sorted(expect["outputs"]), summary
+    if "outputs_count" in expect:
+        assert len(result.outputs) == expect["outputs_count"], summary
+    rejected = {r.name: r.reason for r in result.rejected_outputs}
+    for name, reason in expect.get("rejected_has", {}).items():
+        assert name in rejected and reason in rejected[name], (name, rejected)
+    if "max_wall_s" in expect:
+        assert result.wall_s is not None and result.wall_s < expect["max_wall_s"]
+    if expect.get("escalated"):
+        assert result.evidence["kill_method"] not in (None, "SIGTERM", "exited"), result.evidence
+    if "error_code" in expect:
+        assert result.error is not None and result.error.code == expect["error_code"], summary
+    if inputs.listener is not None:
+        assert inputs.accepted_connections() == 0, "the sandbox reached a listener on the host"
+    _assert_evidence(result, limits)
+
+
+def _assert_evidence(result: RunResult, limits: Limits) -> None:
+    """What the outcome claims must be backed by what the host measured."""
+    ev = result.evidence
+    match result.outcome:
+        case Outcome.TIMED_OUT:
+            assert ev["stopped_by"] == "deadline"
+            assert result.wall_s is not None and limits.wall_timeout_s <= result.wall_s < limits.wall_timeout_s + 2.0
+        case Outcome.CPU_LIMIT:
+            assert ev["stopped_by"] == "cpu" and result.cpu_s is not None and result.cpu_s >= limits.cpu_time_s
+        case Outcome.MEMORY_LIMIT:
+            assert ev["oom_kills"] > 0 or ev["stopped_by"] == "oom" or result.signal == 6, ev
+            assert result.peak_memory_bytes is not None and result.peak_memory_bytes > 32 * 1024 * 1024
+        case Outcome.PROCESS_LIMIT:
+            assert ev["process_cap_hits"] > 0, ev
+        case Outcome.DISK_LIMIT:
+            assert ev["scratch_full"], ev
+        case Outcome.OUTPUT_LIMIT:
+            assert (
+                result.stdout_truncated or result.stderr_truncated or ev["output_files_over_cap"]
+                or ev["output_area_full"]
+            ), ev  # fmt: skip
+            if result.stdout_truncated:
+                assert result.stdout_bytes == limits.stdout_max_bytes == len(result.stdout)
+            if result.stderr_truncated:
+                assert result.stderr_bytes == limits.stderr_max_bytes == len(result.stderr)
+        case Outcome.REJECTED_INPUT:
+            assert result.wall_s is None and result.sandbox_id is None, "a sandbox started for refused inputs"
+        case Outcome.SUCCEEDED:
+            assert result.exit_code == 0 and result.signal is None
+
+
+def assert_nothing_left(supervisor: Supervisor, result: RunResult) -> None:
+    assert result.cleanup_ok, [c for c in result.cleanup if not c.ok]
+    names = {c.name for c in result.cleanup}
+    if result.sandbox_id is not None:
+        assert {"processes", "cgroups", "mounts", "staging", "slot"} <= names
+    layout = CgroupLayout.detect()
+    for parent in layout.parents(supervisor.settings.cgroup_parent):
+        assert not (parent / result.run_id).exists(), f"cgroup left: {parent / result.run_id}"
+    run_dir = supervisor.runs_dir / result.run_id
+    assert not run_dir.exists() and not (supervisor.runs_dir / f"{result.run_id}.lock").exists()
+    assert not hostfs.mounts_under(run_dir)
+    assert not supervisor.admission.holds(result.run_id)
+
+
+def sandbox_uid_processes(supervisor: Supervisor) -> list[str]:
+    base = supervisor.settings.uid_base
+    out = subprocess.run(["ps", "-eo", "pid,uid,stat,comm", "--no-headers"], capture_output=True, text=True).stdout
+    return [
+        line for line in out.splitlines()
+        if base <= int(line.split()[1]) < base + SLOTS and not line.split()[2].startswith("Z")
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("engine", engines_here())
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_hostile_case_is_classified_with_evidence_and_leaves_nothing(
+    supervisor: Supervisor, case: Case, engine: str, tmp_path: Path
+) -> None:
+    result, inputs = run_case(supervisor, case, engine, tmp_path)
+    assert_expected(case, result, inputs)
+    assert_nothing_left(supervisor, result)
+    assert result.engine == engine
+    if result.sandbox_id is not None:
+        assert result.image is not None and result.image.digest.startswith("sha256:")
+    assert sandbox_uid_processes(supervisor) == []
+
+
+CONCURRENT = [
+    "infinite_loop.py", "memory_bomb.py", "fork_bomb.py", "stdout_flood.py",
+    "daemon_double_fork.py", "output_links.py", "disk_fill_scratch.py", "infinite_loop.js",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("engine", engines_here())
+def test_eight_hostile_cases_at_once_are_each_classified_with_clean_audits(
+    project_root: Path, engine: str, tmp_path: Path
+) -> None:
+    """Eight separate supervisor processes (the CLI), sharing the host's admission."""
+    cases = {c.id: c for c in CASES}
+
+    def one(name: str) -> tuple[Case, dict[str, Any]]:
+        case = cases[name]
+        argv = [sys.executable, "-m", "runner", "run", "--runtime", case.runtime, "--engine", engine, "--json"]
+        for key, value in case.expect.get("limits", {}).items():
+            argv += [_flag(key), str(value)]
+        proc = subprocess.run(
+            [*argv, str(case.path)], cwd=project_root, env=child_env(CORDON_MAX_SLOTS=str(SLOTS)),
+            capture_output=True, text=True, timeout=180,
+        )  # fmt: skip
+        assert proc.stdout.startswith("{"), (name, proc.returncode, proc.stderr[-3000:])
+        return case, json.loads(proc.stdout)
+
+    with ThreadPoolExecutor(max_workers=len(CONCURRENT)) as pool:
+        results = list(pool.map(one, CONCURRENT))
+    for case, result in results:
+        assert result["outcome"] == case.expect["outcome"], (case.id, result["reason"], result["evidence"])
+        assert result["cleanup"]["ok"], (case.id, result["cleanup"])
+    slots = [r for _, r in results]
+    assert len({r["run_id"] for r in slots}) == len(CONCURRENT)
+
+
+def _flag(field: str) -> str:
+    return {"wall_timeout_s": "--timeout-s"}.get(field, "--" + field.replace("_", "-"))
+
+
+@pytest.fixture(autouse=True)
+def _no_leftovers_between_tests(supervisor: Supervisor) -> Iterator[None]:
+    yield
+    assert sandbox_uid_processes(supervisor) == []
