@@ -70,6 +70,12 @@ class RunCgroup:
             self.v2 = layout.hybrid_v2 / parent / name if layout.hybrid_v2 else None
 
     @property
+    def _v2_leaf(self) -> Path:
+        if self.v2 is None:
+            raise RuntimeError("this host has no cgroup v2 leaf for the run")
+        return self.v2
+
+    @property
     def dirs(self) -> list[Path]:
         return [*self.v1.values(), *([self.v2] if self.v2 else [])]
 
@@ -89,11 +95,11 @@ class RunCgroup:
             path.mkdir(exist_ok=False)
         quota = max(1000, int(cpus * 100_000))
         if self.layout.version == 2:
-            assert self.v2 is not None
-            _write(self.v2 / "memory.max", memory_bytes)
-            _write_if_exists(self.v2 / "memory.swap.max", 0)
-            _write(self.v2 / "pids.max", pids_max)
-            _write(self.v2 / "cpu.max", f"{quota} 100000")
+            leaf = self._v2_leaf
+            _write(leaf / "memory.max", memory_bytes)
+            _write_if_exists(leaf / "memory.swap.max", 0)
+            _write(leaf / "pids.max", pids_max)
+            _write(leaf / "cpu.max", f"{quota} 100000")
             return
         memory = self.v1["memory"]
         _write(memory / "memory.limit_in_bytes", memory_bytes)
@@ -136,25 +142,22 @@ class RunCgroup:
 
     def memory_bytes(self) -> int | None:
         if self.layout.version == 2:
-            assert self.v2 is not None
-            return _read_int(self.v2 / "memory.current")
+            return _read_int(self._v2_leaf / "memory.current")
         return _read_int(self.v1["memory"] / "memory.usage_in_bytes")
 
     def memory_peak_bytes(self) -> int | None:
         if self.layout.version == 2:
-            assert self.v2 is not None
-            return _read_int(self.v2 / "memory.peak")  # None on kernels before 5.19: unknown
+            return _read_int(self._v2_leaf / "memory.peak")  # None on kernels before 5.19: unknown
         return _read_int(self.v1["memory"] / "memory.max_usage_in_bytes")
 
     def oom_kills(self) -> int:
         if self.layout.version == 2:
-            assert self.v2 is not None
-            return _keyed(self.v2 / "memory.events").get("oom_kill", 0)
+            return _keyed(self._v2_leaf / "memory.events").get("oom_kill", 0)
         return _keyed(self.v1["memory"] / "memory.oom_control").get("oom_kill", 0)
 
     def pids_max_hits(self) -> int:
-        path = (self.v2 if self.layout.version == 2 else self.v1["pids"]) / "pids.events"  # type: ignore[operator]
-        return _keyed(path).get("max", 0)
+        directory = self._v2_leaf if self.layout.version == 2 else self.v1["pids"]
+        return _keyed(directory / "pids.events").get("max", 0)
 
     # stopping
 

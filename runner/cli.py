@@ -10,17 +10,16 @@ import json
 import signal
 import sys
 import threading
-from pathlib import Path
 from collections.abc import Sequence
+from pathlib import Path
 from typing import NoReturn
 
 from runner import __version__
 from runner.config import ENV_FILE, paths_from_env
-from runner.env import load_env_file
+from runner.env import ConfigError, load_env_file
+from runner.images import ImageError, ImageStore, read_lock, recipe_names
 from runner.spec import RUNTIMES, Limits, RunResult, RunSpec
 from runner.supervisor import Supervisor
-from runner.env import ConfigError
-from runner.images import ImageError, ImageStore, read_lock, recipe_names
 
 EXIT_USAGE = 64
 
@@ -59,6 +58,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("script", help="the script to run ('-' reads it from standard input)")
 
     commands.add_parser("sweep", help="reclaim what crashed supervisors left behind")
+    doctor = commands.add_parser("doctor", help="report what this host supports, from checks that run")
+    doctor.add_argument("--json", action="store_true")
     return parser
 
 
@@ -84,6 +85,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _images(ImageStore(paths_from_env()), args)
         if args.command == "run":
             return _run(args)
+        if args.command == "doctor":
+            from runner.doctor import diagnose, render
+
+            report = diagnose()
+            print(json.dumps(report, indent=2) if args.json else render(report))
+            return 0 if any(report["engines"].values()) else 1
         if args.command == "sweep":
             for line in Supervisor().sweep():
                 print(f"swept {line}")
@@ -151,9 +158,10 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _live_output(event: dict[str, object]) -> None:
-    if event["type"] == "chunk":
+    data = event.get("data")
+    if event["type"] == "chunk" and isinstance(data, bytes):
         target = sys.stdout if event["stream"] == "stdout" else sys.stderr
-        target.buffer.write(event["data"])  # type: ignore[arg-type]
+        target.buffer.write(data)
         target.flush()
 
 

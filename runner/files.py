@@ -15,7 +15,7 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runner.spec import Limits, OutputFile, RejectedOutput, RunnerError, Outcome
+from runner.spec import Limits, Outcome, OutputFile, RejectedOutput, RunnerError
 
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$")
 _CHUNK = 1 << 16
@@ -57,11 +57,13 @@ def stage_inputs(inputs: tuple[Path, ...], dest: Path, limits: Limits) -> list[O
                 )
             copied = _copy(handle, dest, name, budget, mode=0o444)
             if copied is None:
-                raise _refuse("inputs_too_large", f"inputs exceed the cap of {limits.input_max_bytes} bytes at {name!r}")
+                raise _refuse(
+                    "inputs_too_large", f"inputs exceed the cap of {limits.input_max_bytes} bytes at {name!r}"
+                )
         size, digest = copied
         budget -= size
         staged.append(OutputFile(name, size, digest))
-    os.chmod(dest, 0o555)
+    os.chmod(dest, 0o555)  # noqa: S103 - the sandbox uid must read its inputs
     return staged
 
 

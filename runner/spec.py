@@ -47,9 +47,7 @@ class Outcome(StrEnum):
         return 1 if self.charged else 2
 
 
-_NOT_CHARGED = frozenset(
-    {Outcome.REJECTED_INPUT, Outcome.REJECTED_CAPACITY, Outcome.SANDBOX_ERROR, Outcome.CANCELLED}
-)
+_NOT_CHARGED = frozenset({Outcome.REJECTED_INPUT, Outcome.REJECTED_CAPACITY, Outcome.SANDBOX_ERROR, Outcome.CANCELLED})
 
 
 class RunnerError(Exception):

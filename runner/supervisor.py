@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from runner import hostfs
 from runner.admission import Admission, Capacity
 from runner.classify import Evidence, classify
 from runner.config import Paths, paths_from_env
@@ -90,7 +91,7 @@ class Supervisor:
         self._engines = engines
         self.runs_dir = self.paths.data_dir / "runs"
         self.runs_dir.mkdir(parents=True, exist_ok=True)
-        os.chmod(self.runs_dir, 0o711)
+        os.chmod(self.runs_dir, 0o711)  # noqa: S103 - traversable, not listable
 
     @property
     def engines(self) -> dict[str, Engine]:
@@ -105,7 +106,9 @@ class Supervisor:
             return self.engines["namespace"]
         if requested not in self.engines:
             raise RunnerError(
-                "engine_unavailable", f"engine {requested!r} is not available on this host", outcome=Outcome.SANDBOX_ERROR
+                "engine_unavailable",
+                f"engine {requested!r} is not available on this host",
+                outcome=Outcome.SANDBOX_ERROR,
             )
         return self.engines[requested]
 
@@ -159,10 +162,9 @@ class Supervisor:
             result.evidence["stop"] = stop_method
             collected = engine.collect(ctx)
             if not collected.started:
+                said = bytes(streams["stderr"].kept).decode(errors="replace")[-500:]
                 raise RunnerError(
-                    "sandbox_setup_failed",
-                    f"the sandbox did not start the program: {bytes(streams['stderr'].kept).decode(errors='replace')[-500:]}",
-                    retryable=True,
+                    "sandbox_setup_failed", f"the sandbox did not start the program: {said}", retryable=True
                 )
             emit({"type": "state", "state": "exporting"})
             self._record(result, collected, evidence)
@@ -256,7 +258,8 @@ class Supervisor:
         t_start: float,
     ) -> None:
         process = ctx.process
-        assert process is not None and process.stdout is not None and process.stderr is not None
+        if process is None or process.stdout is None or process.stderr is None:
+            raise RunnerError("engine_failure", "the engine started no process with output pipes", retryable=True)
         selector = selectors.DefaultSelector()
         for pipe, stream in ((process.stdout, streams["stdout"]), (process.stderr, streams["stderr"])):
             os.set_blocking(pipe.fileno(), False)
@@ -375,7 +378,11 @@ class Supervisor:
         if run_dir.exists():
             shutil.rmtree(run_dir, ignore_errors=True)
         checks.append(
-            CleanupCheck("staging", not run_dir.exists(), "run directory removed" if not run_dir.exists() else f"{run_dir} remains")
+            CleanupCheck(
+                "staging",
+                not run_dir.exists(),
+                "run directory removed" if not run_dir.exists() else f"{run_dir} remains",
+            )
         )
         self.admission.release(run_id)
         held = self.admission.holds(run_id)
@@ -393,8 +400,6 @@ class Supervisor:
 
         for engine in self.engines.values():
             swept.extend(engine.sweep(is_live))
-        from runner import hostfs
-
         for entry in sorted(self.runs_dir.iterdir()):
             run_id = entry.name.removesuffix(".lock")
             if is_live(run_id):

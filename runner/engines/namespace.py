@@ -63,10 +63,12 @@ class NamespaceEngine(Engine):
             pids_max=ctx.limits.max_processes + 2,  # + bwrap and its init
             cpus=ctx.limits.cpus,
         )
-        for area, size in ((ctx.scratch_dir, ctx.limits.disk_mib * MIB), (ctx.output_dir, ctx.limits.output_max_bytes)):
-            area.mkdir(mode=0o700)
-            max_inodes = ctx.limits.output_max_files * 4 + 64 if area == ctx.output_dir else None
-            hostfs.mount_tmpfs(area, size_bytes=size, uid=ctx.uid, max_inodes=max_inodes)
+        ctx.scratch_dir.mkdir(mode=0o700)
+        hostfs.mount_tmpfs(ctx.scratch_dir, size_bytes=ctx.limits.disk_mib * MIB, uid=ctx.uid)
+        ctx.output_dir.mkdir(mode=0o700)
+        # Room for a few times the file cap, so "too many files" is seen and refused at export.
+        inodes = ctx.limits.output_max_files * 4 + 64
+        hostfs.mount_tmpfs(ctx.output_dir, size_bytes=ctx.limits.output_max_bytes, uid=ctx.uid, max_inodes=inodes)
 
     def start(self, ctx: RunContext) -> subprocess.Popen[bytes]:
         cgroup: RunCgroup = ctx.state["cgroup"]
@@ -86,7 +88,7 @@ class NamespaceEngine(Engine):
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 pass_fds=tuple(fds.values()),
-                preexec_fn=_launcher(cgroup.procs_files, ctx.uid, rlimits(ctx)),  # noqa: PLW1509
+                preexec_fn=_launcher(cgroup.procs_files, ctx.uid, rlimits(ctx)),
                 env={"PATH": "/usr/bin:/bin"},
                 cwd="/",
             )
@@ -120,15 +122,13 @@ class NamespaceEngine(Engine):
             return "nothing to stop"
         method = "exited"
         # Polite first, to the program only: bwrap and its init would take everything down at once.
-        tooling = {ctx.process.pid if ctx.process else -1, _parse_status(ctx.state.get("status", b"")).get("child-pid")}
+        status = _parse_status(ctx.state.get("status", b""))
+        tooling = {ctx.process.pid if ctx.process else -1, status.get("child-pid", -1)}
         program = cgroup.pids() - tooling
         if program and grace_s > 0:
             for pid in program:
                 _signal(pid, signal.SIGTERM)
-            if not cgroup.wait_empty(grace_s):
-                method = cgroup.kill()
-            else:
-                method = "SIGTERM"
+            method = "SIGTERM" if cgroup.wait_empty(grace_s) else cgroup.kill()
         elif cgroup.pids():
             method = cgroup.kill()
         if not cgroup.wait_empty(5.0):
@@ -163,7 +163,7 @@ class NamespaceEngine(Engine):
 
     def teardown(self, ctx: RunContext) -> list[CleanupCheck]:
         checks: list[CleanupCheck] = []
-        cgroup: RunCgroup | None = ctx.state.get("cgroup") or RunCgroup(self.layout, self.cgroup_parent, ctx.run_id)
+        cgroup: RunCgroup = ctx.state.get("cgroup") or RunCgroup(self.layout, self.cgroup_parent, ctx.run_id)
         left = cgroup.pids()
         if left:
             cgroup.kill()
@@ -201,7 +201,9 @@ class NamespaceEngine(Engine):
             CleanupCheck(
                 "mounts",
                 not mounted,
-                f"still mounted: {[str(m) for m in mounted]} {errors}" if mounted else "scratch and output tmpfs unmounted",
+                f"still mounted: {[str(m) for m in mounted]} {errors}"
+                if mounted
+                else "scratch and output tmpfs unmounted",
             )
         )
         return checks

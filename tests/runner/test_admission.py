@@ -1,0 +1,56 @@
+"""Admission is shared by every process on the host, and says no within its bound."""
+
+import multiprocessing
+import time
+from pathlib import Path
+
+import pytest
+
+from runner.admission import Admission, Capacity
+from runner.spec import Outcome, RunnerError
+
+
+def test_slots_are_distinct_and_released(tmp_path: Path) -> None:
+    admission = Admission(tmp_path, Capacity(slots=2, memory_mib=1000, cpus=4, wait_s=0))
+    a = admission.acquire("a", memory_mib=100, cpus=1)
+    b = admission.acquire("b", memory_mib=100, cpus=1)
+    assert {a.slot, b.slot} == {0, 1}
+    admission.release("a")
+    assert admission.acquire("c", memory_mib=100, cpus=1).slot == a.slot
+
+
+def test_no_room_within_the_wait_bound_is_rejected_capacity(tmp_path: Path) -> None:
+    admission = Admission(tmp_path, Capacity(slots=4, memory_mib=300, cpus=4, wait_s=0.3))
+    admission.acquire("a", memory_mib=200, cpus=1)
+    started = time.monotonic()
+    with pytest.raises(RunnerError) as caught:
+        admission.acquire("b", memory_mib=200, cpus=1)
+    assert caught.value.outcome is Outcome.REJECTED_CAPACITY and caught.value.code == "no_capacity"
+    assert 0.3 <= time.monotonic() - started < 2.0
+
+
+def test_a_run_larger_than_the_host_is_refused_at_once(tmp_path: Path) -> None:
+    admission = Admission(tmp_path, Capacity(slots=4, memory_mib=300, cpus=4, wait_s=30))
+    with pytest.raises(RunnerError, match="admits at most 300 MiB"):
+        admission.acquire("a", memory_mib=400, cpus=1)
+
+
+def _hold(state_dir: str, ready) -> None:
+    Admission(Path(state_dir), Capacity(slots=1, memory_mib=1000, cpus=4, wait_s=0)).acquire(
+        "held", memory_mib=1, cpus=1
+    )
+    ready.set()
+    time.sleep(60)
+
+
+def test_a_dead_processs_reservation_is_reclaimed(tmp_path: Path) -> None:
+    ready = multiprocessing.Event()
+    holder = multiprocessing.Process(target=_hold, args=(str(tmp_path), ready))
+    holder.start()
+    assert ready.wait(10)
+    admission = Admission(tmp_path, Capacity(slots=1, memory_mib=1000, cpus=4, wait_s=0))
+    with pytest.raises(RunnerError):
+        admission.acquire("mine", memory_mib=1, cpus=1)  # the other process holds the only slot
+    holder.kill()
+    holder.join()
+    assert admission.acquire("mine", memory_mib=1, cpus=1).slot == 0

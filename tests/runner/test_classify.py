@@ -1,0 +1,66 @@
+"""The precedence of outcomes is fixed: whoever stopped the run first, then evidence, then exit."""
+
+import pytest
+
+from runner.classify import Evidence, classify
+from runner.spec import Limits, Outcome, RunnerError
+
+LIMITS = Limits(wall_timeout_s=2, cpu_time_s=1, memory_mib=128)
+
+
+def test_a_clean_exit_zero_succeeds() -> None:
+    assert classify(Evidence(exit_code=0), LIMITS) == (Outcome.SUCCEEDED, "exited 0")
+
+
+def test_cancel_beats_every_other_reason() -> None:
+    ev = Evidence(cancelled=True, stopped_by="deadline", oom_kills=3, exit_code=1)
+    assert classify(ev, LIMITS)[0] is Outcome.CANCELLED
+
+
+def test_an_engine_error_is_a_sandbox_error_and_not_charged() -> None:
+    outcome, reason = classify(Evidence(engine_error=RunnerError("boot_failed", "no boot progress")), LIMITS)
+    assert outcome is Outcome.SANDBOX_ERROR and not outcome.charged
+    assert reason == "boot_failed: no boot progress"
+
+
+@pytest.mark.parametrize(
+    ("stopped_by", "outcome"),
+    [("deadline", Outcome.TIMED_OUT), ("cpu", Outcome.CPU_LIMIT), ("stdout", Outcome.OUTPUT_LIMIT),
+     ("oom", Outcome.MEMORY_LIMIT), ("process_cap", Outcome.PROCESS_LIMIT)],
+)  # fmt: skip
+def test_the_supervisors_stop_reason_decides(stopped_by: str, outcome: Outcome) -> None:
+    ev = Evidence(stopped_by=stopped_by, stream_cap_hit="stdout" if stopped_by == "stdout" else None, signal=9)
+    assert classify(ev, LIMITS)[0] is outcome
+
+
+def test_the_deadline_wins_over_evidence_gathered_after_it() -> None:
+    ev = Evidence(stopped_by="deadline", oom_kills=1, process_cap_hits=5, scratch_full=True, signal=9)
+    assert classify(ev, LIMITS) == (Outcome.TIMED_OUT, "stopped after the 2 s wall-clock limit")
+
+
+def test_oom_evidence_beats_process_cap_and_disk() -> None:
+    ev = Evidence(oom_kills=1, process_cap_hits=2, scratch_full=True, signal=9)
+    assert classify(ev, LIMITS)[0] is Outcome.MEMORY_LIMIT
+
+
+def test_output_files_over_cap_beat_oom() -> None:
+    ev = Evidence(output_files_over_cap=True, oom_kills=1, exit_code=0)
+    assert classify(ev, LIMITS)[0] is Outcome.OUTPUT_LIMIT
+
+
+def test_brushing_a_limit_and_exiting_zero_is_success() -> None:
+    assert classify(Evidence(process_cap_hits=3, scratch_full=True, exit_code=0), LIMITS)[0] is Outcome.SUCCEEDED
+
+
+def test_a_full_disk_explains_a_failure() -> None:
+    assert classify(Evidence(scratch_full=True, exit_code=1), LIMITS)[0] is Outcome.DISK_LIMIT
+
+
+def test_the_programs_own_signal_is_a_failure_named_by_signal() -> None:
+    assert classify(Evidence(signal=11), LIMITS) == (Outcome.FAILED, "killed by its own signal SIGSEGV")
+
+
+def test_exit_statuses_of_the_cli_follow_the_outcome() -> None:
+    assert Outcome.SUCCEEDED.exit_status == 0
+    assert {o.exit_status for o in (Outcome.FAILED, Outcome.TIMED_OUT, Outcome.MEMORY_LIMIT)} == {1}
+    assert {o.exit_status for o in (Outcome.REJECTED_INPUT, Outcome.SANDBOX_ERROR, Outcome.CANCELLED)} == {2}

@@ -1,0 +1,138 @@
+"""`python -m runner run`: the JSON contract, exit statuses, cancel, and the sweep after a crash."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from runner import hostfs
+from runner.cgroups import CgroupLayout
+from runner.config import paths_from_env
+from runner.images import read_lock
+from tests.conftest import child_env
+
+pytestmark = pytest.mark.images
+
+CONTRACT_KEYS = {
+    "outcome", "exit_code", "signal", "wall_s", "cpu_s", "peak_memory_bytes", "stdout_bytes", "stderr_bytes",
+    "stdout_truncated", "stderr_truncated", "stdout", "stderr", "outputs", "rejected_outputs", "engine",
+    "engine_version", "isolation", "image", "cleanup", "error",
+}  # fmt: skip
+
+
+def _run(project_root: Path, *args: str, script: str, tmp_path: Path, **kwargs) -> subprocess.CompletedProcess[str]:
+    path = tmp_path / ("job.js" if "node" in args else "job.py")
+    path.write_text(script)
+    return subprocess.run(
+        [sys.executable, "-m", "runner", "run", *args, str(path)], cwd=project_root, env=child_env(),
+        capture_output=True, text=True, timeout=120, **kwargs,
+    )  # fmt: skip
+
+
+def test_json_prints_the_result_object_with_the_pinned_image_digest(project_root: Path, tmp_path: Path) -> None:
+    out_dir = tmp_path / "out"
+    script = "print('hello')\nopen('/output/r.txt', 'w').write('done')\n"
+    proc = _run(
+        project_root, "--runtime", "python", "--json", "--output-dir", str(out_dir), script=script, tmp_path=tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert set(result) >= CONTRACT_KEYS
+    assert result["outcome"] == "succeeded" and result["exit_code"] == 0 and result["signal"] is None
+    assert result["stdout"] == "hello\n" and result["stdout_bytes"] == 6
+    assert result["image"] == {"name": "python", "digest": read_lock()["python"].digest}
+    assert result["engine"] == "namespace" and result["isolation"] == "namespace"
+    assert result["engine_version"].startswith("bubblewrap ")
+    assert result["cleanup"]["ok"] and {c["name"] for c in result["cleanup"]["checks"]} >= {
+        "processes",
+        "cgroups",
+        "mounts",
+        "staging",
+    }
+    assert result["outputs"] == [{"name": "r.txt", "size": 4, "sha256": hashlib.sha256(b"done").hexdigest()}]
+    assert (out_dir / "r.txt").read_text() == "done"
+    assert result["cpu_s"] is not None and result["peak_memory_bytes"] is not None and result["error"] is None
+
+
+def test_without_json_the_output_streams_and_a_summary_follows(project_root: Path, tmp_path: Path) -> None:
+    proc = _run(project_root, "--runtime", "node", script="console.log('from node')", tmp_path=tmp_path)
+    assert proc.returncode == 0
+    assert proc.stdout == "from node\n"
+    assert "[cordon] outcome: succeeded" in proc.stderr and "[cordon] cleanup: ok" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("script", "extra", "status"),
+    [("import sys; sys.exit(3)", [], 1), ("while True: pass", ["--timeout-s", "0.5"], 1),
+     ("print(1)", ["--memory-mib", "999999"], 2), ("print(1)", ["--timeout-s", "soon"], 64)],
+)  # fmt: skip
+def test_exit_status_follows_the_outcome(
+    project_root: Path, tmp_path: Path, script: str, extra: list[str], status: int
+) -> None:
+    proc = _run(project_root, "--runtime", "python", "--json", *extra, script=script, tmp_path=tmp_path)
+    assert proc.returncode == status, proc.stdout + proc.stderr
+    if status == 2:
+        result = json.loads(proc.stdout)
+        assert result["outcome"] == "rejected_input"
+        assert "memory_mib is 999999; the maximum on this service is" in result["error"]["message"]
+
+
+def test_ctrl_c_cancels_the_run_within_two_seconds_with_a_clean_audit(project_root: Path, tmp_path: Path) -> None:
+    script = tmp_path / "job.py"
+    script.write_text("import time\nprint('started', flush=True)\ntime.sleep(60)\n")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runner", "run", "--runtime", "python", "--json", str(script)], cwd=project_root,
+        env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    _wait_for_run_start()
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    stdout, _ = proc.communicate(timeout=30)
+    assert time.monotonic() - sent < 2.0
+    result = json.loads(stdout)
+    assert proc.returncode == 2
+    assert result["outcome"] == "cancelled" and result["cleanup"]["ok"]
+
+
+def _wait_for_run_start(timeout: float = 30) -> str:
+    runs = paths_from_env().data_dir / "runs"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for entry in runs.iterdir():
+            if entry.is_dir() and hostfs.mounts_under(entry) and len(hostfs.mounts_under(entry)) >= 2:
+                time.sleep(0.3)
+                return entry.name
+        time.sleep(0.05)
+    raise AssertionError("the run never started")
+
+
+def test_a_sigkilled_supervisor_leaves_debris_that_the_sweep_removes(project_root: Path, tmp_path: Path) -> None:
+    script = tmp_path / "job.py"
+    script.write_text("import time\ntime.sleep(60)\n")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runner", "run", "--runtime", "python", "--json", str(script)], cwd=project_root,
+        env=child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    run_id = _wait_for_run_start()
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    runs = paths_from_env().data_dir / "runs"
+    layout = CgroupLayout.detect()
+    leaves = [parent / run_id for parent in layout.parents("cordon")]
+    assert (runs / run_id).exists() and any(leaf.exists() for leaf in leaves), "expected debris after a crash"
+    time.sleep(1.5)  # bwrap's --die-with-parent takes the sandbox down with its supervisor
+    sweep = subprocess.run([sys.executable, "-m", "runner", "sweep"], cwd=project_root, env=child_env(),
+                           capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert sweep.returncode == 0, sweep.stderr
+    assert f"swept cgroup {run_id}" in sweep.stdout and f"swept run directory {run_id}" in sweep.stdout
+    assert not any(leaf.exists() for leaf in leaves)
+    assert not (runs / run_id).exists() and not (runs / f"{run_id}.lock").exists()
+    assert not hostfs.mounts_under(runs / run_id)

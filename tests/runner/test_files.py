@@ -1,0 +1,89 @@
+"""Staging refuses anything but plain files within caps; export never follows a link."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from runner.files import export_outputs, stage_inputs
+from runner.spec import Limits, Outcome, OutputFile, RunnerError
+
+
+def _stage(tmp_path: Path, inputs: list[Path], **limits: int) -> list[OutputFile]:
+    dest = tmp_path / "staged"
+    dest.mkdir()
+    return stage_inputs(tuple(inputs), dest, Limits(**limits))
+
+
+def test_designated_files_are_copied_read_only_with_their_hashes(tmp_path: Path) -> None:
+    source = tmp_path / "data.csv"
+    source.write_bytes(b"a,b\n1,2\n")
+    staged = _stage(tmp_path, [source])
+    copy = tmp_path / "staged" / "data.csv"
+    assert copy.read_bytes() == b"a,b\n1,2\n" and oct(copy.stat().st_mode & 0o777) == "0o444"
+    assert staged[0].size == 8 and len(staged[0].sha256) == 64
+    assert os.listdir(tmp_path / "staged") == ["data.csv"]
+
+
+@pytest.mark.parametrize("name", ["..", ".hidden", "a b.csv", "x;rm.csv", "é.csv"])
+def test_unsafe_names_are_refused(tmp_path: Path, name: str) -> None:
+    source = tmp_path / "dir"
+    source.mkdir()
+    path = source / name if name != ".." else Path(str(source) + "/..")
+    if name != "..":
+        path.write_text("x")
+    with pytest.raises(RunnerError) as caught:
+        _stage(tmp_path, [path])
+    assert caught.value.outcome is Outcome.REJECTED_INPUT
+
+
+def test_a_hard_linked_input_is_refused(tmp_path: Path) -> None:
+    source = tmp_path / "a.csv"
+    source.write_text("x")
+    os.link(source, tmp_path / "b.csv")
+    with pytest.raises(RunnerError, match="hard links"):
+        _stage(tmp_path, [source])
+
+
+def test_the_byte_cap_counts_every_input_together(tmp_path: Path) -> None:
+    files = []
+    for i in range(3):
+        files.append(tmp_path / f"f{i}.bin")
+        files[-1].write_bytes(b"x" * 400)
+    with pytest.raises(RunnerError) as caught:
+        _stage(tmp_path, files, input_max_bytes=1000)
+    assert caught.value.code == "inputs_too_large" and "'f2.bin'" in caught.value.message
+
+
+def test_duplicate_names_are_refused(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    for d in ("a", "b"):
+        (tmp_path / d / "x.csv").write_text(d)
+    with pytest.raises(RunnerError, match=r"two inputs are named 'x\.csv'"):
+        _stage(tmp_path, [tmp_path / "a" / "x.csv", tmp_path / "b" / "x.csv"])
+
+
+def test_export_copies_regular_files_in_subdirectories_and_refuses_the_rest(tmp_path: Path) -> None:
+    area = tmp_path / "area"
+    (area / "sub").mkdir(parents=True)
+    (area / "sub" / "r.json").write_text("{}")
+    (area / "link").symlink_to("/etc/passwd")
+    (area / "bad name.txt").write_text("x")
+    dest = tmp_path / "dest"
+    report = export_outputs(area, dest, Limits())
+    assert [o.name for o in report.outputs] == ["sub/r.json"]
+    assert (dest / "sub" / "r.json").read_text() == "{}"
+    reasons = {r.name: r.reason for r in report.rejected}
+    assert reasons == {"link": "not a regular file (symbolic link)", "bad name.txt": "disallowed file name"}
+    assert not report.over_cap
+
+
+def test_export_keeps_the_first_files_up_to_the_count_and_byte_caps(tmp_path: Path) -> None:
+    area = tmp_path / "area"
+    area.mkdir()
+    for i in range(5):
+        (area / f"f{i}.txt").write_bytes(b"x" * 100)
+    report = export_outputs(area, None, Limits(output_max_files=3, output_max_bytes=250))
+    assert [o.name for o in report.outputs] == ["f0.txt", "f1.txt"]
+    assert report.over_cap and len(report.rejected) == 3
