@@ -22,6 +22,9 @@ ENV_FILE = PROJECT_ROOT / ".env"
 class Paths:
     data_dir: Path
     images_dir: Path
+    # Host-wide runtime state (admission ledger, run locks), shared by every Cordon install on
+    # the host, since they share its capacity, its cgroup tree and its sandbox uids.
+    host_state_dir: Path = Path("/run/cordon")
 
     @property
     def archives_dir(self) -> Path:
@@ -40,4 +43,5 @@ def paths_from_env(environ: Mapping[str, str] | None = None) -> Paths:
     env = os.environ if environ is None else environ
     data_dir = env_path("CORDON_DATA_DIR", Path("var"), base=PROJECT_ROOT, environ=env)
     images_dir = env_path("CORDON_IMAGES_DIR", data_dir / "images", base=PROJECT_ROOT, environ=env)
-    return Paths(data_dir=data_dir, images_dir=images_dir)
+    host_state = env_path("CORDON_HOST_STATE_DIR", Path("/run/cordon"), base=PROJECT_ROOT, environ=env)
+    return Paths(data_dir=data_dir, images_dir=images_dir, host_state_dir=host_state)

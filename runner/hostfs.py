@@ -8,8 +8,11 @@ import os
 from pathlib import Path
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+MS_RDONLY = 0x1
 MS_NOSUID = 0x2
 MS_NODEV = 0x4
+MS_REMOUNT = 0x20
+MS_BIND = 0x1000
 MNT_DETACH = 0x2
 
 
@@ -21,6 +24,18 @@ def mount_tmpfs(target: Path, *, size_bytes: int, uid: int, max_inodes: int | No
     if _libc.mount(b"tmpfs", os.fsencode(target), b"tmpfs", MS_NOSUID | MS_NODEV, options.encode()) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"mount tmpfs on {target}: {os.strerror(err)}")
+
+
+def bind_readonly(source: Path, target: Path) -> None:
+    """Bind `source` on `target`, then make that view read-only, nosuid and nodev."""
+    if _libc.mount(os.fsencode(source), os.fsencode(target), None, MS_BIND, None) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"bind {source} on {target}: {os.strerror(err)}")
+    flags = MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV
+    if _libc.mount(None, os.fsencode(target), None, flags, None) != 0:
+        err = ctypes.get_errno()
+        unmount(target)
+        raise OSError(err, f"remount {target} read-only: {os.strerror(err)}")
 
 
 def unmount(target: Path) -> None:

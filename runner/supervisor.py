@@ -86,12 +86,19 @@ class Supervisor:
         self.paths = paths or paths_from_env()
         self.settings = settings or SupervisorSettings.from_env()
         self.maxima = maxima or maxima_from_env()
-        self.admission = admission or Admission(self.paths.data_dir / "admission", Capacity.from_env())
+        self.admission = admission or Admission(self.paths.host_state_dir / "admission", Capacity.from_env())
         self.images = ImageStore(self.paths)
         self._engines = engines
         self.runs_dir = self.paths.data_dir / "runs"
         self.runs_dir.mkdir(parents=True, exist_ok=True)
         os.chmod(self.runs_dir, 0o711)  # noqa: S103 - traversable, not listable
+        # Run locks are host-wide: a sweep must see the live runs of every install on the host.
+        self.locks_dir = self.paths.host_state_dir / "locks"
+        self.locks_dir.mkdir(parents=True, exist_ok=True)
+        self.views_dir = self.paths.host_state_dir / "views"
+        self.views_dir.mkdir(parents=True, exist_ok=True)
+        for directory in (self.paths.host_state_dir, self.views_dir):
+            os.chmod(directory, 0o711)  # noqa: S103 - the sandbox uid traverses to its view
 
     @property
     def engines(self) -> dict[str, Engine]:
@@ -127,7 +134,7 @@ class Supervisor:
         emit = on_event or (lambda event: None)
         started = time.monotonic()
         result = RunResult(outcome=Outcome.SANDBOX_ERROR, run_id=run_id, limits=spec.limits)
-        lock = RunLock(self.runs_dir, run_id)
+        lock = RunLock(self.locks_dir, run_id)
         lock.acquire()
         ctx: RunContext | None = None
         engine: Engine | None = None
@@ -230,9 +237,10 @@ class Supervisor:
             spec=spec,
             limits=spec.limits,
             run_dir=run_dir,
+            view_dir=self.views_dir / run_id,
             input_dir=input_dir,
-            scratch_dir=run_dir / "scratch",
-            output_dir=run_dir / "out",
+            scratch_dir=self.views_dir / run_id / "scratch",
+            output_dir=self.views_dir / run_id / "out",
             slot=slot,
             uid=self.settings.uid_base + slot,
             image=image,
@@ -375,7 +383,7 @@ class Supervisor:
                     pipe.close()
             checks.extend(engine.teardown(ctx))
         run_dir = self.runs_dir / run_id
-        if run_dir.exists():
+        if run_dir.exists() and not hostfs.mounts_under(run_dir):  # never recurse into a live mount
             shutil.rmtree(run_dir, ignore_errors=True)
         checks.append(
             CleanupCheck(
@@ -396,21 +404,20 @@ class Supervisor:
         def is_live(run_id: str) -> bool:
             # Asked at the moment of each decision, not from a snapshot: a run takes its lock
             # before it creates anything, so whatever exists under a held lock is live.
-            return RunLock(self.runs_dir, run_id).is_held()
+            return RunLock(self.locks_dir, run_id).is_held()
 
         for engine in self.engines.values():
             swept.extend(engine.sweep(is_live))
-        for entry in sorted(self.runs_dir.iterdir()):
-            run_id = entry.name.removesuffix(".lock")
-            if is_live(run_id):
-                continue
-            if entry.is_dir():
-                for mount in hostfs.mounts_under(entry):
-                    hostfs.unmount(mount)
-                shutil.rmtree(entry, ignore_errors=True)
-                swept.append(f"run directory {run_id}")
-            elif entry.name.endswith(".lock"):
-                RunLock(self.runs_dir, run_id).remove_if_stale()
+        for directory, what in ((self.views_dir, "view"), (self.runs_dir, "run directory")):
+            for entry in sorted(directory.iterdir()):
+                if entry.is_dir() and not is_live(entry.name):
+                    for mount in hostfs.mounts_under(entry):
+                        hostfs.unmount(mount)
+                    if not hostfs.mounts_under(entry):
+                        shutil.rmtree(entry, ignore_errors=True)
+                    swept.append(f"{what} {entry.name}")
+        for lock in sorted(self.locks_dir.glob("*.lock")):
+            RunLock(self.locks_dir, lock.name.removesuffix(".lock")).remove_if_stale()
         return swept
 
 
@@ -424,8 +431,8 @@ def program_argv(spec: RunSpec) -> list[str]:
 class RunLock:
     """A per-run lock file held (flock) while the run's supervisor lives; sweeps skip held ones."""
 
-    def __init__(self, runs_dir: Path, run_id: str):
-        self.path = runs_dir / f"{run_id}.lock"
+    def __init__(self, locks_dir: Path, run_id: str):
+        self.path = locks_dir / f"{run_id}.lock"
         self._fd: int | None = None
 
     def acquire(self) -> None:

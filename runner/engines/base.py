@@ -26,7 +26,11 @@ class RunContext:
     run_id: str
     spec: RunSpec
     limits: Limits
-    run_dir: Path
+    run_dir: Path  # staging, under the data directory
+    # The sandbox's view, under the host state directory, whose every parent the sandbox uid
+    # can traverse wherever the data directory lives: mount points for the rootfs, the inputs,
+    # scratch and outputs.
+    view_dir: Path
     input_dir: Path
     scratch_dir: Path
     output_dir: Path

@@ -63,6 +63,10 @@ class NamespaceEngine(Engine):
             pids_max=ctx.limits.max_processes + 2,  # + bwrap and its init
             cpus=ctx.limits.cpus,
         )
+        ctx.view_dir.mkdir(mode=0o711, parents=True)
+        for name, source in (("root", ctx.image.rootfs), ("in", ctx.input_dir)):
+            (ctx.view_dir / name).mkdir(mode=0o755)
+            hostfs.bind_readonly(source, ctx.view_dir / name)
         ctx.scratch_dir.mkdir(mode=0o700)
         hostfs.mount_tmpfs(ctx.scratch_dir, size_bytes=ctx.limits.disk_mib * MIB, uid=ctx.uid)
         ctx.output_dir.mkdir(mode=0o700)
@@ -75,8 +79,8 @@ class NamespaceEngine(Engine):
         fds: dict[str, int] = {}
         status_read, status_write = os.pipe()
         try:
-            fds["root"] = os.open(ctx.image.rootfs, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-            fds["input"] = os.open(ctx.input_dir, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+            fds["root"] = os.open(ctx.view_dir / "root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+            fds["input"] = os.open(ctx.view_dir / "in", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
             fds["scratch"] = os.open(ctx.scratch_dir, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
             fds["output"] = os.open(ctx.output_dir, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
             fds["seccomp"] = bpf_fd()
@@ -191,20 +195,20 @@ class NamespaceEngine(Engine):
             )
         )
         errors = []
-        for mount in hostfs.mounts_under(ctx.run_dir):
-            try:
-                hostfs.unmount(mount)
-            except OSError as exc:
-                errors.append(str(exc))
-        mounted = hostfs.mounts_under(ctx.run_dir)
+        for directory in (ctx.view_dir, ctx.run_dir):
+            for mount in hostfs.mounts_under(directory):
+                try:
+                    hostfs.unmount(mount)
+                except OSError as exc:
+                    errors.append(str(exc))
+        mounted = hostfs.mounts_under(ctx.view_dir) + hostfs.mounts_under(ctx.run_dir)
+        if not mounted and ctx.view_dir.exists():
+            # Only once nothing is mounted below it: never recurse into a live mount.
+            shutil.rmtree(ctx.view_dir)
+        ok = not mounted and not ctx.view_dir.exists()
+        detail = "rootfs and input views, scratch and output tmpfs unmounted; view directory removed"
         checks.append(
-            CleanupCheck(
-                "mounts",
-                not mounted,
-                f"still mounted: {[str(m) for m in mounted]} {errors}"
-                if mounted
-                else "scratch and output tmpfs unmounted",
-            )
+            CleanupCheck("mounts", ok, detail if ok else f"still mounted: {[str(m) for m in mounted]} {errors}")
         )
         return checks
 

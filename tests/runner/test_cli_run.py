@@ -88,11 +88,12 @@ def test_exit_status_follows_the_outcome(
 def test_ctrl_c_cancels_the_run_within_two_seconds_with_a_clean_audit(project_root: Path, tmp_path: Path) -> None:
     script = tmp_path / "job.py"
     script.write_text("import time\nprint('started', flush=True)\ntime.sleep(60)\n")
+    before = _views()
     proc = subprocess.Popen(
         [sys.executable, "-m", "runner", "run", "--runtime", "python", "--json", str(script)], cwd=project_root,
         env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    _wait_for_run_start()
+    _wait_for_run_start(before)
     sent = time.monotonic()
     proc.send_signal(signal.SIGINT)
     stdout, _ = proc.communicate(timeout=30)
@@ -102,12 +103,17 @@ def test_ctrl_c_cancels_the_run_within_two_seconds_with_a_clean_audit(project_ro
     assert result["outcome"] == "cancelled" and result["cleanup"]["ok"]
 
 
-def _wait_for_run_start(timeout: float = 30) -> str:
-    runs = paths_from_env().data_dir / "runs"
+def _views() -> set[str]:
+    return {p.name for p in (paths_from_env().host_state_dir / "views").iterdir()}
+
+
+def _wait_for_run_start(before: set[str], timeout: float = 30) -> str:
+    """The id of a run that appeared after `before` was taken and whose sandbox is mounted."""
+    views = paths_from_env().host_state_dir / "views"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        for entry in runs.iterdir():
-            if entry.is_dir() and hostfs.mounts_under(entry) and len(hostfs.mounts_under(entry)) >= 2:
+        for entry in views.iterdir():
+            if entry.name not in before and len(hostfs.mounts_under(entry)) >= 4:
                 time.sleep(0.3)
                 return entry.name
         time.sleep(0.05)
@@ -117,11 +123,12 @@ def _wait_for_run_start(timeout: float = 30) -> str:
 def test_a_sigkilled_supervisor_leaves_debris_that_the_sweep_removes(project_root: Path, tmp_path: Path) -> None:
     script = tmp_path / "job.py"
     script.write_text("import time\ntime.sleep(60)\n")
+    before = _views()
     proc = subprocess.Popen(
         [sys.executable, "-m", "runner", "run", "--runtime", "python", "--json", str(script)], cwd=project_root,
         env=child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
-    run_id = _wait_for_run_start()
+    run_id = _wait_for_run_start(before)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     runs = paths_from_env().data_dir / "runs"
@@ -133,6 +140,10 @@ def test_a_sigkilled_supervisor_leaves_debris_that_the_sweep_removes(project_roo
                            capture_output=True, text=True, timeout=60)  # fmt: skip
     assert sweep.returncode == 0, sweep.stderr
     assert f"swept cgroup {run_id}" in sweep.stdout and f"swept run directory {run_id}" in sweep.stdout
+    assert f"swept view {run_id}" in sweep.stdout
+    views = paths_from_env().host_state_dir / "views"
+    assert not (views / run_id).exists() and not hostfs.mounts_under(views / run_id)
     assert not any(leaf.exists() for leaf in leaves)
-    assert not (runs / run_id).exists() and not (runs / f"{run_id}.lock").exists()
+    assert not (runs / run_id).exists()
+    assert not (paths_from_env().host_state_dir / "locks" / f"{run_id}.lock").exists()
     assert not hostfs.mounts_under(runs / run_id)

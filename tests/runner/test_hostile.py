@@ -74,7 +74,7 @@ def engines_here() -> list[Any]:
 def supervisor() -> Supervisor:
     paths = paths_from_env()
     capacity = Capacity(slots=SLOTS, memory_mib=8192, cpus=64.0, wait_s=120.0)
-    sup = Supervisor(paths=paths, admission=Admission(paths.data_dir / "admission", capacity))
+    sup = Supervisor(paths=paths, admission=Admission(paths.host_state_dir / "admission", capacity))
     sup.sweep()
     return sup
 
@@ -228,8 +228,10 @@ def assert_nothing_left(supervisor: Supervisor, result: RunResult) -> None:
     for parent in layout.parents(supervisor.settings.cgroup_parent):
         assert not (parent / result.run_id).exists(), f"cgroup left: {parent / result.run_id}"
     run_dir = supervisor.runs_dir / result.run_id
-    assert not run_dir.exists() and not (supervisor.runs_dir / f"{result.run_id}.lock").exists()
+    assert not run_dir.exists() and not (supervisor.locks_dir / f"{result.run_id}.lock").exists()
     assert not hostfs.mounts_under(run_dir)
+    assert not hostfs.mounts_under(supervisor.views_dir / result.run_id)
+    assert not (supervisor.views_dir / result.run_id).exists()
     assert not supervisor.admission.holds(result.run_id)
 
 
