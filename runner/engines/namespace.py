@@ -12,14 +12,14 @@ import json
 import os
 import resource
 import shutil
-import signal
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
 from runner import hostfs
-from runner.cgroups import CgroupLayout, RunCgroup, run_names
+from runner.cgroups import CgroupLayout, RunCgroup
 from runner.engines.base import Collected, Engine, RunContext, Sample
+from runner.engines.common import cgroup_checks, mounts_check, processes_of_uid, stop_cgroup, sweep_cgroups
 from runner.seccomp import bpf_fd
 from runner.spec import MIB, CleanupCheck, RunnerError
 
@@ -124,20 +124,10 @@ class NamespaceEngine(Engine):
         cgroup: RunCgroup | None = ctx.state.get("cgroup")
         if cgroup is None:
             return "nothing to stop"
-        method = "exited"
         # Polite first, to the program only: bwrap and its init would take everything down at once.
         status = _parse_status(ctx.state.get("status", b""))
         tooling = {ctx.process.pid if ctx.process else -1, status.get("child-pid", -1)}
-        program = cgroup.pids() - tooling
-        if program and grace_s > 0:
-            for pid in program:
-                _signal(pid, signal.SIGTERM)
-            method = "SIGTERM" if cgroup.wait_empty(grace_s) else cgroup.kill()
-        elif cgroup.pids():
-            method = cgroup.kill()
-        if not cgroup.wait_empty(5.0):
-            method = cgroup.kill()
-            cgroup.wait_empty(5.0)
+        method = stop_cgroup(cgroup, spare=tooling, grace_s=grace_s)
         if ctx.process is not None:
             try:
                 ctx.process.wait(timeout=5)
@@ -166,64 +156,16 @@ class NamespaceEngine(Engine):
     # teardown / sweep
 
     def teardown(self, ctx: RunContext) -> list[CleanupCheck]:
-        checks: list[CleanupCheck] = []
         cgroup: RunCgroup = ctx.state.get("cgroup") or RunCgroup(self.layout, self.cgroup_parent, ctx.run_id)
-        left = cgroup.pids()
-        if left:
-            cgroup.kill()
-            cgroup.wait_empty(5.0)
-            left = cgroup.pids()
-        strays = _processes_of_uid(ctx.uid)
-        checks.append(
-            CleanupCheck(
-                "processes",
-                not left and not strays,
-                f"cgroup pids left: {sorted(left)}; uid {ctx.uid} processes: {strays}"
-                if left or strays
-                else f"no process left in the run's cgroups or as uid {ctx.uid}",
-            )
-        )
+        checks = cgroup_checks(cgroup, lambda: processes_of_uid(ctx.uid), f"as uid {ctx.uid}")
         fd = ctx.state.pop("status_fd", None)
         if fd is not None:
             os.close(fd)
-        remaining = cgroup.remove()
-        checks.append(
-            CleanupCheck(
-                "cgroups",
-                not remaining,
-                f"not removed: {remaining}" if remaining else f"{len(cgroup.dirs)} cgroup directories removed",
-            )
-        )
-        errors = []
-        for directory in (ctx.view_dir, ctx.run_dir):
-            for mount in hostfs.mounts_under(directory):
-                try:
-                    hostfs.unmount(mount)
-                except OSError as exc:
-                    errors.append(str(exc))
-        mounted = hostfs.mounts_under(ctx.view_dir) + hostfs.mounts_under(ctx.run_dir)
-        if not mounted and ctx.view_dir.exists():
-            # Only once nothing is mounted below it: never recurse into a live mount.
-            shutil.rmtree(ctx.view_dir)
-        ok = not mounted and not ctx.view_dir.exists()
-        detail = "rootfs and input views, scratch and output tmpfs unmounted; view directory removed"
-        checks.append(
-            CleanupCheck("mounts", ok, detail if ok else f"still mounted: {[str(m) for m in mounted]} {errors}")
-        )
+        checks.append(mounts_check(ctx))
         return checks
 
     def sweep(self, is_live: Callable[[str], bool]) -> list[str]:
-        swept = []
-        for name in sorted(run_names(self.layout, self.cgroup_parent)):
-            if is_live(name):
-                continue
-            cgroup = RunCgroup(self.layout, self.cgroup_parent, name)
-            if cgroup.pids():
-                cgroup.kill()
-                cgroup.wait_empty(5.0)
-            remaining = cgroup.remove()
-            swept.append(f"cgroup {name}" + (f" (could not remove {remaining})" if remaining else ""))
-        return swept
+        return sweep_cgroups(self.layout, self.cgroup_parent, is_live)
 
 
 def bwrap_argv(bwrap: str, fds: dict[str, int], program: list[str]) -> list[str]:
@@ -318,37 +260,11 @@ def _exit_status(returncode: int | None, status: dict[str, int]) -> tuple[int | 
     return code, None
 
 
-def _signal(pid: int, signo: int) -> None:
-    try:
-        os.kill(pid, signo)
-    except ProcessLookupError:
-        pass
-
-
 def _full(path: Path) -> bool:
     try:
         return hostfs.is_full(path)
     except OSError:
         return False
-
-
-def _processes_of_uid(uid: int) -> list[int]:
-    """Live (non-zombie) processes owned by `uid`. A zombie has exited and holds nothing but its
-    pid; bwrap's exited helpers are reaped by the host's init in its own time."""
-    found = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            if entry.stat().st_uid != uid:
-                continue
-            with open(f"/proc/{entry.name}/stat") as handle:
-                state = handle.read().rsplit(")", 1)[1].split()[0]
-        except (FileNotFoundError, ProcessLookupError, IndexError):
-            continue
-        if state not in ("Z", "X"):
-            found.append(int(entry.name))
-    return found
 
 
 def check_available() -> tuple[bool, str]:

@@ -1,0 +1,108 @@
+"""Host-side mechanics every engine shares: stopping a run's cgroup, and auditing teardown."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+from collections.abc import Callable, Iterable
+
+from runner import hostfs
+from runner.cgroups import CgroupLayout, RunCgroup, run_names
+from runner.engines.base import RunContext
+from runner.spec import CleanupCheck
+
+
+def stop_cgroup(cgroup: RunCgroup, *, spare: Iterable[int], grace_s: float) -> str:
+    """SIGTERM to every process but the `spare` tooling, wait `grace_s`, then kill the whole cgroup
+    and verify it is empty. Returns how it ended: exited, SIGTERM, or the kill method."""
+    method = "exited"
+    polite = cgroup.pids() - set(spare)
+    if polite and grace_s > 0:
+        for pid in polite:
+            signal_quietly(pid, signal.SIGTERM)
+        method = "SIGTERM" if cgroup.wait_empty(grace_s) else cgroup.kill()
+    elif cgroup.pids():
+        method = cgroup.kill()
+    if not cgroup.wait_empty(5.0):
+        method = cgroup.kill()
+        cgroup.wait_empty(5.0)
+    return method
+
+
+def cgroup_checks(cgroup: RunCgroup, strays: Callable[[], list[int]], who: str) -> list[CleanupCheck]:
+    """Kill what is left in the run's cgroups, then audit: no process (in the cgroups, or found
+    by `strays`, described by `who`), and every cgroup directory removed."""
+    left = cgroup.pids()
+    if left:
+        cgroup.kill()
+        cgroup.wait_empty(5.0)
+        left = cgroup.pids()
+    stray = strays()
+    ok = not left and not stray
+    detail = f"no process left in the run's cgroups or {who}"
+    if not ok:
+        detail = f"cgroup pids left: {sorted(left)}; {who}: {stray}"
+    remaining = cgroup.remove()
+    removed = f"{len(cgroup.dirs)} cgroup directories removed"
+    return [
+        CleanupCheck("processes", ok, detail),
+        CleanupCheck("cgroups", not remaining, f"not removed: {remaining}" if remaining else removed),
+    ]
+
+
+def mounts_check(ctx: RunContext) -> CleanupCheck:
+    """Unmount everything below the run's view and staging directories, then remove the view."""
+    errors = []
+    for directory in (ctx.view_dir, ctx.run_dir):
+        for mount in hostfs.mounts_under(directory):
+            try:
+                hostfs.unmount(mount)
+            except OSError as exc:
+                errors.append(str(exc))
+    mounted = hostfs.mounts_under(ctx.view_dir) + hostfs.mounts_under(ctx.run_dir)
+    if not mounted and ctx.view_dir.exists():
+        shutil.rmtree(ctx.view_dir)  # only once nothing is mounted below: never recurse into a mount
+    ok = not mounted and not ctx.view_dir.exists()
+    detail = "every view and tmpfs of the run unmounted; view directory removed"
+    return CleanupCheck("mounts", ok, detail if ok else f"still mounted: {[str(m) for m in mounted]} {errors}")
+
+
+def sweep_cgroups(layout: CgroupLayout, parent: str, is_live: Callable[[str], bool]) -> list[str]:
+    swept = []
+    for name in sorted(run_names(layout, parent)):
+        if is_live(name):
+            continue
+        cgroup = RunCgroup(layout, parent, name)
+        if cgroup.pids():
+            cgroup.kill()
+            cgroup.wait_empty(5.0)
+        remaining = cgroup.remove()
+        swept.append(f"cgroup {name}" + (f" (could not remove {remaining})" if remaining else ""))
+    return swept
+
+
+def processes_of_uid(uid: int) -> list[int]:
+    """Live (non-zombie) processes owned by `uid`. A zombie has exited and holds nothing but its
+    pid; exited helpers are reaped by the host's init in its own time."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            if entry.stat().st_uid != uid:
+                continue
+            with open(f"/proc/{entry.name}/stat") as handle:
+                state = handle.read().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            continue
+        if state not in ("Z", "X"):
+            found.append(int(entry.name))
+    return found
+
+
+def signal_quietly(pid: int, signo: int) -> None:
+    try:
+        os.kill(pid, signo)
+    except ProcessLookupError:
+        pass
