@@ -9,7 +9,7 @@ STAMP := $(VENV)/.cordon-installed
 # Debian packages the host needs: sandboxing, image builds, Redis, and a Python venv.
 DEB_PACKAGES := bubblewrap mmdebstrap redis-server python3-venv libseccomp2 ca-certificates
 
-.PHONY: help system venv images migrate run test lint bench
+.PHONY: help system kvm-access venv images migrate run test lint bench
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -21,6 +21,17 @@ system: ## install the Debian packages Cordon needs, if any is missing
 		if [ "$$(id -u)" != 0 ]; then echo "missing Debian packages: $$missing (run as root)"; exit 1; fi; \
 		echo "installing: $$missing"; \
 		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; \
+	fi
+
+# smolvm runs each VMM as a per-VM uid in group kvm: /dev/kvm must be root:kvm 0660, which
+# udev does on most hosts; where it is root-only (as on some cloud VMs), fix it here.
+kvm-access:
+	@if [ -e /dev/kvm ] && [ "$$(id -u)" = 0 ]; then \
+		getent group kvm >/dev/null || groupadd --system kvm; \
+		if [ "$$(stat -c %G /dev/kvm)" != kvm ] || [ $$(( 0$$(stat -c %a /dev/kvm) & 060 )) != 48 ]; then \
+			echo "giving /dev/kvm to group kvm with mode 0660 (smolvm's per-VM uids open it)"; \
+			chgrp kvm /dev/kvm && chmod 0660 /dev/kvm; \
+		fi; \
 	fi
 
 $(STAMP): pyproject.toml | system
@@ -37,12 +48,13 @@ migrate: venv
 	@$(PY) manage.py migrate --noinput -v0
 	@$(PY) manage.py collectstatic --noinput -v0
 
-run: images migrate ## serve Cordon on 127.0.0.1:8000 with Redis, a Celery worker and daphne
+run: images migrate kvm-access ## serve Cordon on 127.0.0.1:8000 with Redis, a Celery worker and daphne
+	@$(PY) -m runner doctor || true
 	@$(PY) manage.py ensure_admin
 	@$(PY) manage.py serve_info
 	exec $(VENV)/bin/honcho start
 
-test: images ## run the test suite
+test: images kvm-access ## run the test suite
 	$(PY) -m pytest
 
 lint: venv ## ruff (format and lint) and mypy

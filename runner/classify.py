@@ -37,6 +37,8 @@ class Evidence:
     output_area_full: bool = False
     oom_kills: int = 0
     runtime_heap_exhausted: bool = False  # e.g. V8's "JavaScript heap out of memory" abort
+    # In a VM nothing on the host sends the program SIGKILL: the guest kernel's OOM killer does.
+    guest_oom_kill: bool = False
     process_cap_hits: int = 0
     scratch_full: bool = False
     exit_code: int | None = None
@@ -62,7 +64,7 @@ def classify(ev: Evidence, limits: Limits) -> tuple[Outcome, str]:
         )
     if not succeeded and ev.output_area_full:
         return Outcome.OUTPUT_LIMIT, f"filled the {limits.output_max_bytes} byte output area"
-    if ev.stopped_by == "oom" or ev.oom_kills > 0 or ev.runtime_heap_exhausted:
+    if ev.stopped_by == "oom" or ev.oom_kills > 0 or ev.runtime_heap_exhausted or ev.guest_oom_kill:
         return Outcome.MEMORY_LIMIT, f"ran out of its {limits.memory_mib} MiB of memory"
     if ev.stopped_by == "process_cap" or (not succeeded and ev.process_cap_hits > 0):
         return Outcome.PROCESS_LIMIT, f"hit the cap of {limits.max_processes} processes and threads"

@@ -60,6 +60,7 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser("sweep", help="reclaim what crashed supervisors left behind")
     doctor = commands.add_parser("doctor", help="report what this host supports, from checks that run")
     doctor.add_argument("--json", action="store_true")
+    doctor.add_argument("--recheck", action="store_true", help="boot a fresh canary VM even if one is cached")
     return parser
 
 
@@ -88,7 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "doctor":
             from runner.doctor import diagnose, render
 
-            report = diagnose()
+            report = diagnose(recheck=args.recheck)
             print(json.dumps(report, indent=2) if args.json else render(report))
             return 0 if any(report["engines"].values()) else 1
         if args.command == "sweep":

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-import os
+import grp
+import json
 import shutil
 import stat
 import subprocess
 import time
 from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -25,16 +27,82 @@ class Check:
     detail: str
 
 
-def diagnose(supervisor: Supervisor | None = None) -> dict[str, Any]:
+CANARY_MAX_AGE_S = 6 * 3600
+
+
+def diagnose(supervisor: Supervisor | None = None, *, recheck: bool = False) -> dict[str, Any]:
     supervisor = supervisor or Supervisor()
-    checks = [_bwrap(), _cgroups(), _seccomp(), *_images(supervisor.images), _kvm()]
+    checks = [_bwrap(), _cgroups(), _seccomp(), *_images(supervisor.images), _kvm(), _smolvm_engine()]
     if all(c.ok for c in checks if c.name in ("bubblewrap", "cgroups", "seccomp", "image python")):
         checks.append(_namespace_canary(supervisor))
+    canary = supervisor.read_canary()
+    if recheck or canary is None or _age_s(canary) > CANARY_MAX_AGE_S:
+        canary = run_canary(supervisor)
+    checks.append(_canary_check(canary))
     namespace_ok = all(c.ok for c in checks if c.name in ("bubblewrap", "cgroups", "seccomp", "namespace canary"))
-    return {
-        "checks": [asdict(c) for c in checks],
-        "engines": {"namespace": namespace_ok},
+    engines = {"namespace": namespace_ok, "smolvm": bool(canary.get("ok"))}
+    auto = "smolvm" if engines["smolvm"] else "namespace"
+    if supervisor.settings.require_vm and auto != "smolvm":
+        conclusion = "require_vm is set and no microVM can boot here: runs are refused"
+    elif auto == "smolvm":
+        conclusion = "runs use the smolvm engine (isolation vm)"
+    else:
+        conclusion = (
+            "runs use the namespace engine (isolation namespace, shared kernel): this host's KVM "
+            "cannot boot a microVM guest"
+        )
+    return {"checks": [asdict(c) for c in checks], "engines": engines, "auto": auto, "conclusion": conclusion}
+
+
+def run_canary(supervisor: Supervisor) -> dict[str, Any]:
+    """Boot a tiny microVM through the real engine and run a no-op in it; cache the verdict."""
+    started = time.monotonic()
+    result = supervisor.run(
+        RunSpec(runtime="python", script=b"pass", engine="smolvm", limits=Limits(wall_timeout_s=30, memory_mib=256))
+    )
+    ok = result.outcome is Outcome.SUCCEEDED and result.cleanup_ok
+    if ok:
+        reason = f"booted in {result.timings.get('boot_s', 0):.1f} s and ran python3"
+    elif result.error is not None:
+        reason = f"{result.error.code}: {result.error.message}"
+    else:
+        reason = f"{result.outcome.value}: {result.reason}"
+    record = {
+        "ok": ok,
+        "reason": reason,
+        "seconds": round(time.monotonic() - started, 2),
+        "at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "engine_version": result.engine_version,
+        "cleanup_ok": result.cleanup_ok,
     }
+    path = supervisor.canary_path
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(record, indent=2) + "\n")
+    tmp.replace(path)
+    return record
+
+
+def _age_s(canary: dict[str, Any]) -> float:
+    try:
+        at = datetime.strptime(str(canary.get("at")), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    except ValueError:
+        return float("inf")
+    return (datetime.now(UTC) - at).total_seconds()
+
+
+def _canary_check(canary: dict[str, Any]) -> Check:
+    verdict = "passed" if canary.get("ok") else "FAILED"
+    detail = f"{verdict} at {canary.get('at')} in {canary.get('seconds')} s: {canary.get('reason')}"
+    return Check("smolvm canary boot", bool(canary.get("ok")), detail)
+
+
+def _smolvm_engine() -> Check:
+    from runner.engines.smolvm import component_hashes, engine_version, wheel_dir
+
+    if wheel_dir() is None:
+        return Check("smolvm engine", False, "the smolmachines wheel is not installed")
+    hashes = ", ".join(f"{name} {digest[:16]}" for name, digest in component_hashes().items())
+    return Check("smolvm engine", True, f"{engine_version()}; sha256: {hashes}")
 
 
 def _bwrap() -> Check:
@@ -81,15 +149,23 @@ def _images(store: ImageStore) -> list[Check]:
     return checks
 
 
+KVM_FIX = "groupadd --system kvm; chgrp kvm /dev/kvm; chmod 0660 /dev/kvm (make run and make test do this)"
+
+
 def _kvm() -> Check:
     dev = Path("/dev/kvm")
     if not dev.exists():
-        return Check("kvm", False, "/dev/kvm absent: the smolvm engine cannot run here")
-    mode = stat.S_IMODE(dev.stat().st_mode)
-    can_open = os.access(dev, os.R_OK | os.W_OK)
-    return Check(
-        "kvm", can_open, f"/dev/kvm present (mode {mode:o}); opening it proves nothing, only a canary boot does"
-    )
+        return Check("kvm", False, "/dev/kvm absent: no microVM can run here")
+    st = dev.stat()
+    mode = stat.S_IMODE(st.st_mode)
+    try:
+        group = grp.getgrgid(st.st_gid).gr_name
+    except KeyError:
+        group = str(st.st_gid)
+    if group != "kvm" or mode & 0o060 != 0o060:
+        detail = f"/dev/kvm is {group} mode {mode:04o}: smolvm's per-VM uids cannot open it. Fix: {KVM_FIX}"
+        return Check("kvm", False, detail)
+    return Check("kvm", True, f"/dev/kvm {group} mode {mode:04o}; opening it proves nothing, only a canary boot does")
 
 
 def _namespace_canary(supervisor: Supervisor) -> Check:
@@ -110,4 +186,5 @@ def render(report: dict[str, Any]) -> str:
     lines = [f"{'ok  ' if c['ok'] else 'FAIL'}  {c['name']}: {c['detail']}" for c in report["checks"]]
     usable = [name for name, ok in report["engines"].items() if ok]
     lines.append(f"engines usable here: {', '.join(usable) or 'none'}")
+    lines.append(f"conclusion: {report['conclusion']}")
     return "\n".join(lines)

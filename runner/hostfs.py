@@ -16,9 +16,11 @@ MS_BIND = 0x1000
 MNT_DETACH = 0x2
 
 
-def mount_tmpfs(target: Path, *, size_bytes: int, uid: int, max_inodes: int | None = None) -> None:
-    """A tmpfs at `target` that only `uid` can write to, capped at `size_bytes`."""
-    options = f"size={size_bytes},mode=0700,uid={uid},gid={uid}"
+def mount_tmpfs(
+    target: Path, *, size_bytes: int, uid: int, gid: int | None = None, mode: int = 0o700, max_inodes: int | None = None
+) -> None:
+    """A tmpfs at `target` owned by `uid` (and `gid`), capped at `size_bytes`."""
+    options = f"size={size_bytes},mode={mode:04o},uid={uid},gid={uid if gid is None else gid}"
     if max_inodes is not None:
         options += f",nr_inodes={max_inodes}"
     if _libc.mount(b"tmpfs", os.fsencode(target), b"tmpfs", MS_NOSUID | MS_NODEV, options.encode()) != 0:

@@ -196,6 +196,7 @@ class RunResult:
     timings: dict[str, float] = field(default_factory=dict)
     sandbox_id: str | None = None
     limits: Limits | None = None
+    engine_note: str = ""  # why this engine ran the job (auto's choice and its reason)
 
     @property
     def cleanup_ok(self) -> bool:
@@ -220,6 +221,7 @@ class RunResult:
             "rejected_outputs": [asdict(r) for r in self.rejected_outputs],
             "engine": self.engine,
             "engine_version": self.engine_version,
+            "engine_note": self.engine_note,
             "isolation": self.isolation,
             "image": asdict(self.image) if self.image else None,
             "cleanup": {"ok": self.cleanup_ok, "checks": [asdict(c) for c in self.cleanup]},

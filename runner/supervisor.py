@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import json
 import os
 import selectors
 import shutil
@@ -22,9 +23,9 @@ from typing import Any
 from runner import hostfs
 from runner.admission import Admission, Capacity
 from runner.classify import Evidence, classify
-from runner.config import Paths, paths_from_env
+from runner.config import PROJECT_ROOT, Paths, paths_from_env
 from runner.engines.base import Collected, Engine, RunContext
-from runner.env import env_float, env_int
+from runner.env import env_bool, env_float, env_int, env_path
 from runner.files import export_outputs, stage_inputs
 from runner.images import ImageError, ImageStore
 from runner.spec import (
@@ -44,6 +45,8 @@ Event = dict[str, Any]
 EventSink = Callable[[Event], None]
 _READ_SIZE = 1 << 16
 SAMPLE_INTERVAL_S = 0.05
+# Harness-only smolvm switches a supervisor passes on when its environment sets them.
+SMOLVM_PASSTHROUGH = frozenset({"SMOLVM_VM_UID_DROP"})
 EVENT_SAMPLE_INTERVAL_S = 0.5
 
 
@@ -52,12 +55,18 @@ class SupervisorSettings:
     uid_base: int = 1_900_000
     stop_grace_s: float = 0.5
     cgroup_parent: str = "cordon"
+    boot_timeout_s: float = 20.0
+    require_vm: bool = False
+    smolvm_state_dir: Path = Path("/var/lib/cordon/smolvm")
 
     @classmethod
     def from_env(cls) -> SupervisorSettings:
         return cls(
             uid_base=env_int("CORDON_SANDBOX_UID_BASE", 1_900_000, minimum=1000),
             stop_grace_s=env_float("CORDON_STOP_GRACE_S", 0.5, minimum=0.0),
+            boot_timeout_s=env_float("CORDON_SMOLVM_BOOT_TIMEOUT_S", 20.0, minimum=1.0),
+            require_vm=env_bool("CORDON_REQUIRE_VM", False),
+            smolvm_state_dir=env_path("CORDON_SMOLVM_STATE_DIR", Path("/var/lib/cordon/smolvm"), base=PROJECT_ROOT),
         )
 
 
@@ -104,20 +113,55 @@ class Supervisor:
     def engines(self) -> dict[str, Engine]:
         if self._engines is None:
             from runner.engines.namespace import NamespaceEngine
+            from runner.engines.smolvm import SmolvmEngine
 
-            self._engines = {"namespace": NamespaceEngine(cgroup_parent=self.settings.cgroup_parent)}
+            passthrough = {k: v for k, v in os.environ.items() if k in SMOLVM_PASSTHROUGH}
+            self._engines = {
+                "namespace": NamespaceEngine(cgroup_parent=self.settings.cgroup_parent),
+                "smolvm": SmolvmEngine(
+                    state_root=self.settings.smolvm_state_dir,
+                    boot_timeout_s=self.settings.boot_timeout_s,
+                    cgroup_parent=self.settings.cgroup_parent,
+                    extra_env=passthrough,
+                ),
+            }
         return self._engines
 
-    def select_engine(self, requested: str) -> Engine:
+    @property
+    def canary_path(self) -> Path:
+        return self.paths.host_state_dir / "smolvm-canary.json"
+
+    def read_canary(self) -> dict[str, Any] | None:
+        try:
+            data = json.loads(self.canary_path.read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    def select_engine(self, requested: str) -> tuple[Engine, str]:
+        """The engine for a run, and a note saying why it was chosen."""
+        canary = self.read_canary()
+        passed = bool(canary and canary.get("ok"))
+        why = (
+            "the cached smolvm canary boot passed"
+            if passed
+            else f"the smolvm canary boot failed ({canary.get('reason')}, at {canary.get('at')})"
+            if canary
+            else "no smolvm canary boot has run on this host (python -m runner doctor)"
+        )
         if requested == "auto":
-            return self.engines["namespace"]
+            if passed:
+                return self.engines["smolvm"], f"auto chose smolvm: {why}"
+            if self.settings.require_vm:
+                raise RunnerError("vm_required", f"this site requires the microVM engine (require_vm), and {why}")
+            return self.engines["namespace"], f"auto fell back to namespace: {why}"
         if requested not in self.engines:
+            raise RunnerError("engine_unavailable", f"engine {requested!r} is not available on this host")
+        if requested != "smolvm" and self.settings.require_vm:
             raise RunnerError(
-                "engine_unavailable",
-                f"engine {requested!r} is not available on this host",
-                outcome=Outcome.SANDBOX_ERROR,
+                "vm_required", f"this site requires the microVM engine (require_vm); {requested!r} was asked for"
             )
-        return self.engines[requested]
+        return self.engines[requested], f"{requested} as asked"
 
     # --- one run ------------------------------------------------------------------
 
@@ -145,7 +189,7 @@ class Supervisor:
         }
         try:
             self._validate(spec)
-            engine = self.select_engine(spec.engine)
+            engine, result.engine_note = self.select_engine(spec.engine)
             result.engine, result.isolation = engine.name, engine.isolation
             result.engine_version = engine.version()
             image = self._image(spec.image_name)
@@ -154,7 +198,7 @@ class Supervisor:
                 run_id, memory_mib=self._reserved_mib(spec.limits), cpus=spec.limits.cpus, cancelled=cancelled
             )
             emit({"type": "state", "state": "admitted", "slot": reservation.slot})
-            ctx = self._stage(spec, run_id, reservation.slot, image)
+            ctx = self._stage(spec, run_id, reservation.slot, image, engine)
             result.sandbox_id = f"{engine.name}:{run_id}"
             emit({"type": "state", "state": "starting"})
             engine.prepare(ctx)
@@ -163,11 +207,15 @@ class Supervisor:
             t_start = time.monotonic()
             result.timings["start_s"] = t_start - started
             emit({"type": "state", "state": "running"})
-            self._supervise(engine, ctx, streams, evidence, emit, cancelled, t_start)
-            result.wall_s = round(time.monotonic() - t_start, 4)
+            ready_at, cpu_at_ready = self._supervise(engine, ctx, streams, evidence, emit, cancelled, t_start)
+            if ready_at is not None:
+                result.wall_s = round(time.monotonic() - ready_at, 4)
+                result.timings["boot_s"] = round(ready_at - t_start, 4)
             stop_method = engine.stop(ctx, grace_s=self.settings.stop_grace_s)
             result.evidence["stop"] = stop_method
             collected = engine.collect(ctx)
+            if evidence.engine_error is not None:
+                raise evidence.engine_error
             if not collected.started:
                 said = bytes(streams["stderr"].kept).decode(errors="replace")[-500:]
                 raise RunnerError(
@@ -175,7 +223,10 @@ class Supervisor:
                 )
             emit({"type": "state", "state": "exporting"})
             self._record(result, collected, evidence)
+            if result.cpu_s is not None and cpu_at_ready is not None:
+                result.cpu_s = round(max(0.0, result.cpu_s - cpu_at_ready), 4)  # the boot is not the job's
             evidence.runtime_heap_exhausted = spec.runtime == "node" and _v8_heap_exhausted(collected, streams)
+            evidence.guest_oom_kill = engine.isolation == "vm" and collected.signal == 9 and evidence.stopped_by is None
             export = export_outputs(ctx.output_dir, output_dir, spec.limits)
             result.outputs, result.rejected_outputs = export.outputs, export.rejected
             evidence.output_files_over_cap = export.over_cap
@@ -227,8 +278,10 @@ class Supervisor:
     def _reserved_mib(limits: Limits) -> int:
         return limits.memory_mib + limits.disk_mib + -(-limits.output_max_bytes // MIB) + 8 + 16
 
-    def _stage(self, spec: RunSpec, run_id: str, slot: int, image: Any) -> RunContext:
+    def _stage(self, spec: RunSpec, run_id: str, slot: int, image: Any, engine: Engine) -> RunContext:
         run_dir = self.runs_dir / run_id
+        views = engine.view_root(self.views_dir)
+        views.mkdir(mode=0o711, parents=True, exist_ok=True)
         run_dir.mkdir(mode=0o711)
         input_dir = run_dir / "in"
         input_dir.mkdir(mode=0o755)
@@ -237,14 +290,14 @@ class Supervisor:
             spec=spec,
             limits=spec.limits,
             run_dir=run_dir,
-            view_dir=self.views_dir / run_id,
+            view_dir=views / run_id,
             input_dir=input_dir,
-            scratch_dir=self.views_dir / run_id / "scratch",
-            output_dir=self.views_dir / run_id / "out",
+            scratch_dir=views / run_id / "scratch",
+            output_dir=views / run_id / "out",
             slot=slot,
             uid=self.settings.uid_base + slot,
             image=image,
-            argv=program_argv(spec),
+            argv=program_argv(spec, engine.script_dir),
         )
         try:
             stage_inputs(spec.inputs, input_dir, spec.limits)
@@ -264,7 +317,9 @@ class Supervisor:
         emit: EventSink,
         cancelled: Callable[[], bool],
         t_start: float,
-    ) -> None:
+    ) -> tuple[float | None, float | None]:
+        """Stream, sample and enforce until the sandbox is done. Returns when the program started
+        (after a VM's boot; None if it never did) and the CPU seconds used by then."""
         process = ctx.process
         if process is None or process.stdout is None or process.stderr is None:
             raise RunnerError("engine_failure", "the engine started no process with output pipes", retryable=True)
@@ -275,34 +330,55 @@ class Supervisor:
         for fd in engine.control_fds(ctx):
             os.set_blocking(fd, False)
             selector.register(fd, selectors.EVENT_READ, None)
-        deadline = t_start + ctx.limits.wall_timeout_s
+        boot_deadline = t_start + self.settings.boot_timeout_s
+        ready_at: float | None = None
+        cpu_at_ready: float | None = None
+        deadline = float("inf")
         next_sample = next_event_sample = t_start
         exited_at: float | None = None
         try:
             while selector.get_map():
                 now = time.monotonic()
-                timeout = max(0.0, min(deadline, next_sample) - now)
+                timeout = max(0.0, min(deadline, boot_deadline if ready_at is None else deadline, next_sample) - now)
                 for key, _ in selector.select(timeout):
                     self._read(key, selector, engine, ctx, evidence, emit)
                 now = time.monotonic()
+                if ready_at is None and engine.ready(ctx):
+                    ready_at, deadline = now, now + ctx.limits.wall_timeout_s
+                    cpu_at_ready = engine.sample(ctx).cpu_s if engine.isolation == "vm" else 0.0
+                    if engine.isolation == "vm":
+                        emit({"type": "state", "state": "running", "boot_s": round(now - t_start, 3)})
                 if evidence.stopped_by is None:
+                    failure = engine.failure(ctx)
                     if cancelled():
                         self._stop(engine, ctx, evidence, "cancel")
+                    elif failure is not None:
+                        evidence.engine_error = failure
+                        self._stop(engine, ctx, evidence, "engine_error")
+                    elif ready_at is None and now >= boot_deadline:
+                        evidence.engine_error = RunnerError(
+                            "boot_failed",
+                            f"the sandbox did not boot within {self.settings.boot_timeout_s:g} s "
+                            f"(no readiness from {engine.name}); not the program's fault",
+                            retryable=True,
+                        )
+                        self._stop(engine, ctx, evidence, "boot_timeout")
                     elif now >= deadline:
                         self._stop(engine, ctx, evidence, "deadline")
                 if now >= next_sample:
                     next_sample = now + SAMPLE_INTERVAL_S
                     sample = engine.sample(ctx)
-                    if evidence.stopped_by is None:
-                        if sample.cpu_s is not None and sample.cpu_s >= ctx.limits.cpu_time_s:
+                    used = None if sample.cpu_s is None else sample.cpu_s - (cpu_at_ready or 0.0)
+                    if evidence.stopped_by is None and ready_at is not None:
+                        if used is not None and used >= ctx.limits.cpu_time_s:
                             self._stop(engine, ctx, evidence, "cpu")
                         elif sample.oom_kills > 0:
                             self._stop(engine, ctx, evidence, "oom")
                         elif sample.process_cap_hits > 0:
                             self._stop(engine, ctx, evidence, "process_cap")
-                    if now >= next_event_sample:
+                    if now >= next_event_sample and ready_at is not None:
                         next_event_sample = now + EVENT_SAMPLE_INTERVAL_S
-                        emit({"type": "sample", "t": round(now - t_start, 3), "cpu_s": sample.cpu_s,
+                        emit({"type": "sample", "t": round(now - ready_at, 3), "cpu_s": used,
                               "memory_bytes": sample.memory_bytes})  # fmt: skip
                 if process.poll() is not None:
                     exited_at = exited_at or now
@@ -312,6 +388,7 @@ class Supervisor:
                         break
         finally:
             selector.close()
+        return ready_at, cpu_at_ready
 
     def _read(
         self, key: selectors.SelectorKey, selector: selectors.BaseSelector, engine: Engine, ctx: RunContext,
@@ -408,8 +485,10 @@ class Supervisor:
 
         for engine in self.engines.values():
             swept.extend(engine.sweep(is_live))
-        for directory, what in ((self.views_dir, "view"), (self.runs_dir, "run directory")):
-            for entry in sorted(directory.iterdir()):
+        view_roots = {engine.view_root(self.views_dir) for engine in self.engines.values()}
+        places = [(root, "view") for root in sorted(view_roots)] + [(self.runs_dir, "run directory")]
+        for directory, what in places:
+            for entry in sorted(directory.iterdir()) if directory.is_dir() else ():
                 if entry.is_dir() and not is_live(entry.name):
                     for mount in hostfs.mounts_under(entry):
                         hostfs.unmount(mount)
@@ -421,11 +500,11 @@ class Supervisor:
         return swept
 
 
-def program_argv(spec: RunSpec) -> list[str]:
+def program_argv(spec: RunSpec, script_dir: str = "/tmp") -> list[str]:
     if spec.runtime == "python":
-        return ["/usr/bin/python3", "/tmp/main.py"]
+        return ["/usr/bin/python3", f"{script_dir}/main.py"]
     heap_mib = max(16, int(spec.limits.memory_mib * 0.6))
-    return ["/usr/bin/node", f"--max-old-space-size={heap_mib}", "/tmp/main.js"]
+    return ["/usr/bin/node", f"--max-old-space-size={heap_mib}", f"{script_dir}/main.js"]
 
 
 class RunLock:
@@ -496,6 +575,7 @@ def _evidence_dict(ev: Evidence, streams: dict[str, _Stream]) -> dict[str, Any]:
         "scratch_full": ev.scratch_full,
         "output_area_full": ev.output_area_full,
         "output_files_over_cap": ev.output_files_over_cap,
+        "guest_oom_kill": ev.guest_oom_kill,
     }
     if ev.stop_latency_s is not None:
         out["stop_latency_s"] = round(ev.stop_latency_s, 4)

@@ -35,3 +35,13 @@ def project_root() -> Path:
 @pytest.fixture
 def images_dir() -> Path:
     return paths_from_env().images_dir
+
+
+@pytest.fixture(scope="session")
+def canary() -> dict[str, object]:
+    """This host's smolvm canary verdict: the cached one, or a fresh canary boot if none is cached."""
+    from runner.doctor import run_canary
+    from runner.supervisor import Supervisor
+
+    supervisor = Supervisor()
+    return supervisor.read_canary() or run_canary(supervisor)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from runner.images import ImageRef
-from runner.spec import CleanupCheck, Limits, RunSpec
+from runner.spec import CleanupCheck, Limits, RunnerError, RunSpec
 
 
 @dataclass
@@ -68,6 +68,20 @@ class Collected:
 class Engine(ABC):
     name: ClassVar[str]
     isolation: ClassVar[str]
+    # Where the program's script appears inside the sandbox (the host side is ctx.scratch_dir).
+    script_dir: ClassVar[str] = "/tmp"
+
+    def view_root(self, default: Path) -> Path:
+        """Where this engine's per-run views live (the supervisor's host-wide default)."""
+        return default
+
+    def ready(self, ctx: RunContext) -> bool:
+        """Whether the sandbox is up and the program started (a VM boots first)."""
+        return True
+
+    def failure(self, ctx: RunContext) -> RunnerError | None:
+        """An infrastructure failure the engine has learnt of (boot failure, engine crash)."""
+        return None
 
     @abstractmethod
     def version(self) -> str: ...

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import time
 from collections.abc import Callable, Iterable
 
 from runner import hostfs
@@ -39,6 +40,10 @@ def cgroup_checks(cgroup: RunCgroup, strays: Callable[[], list[int]], who: str) 
         cgroup.wait_empty(5.0)
         left = cgroup.pids()
     stray = strays()
+    settle = time.monotonic() + 2.0
+    while stray and time.monotonic() < settle:  # processes already dying leave the cgroup first
+        time.sleep(0.02)
+        stray = strays()
     ok = not left and not stray
     detail = f"no process left in the run's cgroups or {who}"
     if not ok:

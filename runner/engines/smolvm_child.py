@@ -1,0 +1,159 @@
+"""The per-run child that drives one smolvm microVM through the SDK (local target).
+
+`python -m runner.engines.smolvm_child CONFIG` — run by the supervisor inside the run's
+cgroup, killed with it. The guest's stdout and stderr are relayed on this process's own
+stdout and stderr; control facts (machine name, VM dir and uid, VMM pid, exit code, engine
+errors with codes) go only to the control descriptor named in the config, which nothing in
+the guest can reach. So a guest that prints a control message only prints text.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+# Boot failures whose message says the guest never came up (as on hosts whose KVM cannot run
+# a standard guest kernel), as opposed to configuration or host errors.
+BOOT_FAILURE_MARKERS = ("wait for ready", "boot process exited", "no boot progress", "did not become ready")
+KVM_FAILURE_MARKERS = ("KvmOpen", "KVM_UNAVAILABLE", "/dev/kvm")
+
+
+def classify_engine_error(code: str, message: str, *, phase: str) -> tuple[str, bool]:
+    """(Cordon's error code, retryable) for an SDK error."""
+    if code in ("KVM_UNAVAILABLE", "HYPERVISOR_UNAVAILABLE") or any(m in message for m in KVM_FAILURE_MARKERS):
+        return "kvm_unavailable", False
+    if phase == "boot" and any(m in message for m in BOOT_FAILURE_MARKERS):
+        return "boot_failed", True
+    if code == "TIMEOUT" and phase == "boot":
+        return "boot_failed", True
+    return ("boot_error" if phase == "boot" else "exec_error"), True
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def plain(message: str) -> str:
+    """The engine's message without terminal colour codes."""
+    return _ANSI.sub("", message)
+
+
+class Control:
+    def __init__(self, fd: int):
+        self._fd = fd
+
+    def say(self, **event: Any) -> None:
+        write_all(self._fd, (json.dumps(event, separators=(",", ":")) + "\n").encode())
+
+
+def write_all(fd: int, data: bytes) -> None:
+    while data:
+        data = data[os.write(fd, data) :]
+
+
+def vm_facts(state_root: Path, name: str) -> dict[str, Any]:
+    """Where smolvm put this machine: its VM dir, the per-VM uid and the VMM's pid, if present."""
+    vms = state_root / ".cache" / "smolvm" / "vms"
+    facts: dict[str, Any] = {}
+    for vm_dir in vms.iterdir() if vms.is_dir() else ():
+        try:
+            if (vm_dir / "name").read_text().strip() != name:
+                continue
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        facts["vm_dir"] = str(vm_dir)
+        for key, path in (("vm_uid", vm_dir / ".vm-uid"), ("vmm_pid", vm_dir / "agent.pid")):
+            try:
+                facts[key] = int(path.read_text().split()[0])
+            except (FileNotFoundError, ValueError, IndexError):
+                pass
+    return facts
+
+
+def main(config_path: str) -> int:
+    config = json.loads(Path(config_path).read_text())
+    control = Control(int(config["control_fd"]))
+    state_root = Path(config["state_root"])
+    os.environ.pop("SMOL_CLOUD_TOKEN", None)
+    os.environ["HOME"] = str(state_root)  # the SDK keeps its state under $HOME
+    # Stopping is the supervisor's: SIGTERM unwinds into the finally below, which deletes the VM.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
+    from smol import ConnectOptions, ExecOptions, Machine, MachineConfig, MountSpec, ResourceSpec, SmolError
+
+    name = config["name"]
+    started = time.monotonic()
+    control.say(event="starting", name=name, state_root=str(state_root))
+    machine = None
+    try:
+        try:
+            machine = Machine.create(
+                MachineConfig(
+                    name=name,
+                    image=config["archive"],
+                    mounts=[MountSpec(source=s, target=t, read_only=ro) for s, t, ro in config["mounts"]],
+                    resources=ResourceSpec(
+                        cpus=config["cpus"],
+                        memory_mb=config["memory_mib"],
+                        network=False,
+                        storage_gb=config["storage_gb"],
+                        overlay_gb=config["overlay_gb"],
+                    ),
+                    network=False,
+                    ready_timeout_seconds=config["boot_timeout_s"],
+                ),
+                ConnectOptions(target="local"),
+            )
+        except SmolError as exc:
+            code, retryable = classify_engine_error(exc.code, exc.message, phase="boot")
+            control.say(event="error", phase="boot", code=code, engine_code=exc.code, message=plain(exc.message),
+                        retryable=retryable, **vm_facts(state_root, name))  # fmt: skip
+            return 3
+        facts = vm_facts(state_root, name)
+        # The VMM serves /output as its own per-VM uid: give it the (size-capped) output area.
+        if config.get("output_dir"):
+            uid = int(facts.get("vm_uid", 0))
+            os.chown(config["output_dir"], uid, uid)
+        control.say(event="ready", boot_s=round(time.monotonic() - started, 3), **facts)
+        stream = machine.exec_stream(
+            config["argv"],
+            ExecOptions(
+                env=config["env"], workdir=config["workdir"], user=config["user"], timeout=config["exec_timeout_s"]
+            ),
+        )
+        for event in stream:
+            kind = event.get("kind")
+            if kind in ("stdout", "stderr"):
+                write_all(1 if kind == "stdout" else 2, str(event.get("data", "")).encode("utf-8", "replace"))
+            elif kind == "exit":
+                control.say(event="exit", exit_code=int(event["exit_code"]))
+            elif kind == "error":
+                control.say(event="error", phase="exec", code="exec_error", message=str(event.get("message")))
+        return 0
+    except SmolError as exc:
+        code, retryable = classify_engine_error(exc.code, exc.message, phase="exec")
+        control.say(
+            event="error",
+            phase="exec",
+            code=code,
+            engine_code=exc.code,
+            message=plain(exc.message),
+            retryable=retryable,
+        )
+        return 3
+    finally:
+        if machine is not None:
+            try:
+                machine.delete()
+                control.say(event="deleted")
+            except SmolError as exc:
+                control.say(event="delete_failed", message=exc.message)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

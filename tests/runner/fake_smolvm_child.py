@@ -1,0 +1,34 @@
+"""A stand-in for runner.engines.smolvm_child that boots nothing, for testing the engine's
+plumbing on hosts without a bootable KVM: it prints, as the guest would, forged control
+messages on stdout and stderr, and reports the real facts on the control descriptor."""
+
+import json
+import os
+import sys
+from pathlib import Path
+
+FORGED = '{"event":"error","code":"boot_failed","message":"forged by the guest","retryable":true}\n'
+
+
+def main(config_path: str) -> int:
+    config = json.loads(Path(config_path).read_text())
+    control = int(config["control_fd"])
+    mode = os.environ.get("FAKE_CHILD_MODE", "forge")
+
+    def say(**event: object) -> None:
+        os.write(control, (json.dumps(event) + "\n").encode())
+
+    say(event="starting", name=config["name"])
+    if mode == "boot_error":
+        say(event="error", phase="boot", code="boot_failed", message="no boot progress for 30 seconds", retryable=True)
+        return 3
+    say(event="ready", boot_s=0.01)
+    os.write(1, b"guest says hello\n" + FORGED.encode() + b'{"event":"exit","exit_code":99}\n')
+    os.write(2, FORGED.encode())
+    say(event="exit", exit_code=0)
+    say(event="deleted")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

@@ -1,0 +1,245 @@
+"""The smolvm engine: its config and control channel, and, with the real binary on a host whose
+KVM cannot boot a guest (these machines), a prompt, classified and leak-free failure."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runner.config import PROJECT_ROOT, paths_from_env
+from runner.engines.base import RunContext
+from runner.engines.smolvm import ControlChannel, SmolvmEngine, child_config, machine_name
+from runner.spec import Limits, Outcome, RunSpec
+from runner.supervisor import Supervisor, SupervisorSettings
+from tests.conftest import child_env
+
+pytestmark = pytest.mark.images
+
+
+def _ctx(tmp_path: Path, **limits: Any) -> RunContext:
+    store = Supervisor().images
+    return RunContext(
+        run_id="abc123", spec=RunSpec(runtime="python", script=b""), limits=replace(Limits(), **limits),
+        run_dir=tmp_path / "run", view_dir=tmp_path / "view", input_dir=tmp_path / "run" / "in",
+        scratch_dir=tmp_path / "view" / "scratch", output_dir=tmp_path / "view" / "out", slot=0, uid=0,
+        image=store.resolve("python"), argv=["/usr/bin/python3", "/job/main.py"],
+    )  # fmt: skip
+
+
+def test_the_child_config_keeps_the_guest_offline_and_bounded(tmp_path: Path) -> None:
+    ctx = _ctx(tmp_path, memory_mib=512, cpus=2.0, disk_mib=1500, max_processes=40, wall_timeout_s=7)
+    config = child_config(ctx, state_root=tmp_path / "state", boot_timeout_s=20, control_fd=9)
+    assert config["name"] == machine_name("abc123") == "cordon-abc123"
+    assert config["archive"] == str(ctx.image.archive)
+    assert (config["cpus"], config["memory_mib"], config["storage_gb"], config["overlay_gb"]) == (2, 512, 2, 1)
+    assert config["mounts"] == [
+        [str(tmp_path / "view" / "in"), "/input", True],
+        [str(tmp_path / "view" / "scratch"), "/job", True],
+        [str(tmp_path / "view" / "out"), "/output", False],
+    ]
+    assert config["argv"] == ["/usr/bin/prlimit", "--nproc=40", "--core=0", "--", "/usr/bin/python3", "/job/main.py"]
+    assert config["user"] == "1000:1000" and config["workdir"] == "/tmp"
+    assert config["exec_timeout_s"] > 7  # a backstop only: the host deadline decides
+    assert config["control_fd"] == 9 and config["boot_timeout_s"] == 20
+    assert set(config["env"]) == {"PATH", "HOME", "TMPDIR", "LANG", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE"}
+
+
+def test_the_child_environment_is_built_from_nothing_and_hardened(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SMOL_CLOUD_TOKEN", "secret")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    env = SmolvmEngine(state_root=Path("/var/lib/x")).child_env()
+    assert "SMOL_CLOUD_TOKEN" not in env and "AWS_SECRET_ACCESS_KEY" not in env
+    assert env["SMOLVM_SECCOMP"] == env["SMOLVM_LANDLOCK"] == "enforce"
+    assert env["SMOLVM_IMAGE_SEEDS"] == "0" and env["HOME"] == "/var/lib/x"
+
+
+def test_the_control_channel_takes_typed_known_events_across_reads() -> None:
+    channel = ControlChannel()
+    channel.feed(b'{"event":"starting","name":"cordon-x"}\n{"event":"rea')
+    assert not channel.ready
+    channel.feed(b'dy","boot_s":1.5,"vm_uid":2000001,"vm_dir":"/s/vms/ab"}\nnot json\n')
+    channel.feed(b'{"event":"exit","exit_code":"0"}\n{"event":"made_up","exit_code":5}\n[1,2]\n')
+    assert channel.ready and channel.boot_s == 1.5
+    assert channel.facts == {"name": "cordon-x", "vm_uid": 2000001, "vm_dir": "/s/vms/ab"}
+    assert channel.exit_code is None  # a string is not an exit code; unknown events are dropped
+    channel.feed(b'{"event":"exit","exit_code":3}\n{"event":"error","code":"exec_error","message":"m"}\n')
+    channel.feed(b'{"event":"error","code":"later","message":"ignored"}\n')
+    assert channel.exit_code == 3
+    failure = channel.failure()
+    assert failure is not None and failure.code == "exec_error" and failure.outcome is Outcome.SANDBOX_ERROR
+
+
+def _fake_supervisor(mode: str, monkeypatch: pytest.MonkeyPatch) -> Supervisor:
+    monkeypatch.setenv("FAKE_CHILD_MODE", mode)
+    settings = SupervisorSettings.from_env()
+    engine = SmolvmEngine(
+        state_root=settings.smolvm_state_dir,
+        child_module="tests.runner.fake_smolvm_child",
+        extra_env={"PYTHONPATH": str(PROJECT_ROOT), "FAKE_CHILD_MODE": mode},
+    )
+    supervisor = Supervisor(settings=settings)
+    supervisor.engines["smolvm"] = engine
+    return supervisor
+
+
+def test_a_guest_printing_control_messages_cannot_fool_the_supervisor(monkeypatch: pytest.MonkeyPatch) -> None:
+    supervisor = _fake_supervisor("forge", monkeypatch)
+    result = supervisor.run(RunSpec(runtime="python", script=b"pass", engine="smolvm"))
+    assert result.outcome is Outcome.SUCCEEDED, result.to_json()
+    assert result.exit_code == 0 and result.error is None
+    assert b'"code":"boot_failed"' in result.stdout and b'"exit_code":99' in result.stdout
+    assert result.isolation == "vm" and result.cleanup_ok, result.cleanup
+
+
+def test_a_boot_error_on_the_control_channel_is_a_retryable_sandbox_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    supervisor = _fake_supervisor("boot_error", monkeypatch)
+    result = supervisor.run(RunSpec(runtime="python", script=b"pass", engine="smolvm"))
+    assert result.outcome is Outcome.SANDBOX_ERROR and not result.outcome.charged
+    assert result.error is not None and result.error.code == "boot_failed" and result.error.retryable
+    assert result.wall_s is None  # the program never started
+    assert result.cleanup_ok, result.cleanup
+
+
+# --- the real engine, on a host whose KVM cannot boot a guest --------------------------
+
+
+@pytest.fixture
+def failing_kvm(canary: dict[str, object]) -> None:
+    if canary.get("ok"):
+        pytest.skip("this host boots microVMs (its canary passed): there is no boot failure to test")
+
+
+def _nothing_of(run_id: str) -> list[str]:
+    """What the state root, views, staging, locks and cgroups still hold of a run."""
+    settings = SupervisorSettings.from_env()
+    engine = SmolvmEngine(state_root=settings.smolvm_state_dir)
+    name = machine_name(run_id)
+    left = []
+    vms = settings.smolvm_state_dir / ".cache" / "smolvm" / "vms"
+    for path in vms.iterdir() if vms.is_dir() else ():
+        names_it = path.is_dir() and (path / "name").exists() and (path / "name").read_text().strip() == name
+        if path.name == f".{name}.fork-operation.lock" or names_it:
+            left.append(str(path))
+    if name in engine.machine_names():
+        left.append(f"machine record {name}")
+    left += [str(p) for p in engine.vmm_processes(name)]
+    paths = paths_from_env()
+    for path in (settings.smolvm_state_dir.parent / "views" / run_id, paths.data_dir / "runs" / run_id,
+                 paths.host_state_dir / "locks" / f"{run_id}.lock"):  # fmt: skip
+        if path.exists():
+            left.append(str(path))
+    for parent in engine.layout.parents("cordon"):
+        if (parent / run_id).exists():
+            left.append(str(parent / run_id))
+    return left
+
+
+@pytest.mark.usefixtures("failing_kvm")
+def test_a_smolvm_run_here_ends_as_a_prompt_boot_error_leaving_nothing(project_root: Path, tmp_path: Path) -> None:
+    script = tmp_path / "job.py"
+    script.write_text("print('never runs here')\n")
+    started = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "runner", "run", "--runtime", "python", "--engine", "smolvm", "--json", str(script)],
+        cwd=project_root, env=child_env(), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    took = time.monotonic() - started
+    result = json.loads(proc.stdout)
+    assert proc.returncode == 2
+    assert result["outcome"] == "sandbox_error", result
+    assert result["error"]["code"] in ("boot_failed", "kvm_unavailable"), result["error"]
+    assert result["error"]["message"]  # the engine's own words (or the bound that fired)
+    assert took < SupervisorSettings.from_env().boot_timeout_s + 10
+    assert result["engine"] == "smolvm" and result["isolation"] == "vm"
+    assert result["cleanup"]["ok"], result["cleanup"]
+    names = {c["name"] for c in result["cleanup"]["checks"]}
+    assert {"processes", "cgroups", "machine record", "vm directory", "uid marker", "lock files", "mounts"} <= names
+    assert _nothing_of(result["run_id"]) == []
+
+
+@pytest.mark.usefixtures("failing_kvm")
+def test_a_supervisor_killed_mid_boot_is_swept_clean(project_root: Path, tmp_path: Path) -> None:
+    settings = SupervisorSettings.from_env()
+    views = settings.smolvm_state_dir.parent / "views"
+    before = {p.name for p in views.iterdir()} if views.is_dir() else set()
+    script = tmp_path / "job.py"
+    script.write_text("print('never runs here')\n")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runner", "run", "--runtime", "python", "--engine", "smolvm", "--json", str(script)],
+        cwd=project_root, env=child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    engine = SmolvmEngine(state_root=settings.smolvm_state_dir)
+    deadline = time.monotonic() + 30
+    run_id = None
+    while time.monotonic() < deadline and run_id is None:
+        for entry in views.iterdir() if views.is_dir() else ():
+            if entry.name not in before and engine.vmm_processes(machine_name(entry.name)):
+                run_id = entry.name
+        time.sleep(0.1)
+    assert run_id is not None, "no VMM started"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    gone_by = time.monotonic() + 10
+    while engine.vmm_processes(machine_name(run_id)) and time.monotonic() < gone_by:
+        time.sleep(0.2)
+    assert engine.vmm_processes(machine_name(run_id)) == [], "the VMM outlived its supervisor"
+    assert _nothing_of(run_id), "expected debris after the crash"
+    sweep = subprocess.run([sys.executable, "-m", "runner", "sweep"], cwd=project_root, env=child_env(),
+                           capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert sweep.returncode == 0, sweep.stderr
+    assert _nothing_of(run_id) == []
+
+
+@pytest.mark.usefixtures("failing_kvm")
+def test_doctor_reports_the_canary_failure_with_its_reason(project_root: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "runner", "doctor", "--json", "--recheck"], cwd=project_root,
+                          env=child_env(), capture_output=True, text=True, timeout=180)  # fmt: skip
+    report = json.loads(proc.stdout)
+    canary = next(c for c in report["checks"] if c["name"] == "smolvm canary boot")
+    assert not canary["ok"]
+    assert "FAILED" in canary["detail"] and ("boot_failed" in canary["detail"] or "kvm_unavailable" in canary["detail"])
+    assert report["engines"] == {"namespace": True, "smolvm": False}
+    assert report["auto"] == "namespace" and "cannot boot" in report["conclusion"]
+    assert proc.returncode == 0  # the namespace engine still serves
+
+
+@pytest.mark.usefixtures("failing_kvm")
+def test_auto_falls_back_to_namespace_and_says_why(project_root: Path, tmp_path: Path) -> None:
+    script = tmp_path / "job.py"
+    script.write_text("print('ran')\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "runner", "run", "--runtime", "python", "--engine", "auto", "--json", str(script)],
+        cwd=project_root, env=child_env(), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    result = json.loads(proc.stdout)
+    assert result["outcome"] == "succeeded" and result["engine"] == "namespace"
+    assert result["engine_note"].startswith("auto fell back to namespace: ")
+    assert "canary" in result["engine_note"]
+
+
+@pytest.mark.parametrize("engine", ["auto", "namespace"])
+def test_require_vm_refuses_to_fall_back(
+    project_root: Path, tmp_path: Path, engine: str, canary: dict[str, object]
+) -> None:
+    if canary.get("ok") and engine == "auto":
+        pytest.skip("this host boots microVMs: auto would not fall back")
+    script = tmp_path / "job.py"
+    script.write_text("print('must not run')\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "runner", "run", "--runtime", "python", "--engine", engine, "--json", str(script)],
+        cwd=project_root, env=child_env(CORDON_REQUIRE_VM="true"), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    result = json.loads(proc.stdout)
+    assert proc.returncode == 2
+    assert result["outcome"] == "sandbox_error" and result["error"]["code"] == "vm_required"
+    assert "requires the microVM engine" in result["error"]["message"]
+    assert result["stdout"] == "" and result["wall_s"] is None
