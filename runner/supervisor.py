@@ -200,6 +200,7 @@ class Supervisor:
             emit({"type": "state", "state": "admitted", "slot": reservation.slot})
             ctx = self._stage(spec, run_id, reservation.slot, image, engine)
             result.sandbox_id = f"{engine.name}:{run_id}"
+            result.evidence["host_uid"] = ctx.uid
             emit({"type": "state", "state": "starting"})
             engine.prepare(ctx)
             self._write_script(ctx)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import subprocess
 import time
 from collections.abc import Callable, Iterable
+from pathlib import Path
 
 from runner import hostfs
 from runner.cgroups import CgroupLayout, RunCgroup, run_names
@@ -111,3 +113,22 @@ def signal_quietly(pid: int, signo: int) -> None:
         os.kill(pid, signo)
     except ProcessLookupError:
         pass
+
+
+def reap(process: subprocess.Popen[bytes] | None) -> None:
+    """Wait for the engine's own process after its cgroup was emptied; kill it if it lingers."""
+    if process is None:
+        return
+    try:
+        process.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def area_full(path: Path) -> bool:
+    """Whether a run's tmpfs area is full (False when it cannot be read: unknown is not full)."""
+    try:
+        return hostfs.is_full(path)
+    except OSError:
+        return False

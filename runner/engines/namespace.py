@@ -14,12 +14,19 @@ import resource
 import shutil
 import subprocess
 from collections.abc import Callable
-from pathlib import Path
 
 from runner import hostfs
 from runner.cgroups import CgroupLayout, RunCgroup
 from runner.engines.base import Collected, Engine, RunContext, Sample
-from runner.engines.common import cgroup_checks, mounts_check, processes_of_uid, stop_cgroup, sweep_cgroups
+from runner.engines.common import (
+    area_full,
+    cgroup_checks,
+    mounts_check,
+    processes_of_uid,
+    reap,
+    stop_cgroup,
+    sweep_cgroups,
+)
 from runner.seccomp import bpf_fd
 from runner.spec import MIB, CleanupCheck, RunnerError
 
@@ -128,12 +135,7 @@ class NamespaceEngine(Engine):
         status = _parse_status(ctx.state.get("status", b""))
         tooling = {ctx.process.pid if ctx.process else -1, status.get("child-pid", -1)}
         method = stop_cgroup(cgroup, spare=tooling, grace_s=grace_s)
-        if ctx.process is not None:
-            try:
-                ctx.process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                ctx.process.kill()
-                ctx.process.wait()
+        reap(ctx.process)
         return method
 
     def collect(self, ctx: RunContext) -> Collected:
@@ -148,8 +150,8 @@ class NamespaceEngine(Engine):
             peak_memory_bytes=cgroup.memory_peak_bytes(),
             oom_kills=cgroup.oom_kills(),
             process_cap_hits=cgroup.pids_max_hits(),
-            scratch_full=_full(ctx.scratch_dir),
-            output_area_full=_full(ctx.output_dir),
+            scratch_full=area_full(ctx.scratch_dir),
+            output_area_full=area_full(ctx.output_dir),
             started="child-pid" in status,
         )
 
@@ -258,13 +260,6 @@ def _exit_status(returncode: int | None, status: dict[str, int]) -> tuple[int | 
     if 128 < code <= 128 + 64:
         return None, code - 128
     return code, None
-
-
-def _full(path: Path) -> bool:
-    try:
-        return hostfs.is_full(path)
-    except OSError:
-        return False
 
 
 def check_available() -> tuple[bool, str]:

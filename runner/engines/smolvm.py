@@ -16,6 +16,7 @@ import importlib.metadata
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -27,7 +28,15 @@ from typing import Any
 from runner import hostfs
 from runner.cgroups import CgroupLayout, RunCgroup
 from runner.engines.base import Collected, Engine, RunContext, Sample
-from runner.engines.common import cgroup_checks, mounts_check, processes_of_uid, stop_cgroup, sweep_cgroups
+from runner.engines.common import (
+    area_full,
+    cgroup_checks,
+    mounts_check,
+    processes_of_uid,
+    reap,
+    stop_cgroup,
+    sweep_cgroups,
+)
 from runner.spec import MIB, CleanupCheck, RunnerError
 
 VMM_OVERHEAD_MIB = 768 + 64  # smolvm's own VMM allowance, plus the Python child
@@ -55,6 +64,48 @@ def wheel_dir() -> Path | None:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
+def runtime_copy(root: Path) -> Path:
+    """A root-owned, world-readable copy of the wheel's `smol/` package under `root`.
+
+    smolvm drops each VMM to a per-VM uid, which must reach smol-vmm, libkrun and the agent
+    rootfs; a virtualenv below a private directory (a fresh clone in a 0700 temp dir) would
+    hide them. The copy is keyed by the components' hashes and checked against the wheel.
+    """
+    source = wheel_dir()
+    if source is None:
+        raise RunnerError("engine_unavailable", "the smolmachines wheel is not installed")
+    hashes = component_hashes()
+    key = hashlib.sha256(json.dumps(hashes, sort_keys=True).encode()).hexdigest()[:16]
+    target = root / f"{engine_version().replace(' ', '-')}-{key}" / "smol"
+    if target.is_dir():
+        return target
+    staging = target.parent.with_name(target.parent.name + f".tmp{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(source, staging / "smol", ignore=shutil.ignore_patterns("__pycache__", "*.ext4"))
+    for path in [staging, *staging.rglob("*")]:
+        if not path.is_symlink():
+            os.chmod(path, 0o755 if path.is_dir() or path.stat().st_mode & 0o111 else 0o644)
+    copied = {name: _sha256(staging / "smol" / name) for name in hashes}
+    if copied != hashes:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise RunnerError("engine_unavailable", "the copy of the smolvm runtime does not match the wheel")
+    root.mkdir(parents=True, exist_ok=True)
+    os.chmod(root, 0o755)  # noqa: S103 - per-VM uids traverse it
+    try:
+        staging.rename(target.parent)
+    except OSError:  # another supervisor won the race; its copy is as good
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
 def engine_version() -> str:
     try:
         return f"smolvm {importlib.metadata.version('smolmachines')}"
@@ -65,16 +116,7 @@ def engine_version() -> str:
 @lru_cache(maxsize=1)
 def component_hashes() -> dict[str, str]:
     folder = wheel_dir()
-    hashes: dict[str, str] = {}
-    for name in COMPONENTS:
-        path = folder / name if folder else None
-        if path is not None and path.is_file():
-            digest = hashlib.sha256()
-            with open(path, "rb") as handle:
-                while chunk := handle.read(1 << 20):
-                    digest.update(chunk)
-            hashes[name] = digest.hexdigest()
-    return hashes
+    return {name: _sha256(folder / name) for name in COMPONENTS if folder and (folder / name).is_file()}
 
 
 @dataclass
@@ -133,10 +175,13 @@ def machine_name(run_id: str) -> str:
     return f"{MACHINE_PREFIX}{run_id}"
 
 
-def child_config(ctx: RunContext, *, state_root: Path, boot_timeout_s: float, control_fd: int) -> dict[str, Any]:
+def child_config(
+    ctx: RunContext, *, state_root: Path, boot_timeout_s: float, control_fd: int, sdk_dir: Path | None = None
+) -> dict[str, Any]:
     """What the child needs to create, run and delete the machine; no shell strings anywhere."""
     limits = ctx.limits
     return {
+        "sdk_path": str(sdk_dir.parent) if sdk_dir else None,
         "name": machine_name(ctx.run_id),
         "state_root": str(state_root),
         "archive": str(ctx.image.archive),
@@ -234,7 +279,13 @@ class SmolvmEngine(Engine):
     def start(self, ctx: RunContext) -> subprocess.Popen[bytes]:
         cgroup: RunCgroup = ctx.state["cgroup"]
         read_fd, write_fd = os.pipe()
-        config = child_config(ctx, state_root=self.state_root, boot_timeout_s=self.boot_timeout_s, control_fd=write_fd)
+        config = child_config(
+            ctx,
+            state_root=self.state_root,
+            boot_timeout_s=self.boot_timeout_s,
+            control_fd=write_fd,
+            sdk_dir=self.runtime(),
+        )
         config_path = ctx.run_dir / "smolvm-child.json"
         fd = os.open(config_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         with os.fdopen(fd, "w") as handle:
@@ -258,8 +309,12 @@ class SmolvmEngine(Engine):
         ctx.state["control_fd"] = read_fd
         return process
 
+    def runtime(self) -> Path:
+        """The smol package the child imports and whose smol-vmm the CLI runs (a traversable copy)."""
+        return runtime_copy(self.state_root.parent / "runtime")
+
     def child_env(self) -> dict[str, str]:
-        folder = wheel_dir()
+        folder = self.runtime() if wheel_dir() is not None else None
         env = {
             "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
             "HOME": str(self.state_root),
@@ -304,12 +359,7 @@ class SmolvmEngine(Engine):
         child = ctx.process.pid if ctx.process is not None else -1
         spare = cgroup.pids() - {child}
         method = stop_cgroup(cgroup, spare=spare, grace_s=max(grace_s, 2.0))
-        if ctx.process is not None:
-            try:
-                ctx.process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                ctx.process.kill()
-                ctx.process.wait()
+        reap(ctx.process)
         return method
 
     def collect(self, ctx: RunContext) -> Collected:
@@ -327,7 +377,7 @@ class SmolvmEngine(Engine):
             oom_kills=cgroup.oom_kills(),
             process_cap_hits=0,
             scratch_full=False,  # the guest's disks are not visible from the host
-            output_area_full=_full(ctx.output_dir),
+            output_area_full=area_full(ctx.output_dir),
             started=control.ready,
         )
 
@@ -386,9 +436,9 @@ class SmolvmEngine(Engine):
     # smolvm's CLI, against the same state root
 
     def cli(self, *args: str, timeout: float = 30.0) -> tuple[int, str, str]:
-        folder = wheel_dir()
-        if folder is None:
+        if wheel_dir() is None:
             return 127, "", "smolmachines is not installed"
+        folder = self.runtime()
         proc = subprocess.run(
             [str(folder / "smol-vmm"), *args, "--error-format", "json"],
             env=self.child_env(), capture_output=True, text=True, timeout=timeout, check=False,
@@ -481,10 +531,3 @@ def _kvm_gid() -> int:
         return grp.getgrnam("kvm").gr_gid
     except KeyError:
         return 0
-
-
-def _full(path: Path) -> bool:
-    try:
-        return hostfs.is_full(path)
-    except OSError:
-        return False

@@ -84,6 +84,8 @@ def main(config_path: str) -> int:
     # Stopping is the supervisor's: SIGTERM unwinds into the finally below, which deletes the VM.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
+    if config.get("sdk_path"):
+        sys.path.insert(0, config["sdk_path"])  # the copy the per-VM uid can reach, not the venv's
     from smol import ConnectOptions, ExecOptions, Machine, MachineConfig, MountSpec, ResourceSpec, SmolError
 
     name = config["name"]
