@@ -47,6 +47,7 @@ images: venv ## build the guest images (cached: a no-op when recipes are unchang
 migrate: venv
 	@$(PY) manage.py migrate --noinput -v0
 	@$(PY) manage.py collectstatic --noinput -v0
+	@$(PY) manage.py sync_images -v0 >/dev/null
 
 run: images migrate kvm-access ## serve Cordon on 127.0.0.1:8000 with Redis, a Celery worker and daphne
 	@$(PY) -m runner doctor || true

@@ -1,1 +1,174 @@
-"""Cordon's records (runs, events, datasets, audits) live here."""
+"""Cordon's records: datasets, runs and their audit trail (events, outputs, cleanup checks),
+images, worker hosts and API tokens. Writes go through services.py, reads through selectors.py.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django.conf import settings
+from django.db import models
+
+
+class Dataset(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="datasets")
+    name = models.CharField(max_length=128)
+    file = models.FileField(upload_to="datasets/%Y/%m/", max_length=300)
+    size = models.BigIntegerField()
+    sha256 = models.CharField(max_length=64)
+    sniffed_type = models.CharField(max_length=32)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [models.UniqueConstraint(fields=["owner", "name"], name="dataset_name_per_owner")]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class RunState(models.TextChoices):
+    QUEUED = "queued"
+    ADMITTED = "admitted"
+    STARTING = "starting"
+    RUNNING = "running"
+    EXPORTING = "exporting"
+    FINISHED = "finished"
+
+
+ACTIVE_STATES = (RunState.QUEUED, RunState.ADMITTED, RunState.STARTING, RunState.RUNNING, RunState.EXPORTING)
+
+
+class Run(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="runs")
+    runtime = models.CharField(max_length=16)
+    code = models.TextField()
+    datasets = models.ManyToManyField(Dataset, blank=True, related_name="runs")
+    input_outputs: models.ManyToManyField[RunOutputFile, Any] = models.ManyToManyField(
+        "RunOutputFile", blank=True, related_name="used_by"
+    )
+    limits = models.JSONField(default=dict)
+    engine_requested = models.CharField(max_length=16, default="auto")
+    queue = models.CharField(max_length=32, default="namespace")
+
+    state = models.CharField(max_length=16, choices=RunState.choices, default=RunState.QUEUED, db_index=True)
+    outcome = models.CharField(max_length=24, null=True, blank=True, db_index=True)
+    reason = models.CharField(max_length=500, blank=True)
+    charged = models.BooleanField(null=True)
+    cancel_requested = models.BooleanField(default=False)
+
+    exit_code = models.IntegerField(null=True, blank=True)
+    signal = models.IntegerField(null=True, blank=True)
+    wall_s = models.FloatField(null=True, blank=True)
+    cpu_s = models.FloatField(null=True, blank=True)
+    peak_memory_bytes = models.BigIntegerField(null=True, blank=True)
+    stdout_bytes = models.BigIntegerField(default=0)
+    stderr_bytes = models.BigIntegerField(default=0)
+    stdout_truncated = models.BooleanField(default=False)
+    stderr_truncated = models.BooleanField(default=False)
+    # Resource samples over time, compactly: [[t_s, cpu_s, memory_bytes], ...]
+    samples = models.JSONField(default=list, blank=True)
+
+    image_name = models.CharField(max_length=64, blank=True)
+    image_digest = models.CharField(max_length=80, blank=True, db_index=True)
+    engine = models.CharField(max_length=16, blank=True, db_index=True)
+    engine_version = models.CharField(max_length=64, blank=True)
+    engine_note = models.CharField(max_length=500, blank=True)
+    isolation = models.CharField(max_length=16, blank=True, db_index=True)
+    worker_host = models.CharField(max_length=128, blank=True)
+    sandbox_id = models.CharField(max_length=64, blank=True)
+    error_code = models.CharField(max_length=64, blank=True)
+    error_message = models.TextField(blank=True)
+    cleanup_ok = models.BooleanField(null=True, db_index=True)
+
+    retry_count = models.PositiveSmallIntegerField(default=0)
+    retry_of = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="retries")
+    rerun_of = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="reruns")
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    enqueued_at = models.DateTimeField(null=True, blank=True)
+
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    logs_purged = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"run {self.id}"
+
+
+class RunEvent(models.Model):
+    """One row per state change: the audit trail and the source of truth for progress."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
+    state = models.CharField(max_length=16)
+    at = models.DateTimeField(auto_now_add=True)
+    detail = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["at", "id"]
+
+
+class RunOutputFile(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="outputs")
+    name = models.CharField(max_length=300)
+    size = models.BigIntegerField()
+    sha256 = models.CharField(max_length=64)
+    file = models.FileField(upload_to="outputs/%Y/%m/", max_length=300, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [models.UniqueConstraint(fields=["run", "name"], name="output_name_per_run")]
+
+
+class CleanupCheck(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="cleanup_checks")
+    name = models.CharField(max_length=64)
+    ok = models.BooleanField()
+    detail = models.CharField(max_length=1000, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+
+
+class RuntimeImage(models.Model):
+    name = models.CharField(max_length=64)
+    digest = models.CharField(max_length=80, unique=True)
+    manifest = models.JSONField(default=list)
+    built_at = models.CharField(max_length=32, blank=True)
+    active = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["name", "-active"]
+
+    def __str__(self) -> str:
+        return f"{self.name} {self.digest[:19]}"
+
+
+class WorkerHost(models.Model):
+    name = models.CharField(max_length=128, unique=True)
+    engines = models.JSONField(default=list)
+    doctor = models.JSONField(default=dict)
+    heartbeat_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ApiToken(models.Model):
+    """A bearer token, stored only as its sha256; the token itself is shown once."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=64, blank=True)
+    prefix = models.CharField(max_length=12)
+    key_hash = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.user})"

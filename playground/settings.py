@@ -43,6 +43,14 @@ try:
     REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
     HTTP_HOST = env_str("CORDON_HTTP_HOST", "127.0.0.1")
     HTTP_PORT = env_int("CORDON_HTTP_PORT", 8000, minimum=1, maximum=65535)
+    CORDON_SIGNUP = env_bool("CORDON_SIGNUP", False)
+    CORDON_QUOTA_CONCURRENT_RUNS = env_int("CORDON_QUOTA_CONCURRENT_RUNS", 4, minimum=1)
+    CORDON_QUOTA_RUNS_PER_HOUR = env_int("CORDON_QUOTA_RUNS_PER_HOUR", 300, minimum=1)
+    CORDON_QUOTA_STORAGE_BYTES = env_int("CORDON_QUOTA_STORAGE_BYTES", 1 << 30, minimum=1)
+    CORDON_DATASET_MAX_BYTES = env_int("CORDON_DATASET_MAX_BYTES", 64 << 20, minimum=1)
+    CORDON_RETENTION_DAYS = env_int("CORDON_RETENTION_DAYS", 30, minimum=1)
+    CORDON_API_THROTTLE = env_str("CORDON_API_THROTTLE", "600/min")
+    CORDON_LEASE_S = env_int("CORDON_LEASE_S", 20, minimum=5)
 except ConfigError as exc:
     raise ImproperlyConfigured(f"Cordon configuration error: {exc}") from exc
 
@@ -69,6 +77,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "playground.uploads.RawUploadNamesMiddleware",
 ]
 
 ROOT_URLCONF = "playground.urls"
@@ -92,6 +101,9 @@ TEMPLATES = [
 
 if _database_url:
     DATABASES = {"default": dj_database_url.parse(_database_url, conn_max_age=60)}
+    if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+        DATABASES["default"]["OPTIONS"] = {"timeout": 20, "transaction_mode": "IMMEDIATE"}
+        DATABASES["default"]["CONN_MAX_AGE"] = 0
 else:
     DATABASES = {
         "default": {
@@ -99,6 +111,8 @@ else:
             "NAME": str(DATA_DIR / "cordon.sqlite3"),
             # Several processes (web, workers) write; wait for the lock rather than fail.
             "OPTIONS": {"timeout": 20, "transaction_mode": "IMMEDIATE"},
+            # A file, not memory, so that the Celery worker under test shares the test database.
+            "TEST": {"NAME": str(DATA_DIR / "test-cordon.sqlite3")},
         }
     }
 
@@ -116,6 +130,19 @@ TIME_ZONE = "UTC"
 USE_I18N = False
 USE_TZ = True
 
+# Uploaded datasets and exported outputs. Never served directly: downloads go through the API,
+# which checks ownership and sets Content-Disposition: attachment.
+MEDIA_ROOT = DATA_DIR / "media"
+FILE_UPLOAD_PERMISSIONS = 0o600
+DATA_UPLOAD_MAX_MEMORY_SIZE = 4 << 20
+FILE_UPLOAD_MAX_MEMORY_SIZE = 4 << 20
+
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "home"
+LOGOUT_REDIRECT_URL = "home"
+
+NINJA_DEFAULT_THROTTLE_RATES = {"auth": CORDON_API_THROTTLE, "user": CORDON_API_THROTTLE, "anon": "60/min"}
+
 STATIC_URL = "static/"
 STATIC_ROOT = DATA_DIR / "static"
 STATICFILES_DIRS = [BASE_DIR / "static"]
@@ -128,6 +155,20 @@ SESSION_COOKIE_HTTPONLY = True
 CELERY_BROKER_URL = REDIS_URL
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_DEFAULT_QUEUE = "namespace"
+# Redis redelivers an unacknowledged task after this; longer than any run may take.
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+CELERY_TASK_ROUTES = {
+    "playground.tasks.reap_lost_runs": {"queue": "maintenance"},
+    "playground.tasks.purge_expired_data": {"queue": "maintenance"},
+}
+CELERY_BEAT_SCHEDULE = {
+    "reap-lost-runs": {"task": "playground.tasks.reap_lost_runs", "schedule": 10.0},
+    "purge-expired-data": {"task": "playground.tasks.purge_expired_data", "schedule": 3600.0},
+}
 
 CHANNEL_LAYERS = {
     "default": {

@@ -26,20 +26,21 @@ def _refuse(code: str, message: str) -> RunnerError:
     return RunnerError(code, message, outcome=Outcome.REJECTED_INPUT)
 
 
-def stage_inputs(inputs: tuple[Path, ...], dest: Path, limits: Limits) -> list[OutputFile]:
-    """Copy exactly the designated files into `dest` (read-only), or refuse the whole set."""
+def stage_inputs(inputs: tuple[Path, ...], dest: Path, limits: Limits, names: tuple[str, ...] = ()) -> list[OutputFile]:
+    """Copy exactly the designated files into `dest` (read-only), or refuse the whole set.
+    `names`, when given, are the names they appear under (a dataset's name, not its storage name)."""
     if len(inputs) > limits.input_max_files:
         raise _refuse("too_many_inputs", f"{len(inputs)} input files; at most {limits.input_max_files} are allowed")
     staged: list[OutputFile] = []
-    names: set[str] = set()
+    seen: set[str] = set()
     budget = limits.input_max_bytes
-    for source in inputs:
-        name = source.name
+    for index, source in enumerate(inputs):
+        name = names[index] if index < len(names) else source.name
         if not SAFE_NAME.match(name):
             raise _refuse("unsafe_input_name", f"input name {name!r} is not allowed (letters, digits, ._+- only)")
-        if name in names:
+        if name in seen:
             raise _refuse("duplicate_input_name", f"two inputs are named {name!r}")
-        names.add(name)
+        seen.add(name)
         try:
             fd = os.open(source, _OPEN_FLAGS)
         except OSError as exc:

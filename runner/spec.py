@@ -133,6 +133,8 @@ class RunSpec:
     script: bytes
     limits: Limits = field(default_factory=Limits)
     inputs: tuple[Path, ...] = ()
+    # The names inputs appear under in /input (default: each file's own name).
+    input_names: tuple[str, ...] = ()
     image: str | None = None  # default: the image named like the runtime
     engine: str = "auto"
 

@@ -301,7 +301,7 @@ class Supervisor:
             argv=program_argv(spec, engine.script_dir),
         )
         try:
-            stage_inputs(spec.inputs, input_dir, spec.limits)
+            stage_inputs(spec.inputs, input_dir, spec.limits, spec.input_names)
         except RunnerError:
             shutil.rmtree(run_dir)
             raise

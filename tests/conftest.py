@@ -20,6 +20,11 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+# The web tests talk to a Redis of their own (started by a fixture on this port), never to one
+# that happens to run on the default port. Set before Django reads its settings.
+os.environ["REDIS_URL"] = f"redis://127.0.0.1:{free_port()}/0"
+
+
 def child_env(**overrides: str) -> dict[str, str]:
     """The environment for a child process of the project, without make's own variables."""
     env = {k: v for k, v in os.environ.items() if k not in {"MAKEFLAGS", "MAKELEVEL", "MFLAGS"}}

@@ -204,9 +204,9 @@ def rlimits(ctx: RunContext) -> list[tuple[int, int]]:
         (resource.RLIMIT_CORE, 0),
         (resource.RLIMIT_FSIZE, largest_area + MIB),  # the tmpfs caps bite first; this is a backstop
         (resource.RLIMIT_NOFILE, 1024),
-        # Counted per host uid (exited helpers awaiting reaping included): generous, so that the
-        # pids cgroup, which leaves evidence, bites first.
-        (resource.RLIMIT_NPROC, ctx.limits.max_processes * 2 + 32),
+        # Counted per host uid, exited helpers awaiting the host init's reaping included: a wide
+        # backstop, so that the pids cgroup, which leaves evidence, always bites first.
+        (resource.RLIMIT_NPROC, ctx.limits.max_processes * 4 + 256),
     ]
 
 

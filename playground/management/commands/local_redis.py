@@ -44,8 +44,11 @@ class Command(BaseCommand):
             str(workdir),
             "--save",
             "",
+            # Queued runs must survive a Redis restart: append-only file, synced on every write.
             "--appendonly",
-            "no",
+            "yes",
+            "--appendfsync",
+            "always",
             "--protected-mode",
             "yes",
         ]

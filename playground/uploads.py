@@ -1,0 +1,39 @@
+"""Keep the file names clients really sent. Django's multipart parser quietly reduces
+`../etc/passwd` to `passwd`; Cordon refuses such names instead, so it must see them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse
+from django.http.multipartparser import MultiPartParser
+
+
+class _RecordingParser(MultiPartParser):
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.raw_names: list[str] = []
+
+    def sanitize_file_name(self, file_name: str) -> str | None:
+        self.raw_names.append(file_name)
+        return super().sanitize_file_name(file_name)
+
+
+class RawUploadNamesMiddleware:
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]):
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        def parse(meta: Any, post_data: Any) -> Any:
+            parser = _RecordingParser(meta, post_data, request.upload_handlers, request.encoding)
+            parsed = parser.parse()
+            request.raw_upload_names = parser.raw_names  # type: ignore[attr-defined]
+            return parsed
+
+        request.parse_file_upload = parse  # type: ignore[method-assign,assignment]
+        return self.get_response(request)
+
+
+def raw_upload_names(request: HttpRequest) -> list[str]:
+    return list(getattr(request, "raw_upload_names", []))

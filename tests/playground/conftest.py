@@ -1,0 +1,119 @@
+"""Real services for the web tests: a Redis server and Celery workers (and beat) as processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis as redis_client
+from django.conf import settings
+
+from runner.config import PROJECT_ROOT
+from tests.conftest import child_env
+
+CELERY = str(Path(sys.executable).parent / "celery")
+
+
+class RedisServer:
+    def __init__(self, url: str, workdir: Path):
+        self.url = url
+        self.port = int(url.rsplit(":", 1)[1].split("/")[0])
+        self.workdir = workdir
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.proc = subprocess.Popen(
+            ["redis-server", "--bind", "127.0.0.1", "--port", str(self.port), "--dir", str(self.workdir),
+             "--save", "", "--appendonly", "yes", "--appendfsync", "always"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                if redis_client.Redis.from_url(self.url, socket_connect_timeout=0.2).ping():
+                    return
+            except redis_client.RedisError:
+                time.sleep(0.05)
+        raise RuntimeError("redis-server did not start")
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()  # SIGTERM: a clean shutdown, the append-only file flushed
+            self.proc.wait(timeout=10)
+            self.proc = None
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    server = RedisServer(settings.REDIS_URL, tmp_path_factory.mktemp("redis"))
+    server.start()
+    yield server
+    server.stop()
+
+
+class Worker:
+    """`celery -A playground worker` with no queue flags, as an operator would start it."""
+
+    def __init__(self, env: dict[str, str], beat: bool = False):
+        self.env = env
+        self.beat = beat
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(self) -> None:
+        argv = [CELERY, "-A", "playground", "worker", "--loglevel=INFO", "--concurrency=4", "--without-mingle",
+                "--without-gossip"]  # fmt: skip
+        self.procs.append(subprocess.Popen(argv, cwd=PROJECT_ROOT, env=self.env, start_new_session=True,
+                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))  # fmt: skip
+        if self.beat:
+            beat = [CELERY, "-A", "playground", "beat", "--loglevel=INFO", "--schedule",
+                    str(Path(self.env["CORDON_DATA_DIR"]) / f"beat-{os.getpid()}.db")]  # fmt: skip
+            self.procs.append(subprocess.Popen(beat, cwd=PROJECT_ROOT, env=self.env, start_new_session=True,
+                                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))  # fmt: skip
+        self.wait_ready()
+
+    def wait_ready(self, timeout: float = 60) -> None:
+        from playground.celery import app
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if app.control.ping(timeout=0.5):
+                    return
+            except (OSError, redis_client.RedisError):  # a restarted Redis: reconnect and ask again
+                time.sleep(0.2)
+        raise RuntimeError("the Celery worker did not answer a ping")
+
+    def kill(self, signo: int = signal.SIGKILL) -> None:
+        for proc in self.procs:
+            try:
+                os.killpg(proc.pid, signo)
+            except ProcessLookupError:
+                pass
+        for proc in self.procs:
+            proc.wait(timeout=30)
+        self.procs = []
+
+    def stop(self) -> None:
+        self.kill(signal.SIGTERM)
+
+
+@pytest.fixture
+def worker_env(django_db_setup: None, redis_server: RedisServer) -> dict[str, str]:
+    test_db = settings.DATABASES["default"]["NAME"]
+    return child_env(DATABASE_URL=f"sqlite:///{test_db}", REDIS_URL=redis_server.url,
+                     CORDON_DATA_DIR=str(settings.DATA_DIR), CORDON_LEASE_S="6")  # fmt: skip
+
+
+@pytest.fixture
+def worker(worker_env: dict[str, str]) -> Iterator[Worker]:
+    started = Worker(worker_env)
+    started.start()
+    yield started
+    started.stop()
