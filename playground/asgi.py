@@ -1,4 +1,5 @@
-"""ASGI entry point for daphne: HTTP now, websockets join here through Channels."""
+"""ASGI entry point for daphne: HTTP, and websockets through Channels with the session's
+user and the origin checked against ALLOWED_HOSTS."""
 
 import os
 
@@ -8,6 +9,15 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "playground.settings")
 
 django_asgi_app = get_asgi_application()
 
-from channels.routing import ProtocolTypeRouter  # noqa: E402 - needs Django set up first
+from channels.auth import AuthMiddlewareStack  # noqa: E402 - needs Django set up first
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
-application = ProtocolTypeRouter({"http": django_asgi_app})
+from playground.routing import websocket_urlpatterns  # noqa: E402
+
+application = ProtocolTypeRouter(
+    {
+        "http": django_asgi_app,
+        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+    }
+)

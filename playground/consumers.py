@@ -1,0 +1,82 @@
+"""Live run output over websockets: /ws/runs/<id>/?stdout=N&stderr=N.
+
+On connect: the user must own the run (staff: any); the socket joins `run.<id>`, then sends
+the stored log from the client's byte offsets, then whatever the worker publishes. Messages
+are typed (`chunk` with stream, offset and data; `state`; `final`) and the client keeps the
+highest offset it has per stream, so a chunk seen twice is dropped and a gap is refilled
+over the log API. The stored, capped log is the truth; the socket is best effort.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import parse_qs
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+
+from playground import selectors
+from playground.models import ACTIVE_STATES, Run
+from playground.tasks import final_message
+
+REPLAY_CHUNK = 64 * 1024
+
+
+class RunConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
+    run: Run
+    group: str
+
+    async def connect(self) -> None:
+        user = self.scope.get("user")
+        run = await self._find_run(user, self.scope["url_route"]["kwargs"]["run_id"])
+        if run is None:
+            await self.close(code=4404)
+            return
+        self.run, self.group = run, f"run.{run.id}"
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.accept()
+        query = parse_qs(self.scope.get("query_string", b"").decode())
+        for stream in ("stdout", "stderr"):
+            await self._replay(stream, _offset(query, stream))
+        run = await database_sync_to_async(Run.objects.get)(id=run.id)
+        await self.send_json({"type": "state", "state": run.state})
+        if run.state not in ACTIVE_STATES:
+            await self.send_json(final_message(run))
+
+    async def disconnect(self, code: int) -> None:
+        if getattr(self, "group", None):
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    async def receive_json(self, content: Any, **kwargs: Any) -> None:
+        """Clients only listen; anything they send is ignored."""
+
+    async def run_message(self, event: dict[str, Any]) -> None:
+        await self.send_json(event["message"])
+
+    async def _replay(self, stream: str, offset: int) -> None:
+        while True:
+            data, next_offset, _ = await database_sync_to_async(selectors.run_log_read)(
+                run=self.run, stream=stream, offset=offset, limit=REPLAY_CHUNK
+            )
+            if not data:
+                return
+            await self.send_json({"type": "chunk", "stream": stream, "offset": offset,
+                                  "data": data.decode("utf-8", errors="replace"), "length": len(data)})  # fmt: skip
+            offset = next_offset
+
+    @database_sync_to_async
+    def _find_run(self, user: Any, run_id: str) -> Run | None:
+        if user is None or not user.is_authenticated:
+            return None
+        runs = Run.objects.all() if user.is_staff else Run.objects.filter(owner=user)
+        try:
+            return runs.filter(id=run_id).first()
+        except ValueError:  # not a UUID
+            return None
+
+
+def _offset(query: dict[str, list[str]], stream: str) -> int:
+    try:
+        return max(0, int(query.get(stream, ["0"])[0]))
+    except ValueError:
+        return 0

@@ -1,0 +1,5 @@
+from django.urls import path
+
+from playground.consumers import RunConsumer
+
+websocket_urlpatterns = [path("ws/runs/<str:run_id>/", RunConsumer.as_asgi())]

@@ -1,0 +1,106 @@
+"""The live-output websocket: owner checks, resuming from an offset, and a capped flood."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.test import Client
+
+from playground import services
+from playground.asgi import application
+from playground.models import Run, RunState
+from tests.playground.factories import UserFactory
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis, pytest.mark.asyncio]
+
+
+def _session_cookie(user: Any) -> bytes:
+    client = Client()
+    client.force_login(user)
+    return f"sessionid={client.cookies['sessionid'].value}".encode()
+
+
+async def _connect(user: Any, run_id: Any, query: str = "") -> WebsocketCommunicator:
+    cookie = await sync_to_async(_session_cookie)(user)
+    communicator = WebsocketCommunicator(
+        application, f"/ws/runs/{run_id}/{query}", headers=[(b"cookie", cookie), (b"origin", b"http://127.0.0.1")]
+    )
+    return communicator
+
+
+async def _collect(communicator: WebsocketCommunicator, timeout: float = 60) -> list[dict[str, Any]]:
+    """Messages until the `final` one."""
+    messages = []
+    while True:
+        message = await communicator.receive_json_from(timeout=timeout)
+        messages.append(message)
+        if message["type"] == "final":
+            return messages
+
+
+def _stdout(messages: list[dict[str, Any]], start: int = 0) -> str:
+    """Reassemble stdout as a client does: keep chunks that continue it, drop repeats."""
+    text, position = "", start
+    for message in messages:
+        if message["type"] == "chunk" and message["stream"] == "stdout":
+            assert message["offset"] <= position, f"gap: expected {position}, got {message['offset']}"
+            skip = position - message["offset"]
+            text += message["data"][skip:]
+            position = max(position, message["offset"] + message["length"])
+    return text
+
+
+@pytest.mark.usefixtures("redis_server")
+async def test_another_users_run_is_refused() -> None:
+    owner, stranger = await sync_to_async(UserFactory)(), await sync_to_async(UserFactory)()
+    run = await sync_to_async(Run.objects.create)(owner=owner, runtime="python", code="1", state=RunState.FINISHED)
+    communicator = await _connect(stranger, run.id)
+    connected, code = await communicator.connect()
+    assert not connected and code == 4404
+    mine = await _connect(owner, run.id)
+    connected, _ = await mine.connect()
+    assert connected
+    await mine.disconnect()
+
+
+@pytest.mark.usefixtures("worker")
+async def test_reconnecting_with_an_offset_resumes_without_duplicates_or_gaps() -> None:
+    user = await sync_to_async(UserFactory)()
+    code = "import time\nfor i in range(30):\n    print(f'line {i:02}', flush=True)\n    time.sleep(0.05)\n"
+    run = await sync_to_async(services.run_create)(user=user, runtime="python", code=code, dataset_ids=[])
+    first = await _connect(user, run.id)
+    assert (await first.connect())[0]
+    seen: list[dict[str, Any]] = []
+    while len(_stdout(seen)) < 40:  # part of the output, live
+        seen.append(await first.receive_json_from(timeout=30))
+    await first.disconnect()
+    resume_at = len(_stdout(seen).encode())
+    second = await _connect(user, run.id, f"?stdout={resume_at}")
+    assert (await second.connect())[0]
+    rest = await _collect(second)
+    await second.disconnect()
+    whole = _stdout(seen) + _stdout(rest, start=resume_at)
+    assert whole == "".join(f"line {i:02}\n" for i in range(30))
+    assert rest[-1]["outcome"] == "succeeded"
+
+
+@pytest.mark.usefixtures("worker")
+async def test_a_stdout_flood_arrives_capped_and_ends_with_final_output_limit() -> None:
+    user = await sync_to_async(UserFactory)()
+    run = await sync_to_async(services.run_create)(
+        user=user, runtime="python", code="while True:\n    print('flood ' * 50)\n", dataset_ids=[],
+        limits={"stdout_max_bytes": 65536, "timeout_s": 30},
+    )  # fmt: skip
+    communicator = await _connect(user, run.id)
+    assert (await communicator.connect())[0]
+    messages = await _collect(communicator)
+    await communicator.disconnect()
+    text = _stdout(messages)
+    assert len(text.encode()) == 65536
+    final = messages[-1]
+    assert final["outcome"] == "output_limit" and final["stdout_truncated"] is True
+    assert json.dumps(final)  # plain JSON, no objects
