@@ -22,7 +22,7 @@ from playground.tasks import final_message
 REPLAY_CHUNK = 64 * 1024
 
 
-class RunConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
+class RunConsumer(AsyncJsonWebsocketConsumer):
     run: Run
     group: str
 

@@ -69,7 +69,7 @@ async def test_another_users_run_is_refused() -> None:
 
 @pytest.mark.usefixtures("worker")
 async def test_reconnecting_with_an_offset_resumes_without_duplicates_or_gaps() -> None:
-    user = await sync_to_async(UserFactory)()
+    user: Any = await sync_to_async(UserFactory)()
     code = "import time\nfor i in range(30):\n    print(f'line {i:02}', flush=True)\n    time.sleep(0.05)\n"
     run = await sync_to_async(services.run_create)(user=user, runtime="python", code=code, dataset_ids=[])
     first = await _connect(user, run.id)
@@ -90,7 +90,7 @@ async def test_reconnecting_with_an_offset_resumes_without_duplicates_or_gaps() 
 
 @pytest.mark.usefixtures("worker")
 async def test_a_stdout_flood_arrives_capped_and_ends_with_final_output_limit() -> None:
-    user = await sync_to_async(UserFactory)()
+    user: Any = await sync_to_async(UserFactory)()
     run = await sync_to_async(services.run_create)(
         user=user, runtime="python", code="while True:\n    print('flood ' * 50)\n", dataset_ids=[],
         limits={"stdout_max_bytes": 65536, "timeout_s": 30},
