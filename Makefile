@@ -8,14 +8,22 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.cordon-installed
 # Debian packages the host needs: sandboxing, image builds, Redis, and a Python venv.
 DEB_PACKAGES := bubblewrap mmdebstrap redis-server python3-venv libseccomp2 ca-certificates
+# Only the tests need a browser: Debian's Chromium, driven by Playwright.
+TEST_DEB_PACKAGES := chromium
 
-.PHONY: help system kvm-access venv images migrate run test lint bench
+.PHONY: help system test-system debs kvm-access venv images migrate run test lint bench
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
 
 system: ## install the Debian packages Cordon needs, if any is missing
-	@missing=$$(for p in $(DEB_PACKAGES); do \
+	@$(MAKE) -s --no-print-directory debs PACKAGES="$(DEB_PACKAGES)"
+
+test-system:
+	@$(MAKE) -s --no-print-directory debs PACKAGES="$(TEST_DEB_PACKAGES)"
+
+debs:
+	@missing=$$(for p in $(PACKAGES); do \
 		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" != 0 ]; then echo "missing Debian packages: $$missing (run as root)"; exit 1; fi; \
@@ -55,7 +63,7 @@ run: images migrate kvm-access ## serve Cordon on 127.0.0.1:8000 with Redis, a C
 	@$(PY) manage.py serve_info
 	exec $(VENV)/bin/honcho start
 
-test: images kvm-access ## run the test suite
+test: images kvm-access test-system ## run the test suite
 	$(PY) -m pytest
 
 lint: venv ## ruff (format and lint) and mypy

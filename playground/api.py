@@ -303,6 +303,29 @@ def run_output(request: HttpRequest, run_id: UUID, name: str) -> FileResponse:
     return response
 
 
+# --- notebook ---------------------------------------------------------------------------
+
+
+class NotebookIO(Schema):
+    cells: list[dict[str, Any]]
+
+
+@api.get("/notebook", response=NotebookIO, tags=["notebook"])
+def notebook_get(request: HttpRequest) -> dict[str, Any]:
+    return {"cells": selectors.notebook_for_user(user=request.user).cells}  # type: ignore[arg-type]
+
+
+@api.put("/notebook", response={200: NotebookIO, 422: ErrorOut}, tags=["notebook"])
+def notebook_put(request: HttpRequest, payload: NotebookIO) -> dict[str, Any]:
+    return {"cells": services.notebook_save(user=request.user, cells=payload.cells).cells}  # type: ignore[arg-type]
+
+
+@api.get("/datasets/{dataset_id}/preview", response={200: dict[str, str], 404: ErrorOut}, tags=["datasets"])
+def dataset_preview(request: HttpRequest, dataset_id: UUID) -> dict[str, str]:
+    dataset = selectors.dataset_get_for_user(user=request.user, dataset_id=dataset_id)  # type: ignore[arg-type]
+    return {"text": selectors.dataset_preview(dataset=dataset)}
+
+
 # --- images and health ------------------------------------------------------------------
 
 

@@ -172,3 +172,12 @@ class ApiToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.user})"
+
+
+class Notebook(models.Model):
+    """A user's notebook: ordered cells, autosaved from the playground page."""
+
+    owner = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="notebook")
+    # [{"id", "runtime", "code", "limits": {...}, "dataset_ids": [...], "output_ids": [...], "last_run": id}]
+    cells = models.JSONField(default=list)
+    updated_at = models.DateTimeField(auto_now=True)

@@ -9,7 +9,7 @@ from django.contrib.auth.models import User
 from django.db.models import QuerySet
 from django.http import Http404
 
-from playground.models import ACTIVE_STATES, Dataset, Run, RunOutputFile, RuntimeImage
+from playground.models import ACTIVE_STATES, Dataset, Notebook, Run, RunOutputFile, RuntimeImage
 from playground.services import log_path
 
 
@@ -75,6 +75,21 @@ def output_get_for_user(*, user: User, run_id: Any, name: str) -> RunOutputFile:
     if output is None:
         raise Http404("no such output")
     return output
+
+
+def notebook_for_user(*, user: User) -> Notebook:
+    notebook, _ = Notebook.objects.get_or_create(
+        owner=user, defaults={"cells": [{"id": "c1", "runtime": "python", "code": "print('hello')", "limits": {},
+                                         "dataset_ids": [], "output_ids": [], "last_run": None}]},
+    )  # fmt: skip
+    return notebook
+
+
+def dataset_preview(*, dataset: Dataset, limit: int = 4096) -> str:
+    """The first bytes as text, replaced where not UTF-8: no parsing of user files on the host."""
+    with dataset.file.open("rb") as handle:
+        head: bytes = handle.read(limit)
+    return head.decode("utf-8", errors="replace")
 
 
 def image_list() -> QuerySet[RuntimeImage]:

@@ -25,6 +25,7 @@ from playground.models import (
     ApiToken,
     CleanupCheck,
     Dataset,
+    Notebook,
     Run,
     RunEvent,
     RunOutputFile,
@@ -402,6 +403,35 @@ def run_fail_lost(*, run: Run) -> bool:
 
 def _event(run: Run, state: str, detail: dict[str, Any] | None = None) -> RunEvent:
     return RunEvent.objects.create(run=run, state=state, detail=detail or {})
+
+
+# --- notebooks -------------------------------------------------------------------------
+
+MAX_CELLS = 50
+
+
+def notebook_save(*, user: User, cells: list[dict[str, Any]]) -> Notebook:
+    """Replace the user's cells (autosave). Each cell is checked; nothing half-valid is stored."""
+    if len(cells) > MAX_CELLS:
+        raise ServiceError("too_many_cells", f"at most {MAX_CELLS} cells", field="cells", status=422)
+    clean = []
+    for index, cell in enumerate(cells):
+        if cell.get("runtime") not in RUNTIMES:
+            raise ServiceError("unknown_runtime", f"cell {index + 1}: runtime must be python or node",
+                               field=f"cells.{index}.runtime", status=422)  # fmt: skip
+        code = str(cell.get("code", ""))
+        if len(code.encode()) > MAX_CODE_BYTES:
+            raise ServiceError("code_too_large", f"cell {index + 1}: code is over {MAX_CODE_BYTES} bytes",
+                               field=f"cells.{index}.code", status=422)  # fmt: skip
+        clean.append({
+            "id": str(cell.get("id", ""))[:64], "runtime": cell["runtime"], "code": code,
+            "limits": {k: v for k, v in dict(cell.get("limits") or {}).items() if k in LIMIT_NAMES},
+            "dataset_ids": [str(x) for x in cell.get("dataset_ids") or []][:64],
+            "output_ids": [int(x) for x in cell.get("output_ids") or []][:64],
+            "last_run": str(cell["last_run"]) if cell.get("last_run") else None,
+        })  # fmt: skip
+    notebook, _ = Notebook.objects.update_or_create(owner=user, defaults={"cells": clean})
+    return notebook
 
 
 # --- logs -------------------------------------------------------------------------------

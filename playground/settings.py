@@ -78,6 +78,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "playground.uploads.RawUploadNamesMiddleware",
+    "playground.security.SecurityHeadersMiddleware",
 ]
 
 ROOT_URLCONF = "playground.urls"

@@ -7,6 +7,10 @@ from playground.api import api
 
 urlpatterns = [
     path("", views.home, name="home"),
+    path("playground/", views.playground, name="playground"),
+    path("datasets/", views.datasets, name="datasets"),
+    path("runs/", views.runs, name="runs"),
+    path("runs/<uuid:run_id>/", views.run_detail, name="run_detail"),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("accounts/signup/", views.signup, name="signup"),

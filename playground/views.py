@@ -1,15 +1,44 @@
 """Pages. Thin: they call selectors and services and render templates."""
 
+from uuid import UUID
+
 from django.conf import settings
 from django.contrib.auth import login
+from django.contrib.auth.decorators import login_required
 from django.contrib.auth.forms import UserCreationForm
 from django.contrib.auth.models import User
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
+from playground import selectors
+
 
 def home(request: HttpRequest) -> HttpResponse:
+    if request.user.is_authenticated:
+        return redirect("playground")
     return render(request, "home.html", {"signup": settings.CORDON_SIGNUP})
+
+
+@login_required
+def playground(request: HttpRequest) -> HttpResponse:
+    return render(request, "playground.html")
+
+
+@login_required
+def datasets(request: HttpRequest) -> HttpResponse:
+    return render(request, "datasets.html")
+
+
+@login_required
+def runs(request: HttpRequest) -> HttpResponse:
+    history = selectors.run_list_for_user(user=request.user)[:200]  # type: ignore[arg-type]
+    return render(request, "runs.html", {"runs": history})
+
+
+@login_required
+def run_detail(request: HttpRequest, run_id: UUID) -> HttpResponse:
+    run = selectors.run_get_for_user(user=request.user, run_id=run_id)  # type: ignore[arg-type]
+    return render(request, "run_detail.html", {"run": run})
 
 
 def signup(request: HttpRequest) -> HttpResponse:

@@ -13,6 +13,7 @@ export function create(parent, { doc, language, onRun, onChange }) {
       runKey,
       basicSetup,
       language === "node" ? javascript() : python(),
+      EditorView.lineWrapping,
       EditorView.updateListener.of((update) => { if (update.docChanged) onChange(update.state.doc.toString()); }),
     ],
   });

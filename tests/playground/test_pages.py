@@ -1,0 +1,63 @@
+"""Pages: owner-only, security headers on every response, no inline script anywhere."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from playground.models import Run, RunState
+from runner.config import PROJECT_ROOT
+from tests.playground.factories import UserFactory
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def browser() -> Client:
+    client = Client()
+    user: Any = UserFactory()
+    client.force_login(user)
+    client.user = user  # type: ignore[attr-defined]
+    return client
+
+
+@pytest.mark.parametrize("url", ["/", "/playground/", "/datasets/", "/runs/", "/accounts/login/", "/admin/login/"])
+def test_every_page_carries_the_security_headers(browser: Client, url: str) -> None:
+    response = browser.get(url, follow=True)
+    assert response.status_code == 200
+    csp = response["Content-Security-Policy"]
+    assert "script-src 'self'" in csp and "'unsafe-inline'" not in csp.split("script-src")[1].split(";")[0]
+    assert "frame-ancestors 'none'" in csp
+    assert response["X-Frame-Options"] == "DENY" and response["X-Content-Type-Options"] == "nosniff"
+
+
+def test_no_template_has_an_inline_script_or_handler() -> None:
+    for template in (PROJECT_ROOT / "templates").rglob("*.html"):
+        text = template.read_text()
+        assert not re.search(r"<script(?![^>]*\bsrc=)[^>]*>", text), template
+        assert not re.search(r"\son[a-z]+=", text), template
+
+
+def test_another_users_run_page_is_404(browser: Client) -> None:
+    stranger: Any = UserFactory()
+    run = Run.objects.create(owner=stranger, runtime="python", code="secret()", state=RunState.FINISHED)
+    response = browser.get(f"/runs/{run.id}/")
+    assert response.status_code == 404
+    mine = Run.objects.create(owner=browser.user, runtime="python", code="print(1)")  # type: ignore[attr-defined]
+    assert browser.get(f"/runs/{mine.id}/").status_code == 200
+
+
+def test_pages_need_a_login() -> None:
+    for url in ("/playground/", "/datasets/", "/runs/"):
+        response = Client().get(url)
+        assert response.status_code == 302 and "/accounts/login/" in response["Location"]
+
+
+def test_the_static_assets_are_vendored_not_fetched() -> None:
+    for name in ("codemirror.js", "uplot.min.js", "uplot.min.css"):
+        assert (PROJECT_ROOT / "static" / "vendor" / name).stat().st_size > 1000
+    for script in (PROJECT_ROOT / "static" / "js").glob("*.js"):
+        assert "innerHTML" not in script.read_text(), f"{script.name} must render user output as text"
