@@ -7,6 +7,8 @@ itself as a WorkerHost with that report, and sweeps what a crashed worker left o
 
 import os
 import socket
+import threading
+import time
 from typing import Any
 
 from celery import Celery, signals
@@ -42,11 +44,32 @@ def _serve_engine_queues(sender: Any = None, conf: Any = None, options: Any = No
     conf.task_queues = [Queue(name) for name in engines] + [Queue("maintenance")]
 
 
+HEARTBEAT_S = 60.0
+
+
 @signals.worker_ready.connect
 def _register_and_sweep(sender: Any = None, **kwargs: Any) -> None:
-    from playground.services import worker_register
     from runner.supervisor import Supervisor
+
+    _register()
+    Supervisor().sweep()
+    threading.Thread(target=_heartbeat, name="cordon-worker-heartbeat", daemon=True).start()
+
+
+def _register() -> None:
+    from playground.services import worker_register
 
     engines, report = engines_here()
     worker_register(name=socket.gethostname(), engines=engines, doctor=report)
-    Supervisor().sweep()
+
+
+def _heartbeat() -> None:
+    """Keep this host's WorkerHost fresh (and its engines current), so `auto` routes to live hosts."""
+    from django.db import close_old_connections
+
+    while True:
+        time.sleep(HEARTBEAT_S)
+        try:
+            _register()
+        except Exception:  # the database may be briefly away; the next beat tries again
+            close_old_connections()

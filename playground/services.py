@@ -213,7 +213,7 @@ def choose_queue(engine: str) -> str:
     """The queue of an engine some live worker serves: auto prefers microVMs where a host has them."""
     if engine != "auto":
         return engine
-    recent = timezone.now() - timedelta(minutes=5)
+    recent = timezone.now() - timedelta(minutes=3)  # workers beat every minute
     serves_vm = any("smolvm" in (h.engines or []) for h in WorkerHost.objects.filter(heartbeat_at__gte=recent))
     return "smolvm" if serves_vm else "namespace"
 
