@@ -18,6 +18,16 @@ from typing import Any, ClassVar
 from runner.images import ImageRef
 from runner.spec import CleanupCheck, Limits, RunnerError, RunSpec
 
+# The program's whole environment, the same in every engine: nothing of the host's.
+GUEST_ENV = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "HOME": "/tmp",
+    "TMPDIR": "/tmp",
+    "LANG": "C.UTF-8",
+    "PYTHONUNBUFFERED": "1",
+    "PYTHONDONTWRITEBYTECODE": "1",
+}
+
 
 @dataclass
 class RunContext:

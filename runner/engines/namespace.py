@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from runner import hostfs
 from runner.cgroups import CgroupLayout, RunCgroup
-from runner.engines.base import Collected, Engine, RunContext, Sample
+from runner.engines.base import GUEST_ENV, Collected, Engine, RunContext, Sample
 from runner.engines.common import (
     area_full,
     cgroup_checks,
@@ -32,14 +32,6 @@ from runner.spec import MIB, CleanupCheck, RunnerError
 
 SHM_BYTES = 8 * MIB
 SANDBOX_UID_INSIDE = 1000
-GUEST_ENV = {
-    "PATH": "/usr/local/bin:/usr/bin:/bin",
-    "HOME": "/tmp",
-    "TMPDIR": "/tmp",
-    "LANG": "C.UTF-8",
-    "PYTHONUNBUFFERED": "1",
-    "PYTHONDONTWRITEBYTECODE": "1",
-}
 
 
 class NamespaceEngine(Engine):

@@ -27,7 +27,7 @@ from typing import Any
 
 from runner import hostfs
 from runner.cgroups import CgroupLayout, RunCgroup
-from runner.engines.base import Collected, Engine, RunContext, Sample
+from runner.engines.base import GUEST_ENV, Collected, Engine, RunContext, Sample
 from runner.engines.common import (
     area_full,
     cgroup_checks,
@@ -42,14 +42,6 @@ from runner.spec import MIB, CleanupCheck, RunnerError
 VMM_OVERHEAD_MIB = 768 + 64  # smolvm's own VMM allowance, plus the Python child
 MACHINE_PREFIX = "cordon-"
 GUEST_UID = "1000:1000"
-GUEST_ENV = {
-    "PATH": "/usr/local/bin:/usr/bin:/bin",
-    "HOME": "/tmp",
-    "TMPDIR": "/tmp",
-    "LANG": "C.UTF-8",
-    "PYTHONUNBUFFERED": "1",
-    "PYTHONDONTWRITEBYTECODE": "1",
-}
 KNOWN_EVENTS = frozenset({"starting", "ready", "exit", "error", "deleted", "delete_failed"})
 _PR_SET_PDEATHSIG = 1
 COMPONENTS = ("smol-vmm", "libkrun.so", "libkrunfw.so.5", "_native.abi3.so", "agent-rootfs.tar.zst")
