@@ -64,6 +64,7 @@ run: images migrate kvm-access ## serve Cordon on 127.0.0.1:8000 with Redis, a C
 	exec $(VENV)/bin/honcho start
 
 test: images kvm-access test-system ## run the test suite
+	@$(PY) manage.py collectstatic --noinput -v0
 	$(PY) -m pytest
 
 lint: venv ## ruff (format and lint) and mypy
