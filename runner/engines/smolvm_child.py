@@ -117,9 +117,11 @@ def main(config_path: str) -> int:
                         retryable=retryable, **vm_facts(state_root, name))  # fmt: skip
             return 3
         facts = vm_facts(state_root, name)
-        # The VMM serves /output as its own per-VM uid: give it the (size-capped) output area.
+        # Give the (size-capped) output area to whoever virtiofs writes as: the per-VM uid the
+        # VMM was dropped to, or, when the VMM runs as root (SMOLVM_VM_UID_DROP=off, harness
+        # only), the guest user itself, whose uid virtiofs passes through.
         if config.get("output_dir"):
-            uid = int(facts.get("vm_uid", 0))
+            uid = int(facts.get("vm_uid") or 0) or int(str(config["user"]).split(":")[0])
             os.chown(config["output_dir"], uid, uid)
         control.say(event="ready", boot_s=round(time.monotonic() - started, 3), **facts)
         stream = machine.exec_stream(
