@@ -16,6 +16,15 @@ from runner.engines.base import RunContext
 from runner.spec import CleanupCheck
 
 
+def join_cgroups(procs_files: list[str]) -> None:
+    """In a forked child before exec: move this process into the run's cgroups (plain syscalls
+    only), so that nothing of the run ever executes outside them."""
+    for path in procs_files:
+        fd = os.open(path, os.O_WRONLY)
+        os.write(fd, b"0")
+        os.close(fd)
+
+
 def stop_cgroup(cgroup: RunCgroup, *, spare: Iterable[int], grace_s: float) -> str:
     """SIGTERM to every process but the `spare` tooling, wait `grace_s`, then kill the whole cgroup
     and verify it is empty. Returns how it ended: exited, SIGTERM, or the kill method."""

@@ -21,6 +21,7 @@ from runner.engines.base import GUEST_ENV, Collected, Engine, RunContext, Sample
 from runner.engines.common import (
     area_full,
     cgroup_checks,
+    join_cgroups,
     mounts_check,
     processes_of_uid,
     reap,
@@ -206,10 +207,7 @@ def _launcher(procs_files: list[str], uid: int, limits: list[tuple[int, int]]) -
     """Runs in the forked child before exec: only plain syscalls, no locks, no allocation-heavy work."""
 
     def enter() -> None:
-        for path in procs_files:
-            fd = os.open(path, os.O_WRONLY)
-            os.write(fd, b"0")
-            os.close(fd)
+        join_cgroups(procs_files)
         for which, value in limits:
             resource.setrlimit(which, (value, value))
         fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY)

@@ -31,6 +31,7 @@ from runner.engines.base import GUEST_ENV, Collected, Engine, RunContext, Sample
 from runner.engines.common import (
     area_full,
     cgroup_checks,
+    join_cgroups,
     mounts_check,
     processes_of_uid,
     reap,
@@ -509,10 +510,7 @@ def _enter_cgroup(procs_files: list[str]) -> Callable[[], None]:
     libc = ctypes.CDLL(None, use_errno=True)
 
     def enter() -> None:
-        for path in procs_files:
-            fd = os.open(path, os.O_WRONLY)
-            os.write(fd, b"0")
-            os.close(fd)
+        join_cgroups(procs_files)
         libc.prctl(_PR_SET_PDEATHSIG, 9, 0, 0, 0)  # the child, and so its VMM, dies with us
 
     return enter
