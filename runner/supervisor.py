@@ -340,7 +340,8 @@ class Supervisor:
         try:
             while selector.get_map():
                 now = time.monotonic()
-                timeout = max(0.0, min(deadline, boot_deadline if ready_at is None else deadline, next_sample) - now)
+                wake_at = boot_deadline if ready_at is None else deadline
+                timeout = max(0.0, min(wake_at, next_sample) - now)
                 for key, _ in selector.select(timeout):
                     self._read(key, selector, engine, ctx, evidence, emit)
                 now = time.monotonic()
