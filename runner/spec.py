@@ -232,4 +232,5 @@ class RunResult:
             "evidence": self.evidence,
             "sandbox_id": self.sandbox_id,
             "limits": self.limits.to_json() if self.limits else None,
+            "timings": dict(self.timings),  # start_s, boot_s (until the program ran), total_s
         }

@@ -25,6 +25,14 @@ def join_cgroups(procs_files: list[str]) -> None:
         os.close(fd)
 
 
+def bind_views(ctx: RunContext, sources: dict[str, Path]) -> None:
+    """Create the run's view directory and bind each source read-only at view/<name>."""
+    ctx.view_dir.mkdir(mode=0o711, parents=True)
+    for name, source in sources.items():
+        (ctx.view_dir / name).mkdir(mode=0o755)
+        hostfs.bind_readonly(source, ctx.view_dir / name)
+
+
 def stop_cgroup(cgroup: RunCgroup, *, spare: Iterable[int], grace_s: float) -> str:
     """SIGTERM to every process but the `spare` tooling, wait `grace_s`, then kill the whole cgroup
     and verify it is empty. Returns how it ended: exited, SIGTERM, or the kill method."""

@@ -20,6 +20,7 @@ from runner.cgroups import CgroupLayout, RunCgroup
 from runner.engines.base import GUEST_ENV, Collected, Engine, RunContext, Sample
 from runner.engines.common import (
     area_full,
+    bind_views,
     cgroup_checks,
     join_cgroups,
     mounts_check,
@@ -63,10 +64,7 @@ class NamespaceEngine(Engine):
             pids_max=ctx.limits.max_processes + 2,  # + bwrap and its init
             cpus=ctx.limits.cpus,
         )
-        ctx.view_dir.mkdir(mode=0o711, parents=True)
-        for name, source in (("root", ctx.image.rootfs), ("in", ctx.input_dir)):
-            (ctx.view_dir / name).mkdir(mode=0o755)
-            hostfs.bind_readonly(source, ctx.view_dir / name)
+        bind_views(ctx, {"root": ctx.image.rootfs, "in": ctx.input_dir})
         ctx.scratch_dir.mkdir(mode=0o700)
         hostfs.mount_tmpfs(ctx.scratch_dir, size_bytes=ctx.limits.disk_mib * MIB, uid=ctx.uid)
         ctx.output_dir.mkdir(mode=0o700)

@@ -97,7 +97,7 @@ def main(config_path: str) -> int:
             machine = Machine.create(
                 MachineConfig(
                     name=name,
-                    image=config["archive"],
+                    image=config["image"],
                     mounts=[MountSpec(source=s, target=t, read_only=ro) for s, t, ro in config["mounts"]],
                     resources=ResourceSpec(
                         cpus=config["cpus"],

@@ -39,14 +39,19 @@ def test_the_child_config_keeps_the_guest_offline_and_bounded(tmp_path: Path) ->
     ctx = _ctx(tmp_path, memory_mib=512, cpus=2.0, disk_mib=1500, max_processes=40, wall_timeout_s=7)
     config = child_config(ctx, state_root=tmp_path / "state", boot_timeout_s=20, control_fd=9)
     assert config["name"] == machine_name("abc123") == "cordon-abc123"
-    assert config["archive"] == str(ctx.image.archive)
+    assert config["image"] == str(tmp_path / "view" / "root")  # the verified rootfs, bound read-only
     assert (config["cpus"], config["memory_mib"], config["storage_gb"], config["overlay_gb"]) == (2, 512, 2, 1)
     assert config["mounts"] == [
         [str(tmp_path / "view" / "in"), "/input", True],
         [str(tmp_path / "view" / "scratch"), "/job", True],
         [str(tmp_path / "view" / "out"), "/output", False],
     ]
-    assert config["argv"] == ["/usr/bin/prlimit", "--nproc=40", "--core=0", "--", "/usr/bin/python3", "/job/main.py"]
+    env = ["HOME=/tmp", "LANG=C.UTF-8", "PATH=/usr/local/bin:/usr/bin:/bin", "PWD=/tmp",
+           "PYTHONDONTWRITEBYTECODE=1", "PYTHONUNBUFFERED=1", "TMPDIR=/tmp"]  # fmt: skip
+    assert config["argv"] == [
+        "/usr/bin/env", "-i", *env,
+        "/usr/bin/prlimit", "--nproc=40", "--core=0", "--", "/usr/bin/python3", "/job/main.py",
+    ]  # fmt: skip
     assert config["user"] == "1000:1000" and config["workdir"] == "/tmp"
     assert config["exec_timeout_s"] > 7  # a backstop only: the host deadline decides
     assert config["control_fd"] == 9 and config["boot_timeout_s"] == 20
