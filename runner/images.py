@@ -305,13 +305,13 @@ class ImageStore:
 
     # verify
 
-    def _verified_stamp(self, digest: str) -> Path:
+    def verified_stamp(self, digest: str) -> Path:
         return self.paths.rootfs_dir / f"{digest_hex(digest)}.verified"
 
     def recently_verified(self, ref: ImageRef, max_age_s: float = 3600.0) -> bool:
         """Whether a full verification of this image passed within `max_age_s` (runs skip it then)."""
         try:
-            return time.time() - self._verified_stamp(ref.digest).stat().st_mtime < max_age_s
+            return time.time() - self.verified_stamp(ref.digest).stat().st_mtime < max_age_s
         except FileNotFoundError:
             return False
 
@@ -333,7 +333,7 @@ class ImageStore:
         actual = _manifest_from_tree(rootfs)
         report.files_checked = len(actual)
         report.problems.extend(_compare(expected, actual))
-        stamp = self._verified_stamp(entry.digest)
+        stamp = self.verified_stamp(entry.digest)
         if report.ok:
             stamp.touch()
         else:

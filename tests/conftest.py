@@ -50,3 +50,30 @@ def canary() -> dict[str, object]:
 
     supervisor = Supervisor()
     return supervisor.read_canary() or run_canary(supervisor)
+
+
+ENGINES = ("namespace", "smolvm")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--engine",
+        choices=ENGINES,
+        default=None,
+        help="keep only the engine-parametrised tests of this engine (the VM harness passes smolvm)",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    wanted = config.getoption("--engine")
+    if wanted is None:
+        return
+    keep: list[pytest.Item] = []
+    drop: list[pytest.Item] = []
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        engine = callspec.params.get("engine") if callspec is not None else None
+        (keep if engine == wanted else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep

@@ -32,6 +32,15 @@ pytestmark = pytest.mark.images
 
 HOSTILE_DIR = Path(__file__).resolve().parent.parent / "hostile"
 SLOTS = 8
+# Under emulated KVM (make test-vm) a microVM now and then fails to boot for reasons of the
+# emulation. The harness sets this so such a boot failure is retried, and counted; a wrong
+# outcome or a leak is never retried. Off (0) everywhere else.
+BOOT_RETRIES = int(os.environ.get("CORDON_TEST_BOOT_RETRIES", "0"))
+# Under emulated KVM guest work runs many times slower than on hardware, so a case's time
+# limits buy far less work (a flood meant to fill memory hits its CPU limit first). The harness
+# sets this factor: every time limit is multiplied by it except the one the case is about (a
+# timed_out case keeps its wall limit, a cpu_limit case its CPU limit). 1 everywhere else.
+SLOWDOWN = float(os.environ.get("CORDON_TEST_SLOWDOWN", "1"))
 
 
 @dataclass(frozen=True)
@@ -45,8 +54,17 @@ class Case:
         return self.path.name
 
     @property
+    def outcomes(self) -> list[str]:
+        return list(self.expect.get("outcome_in", [self.expect["outcome"]]))
+
+    @property
     def limits(self) -> Limits:
-        return replace(Limits(), **self.expect.get("limits", {}))
+        limits = replace(Limits(), **self.expect.get("limits", {}))
+        return replace(
+            limits,
+            wall_timeout_s=limits.wall_timeout_s * (1 if "timed_out" in self.outcomes else SLOWDOWN),
+            cpu_time_s=limits.cpu_time_s * (1 if "cpu_limit" in self.outcomes else SLOWDOWN),
+        )
 
 
 def load_cases() -> list[Case]:
@@ -167,10 +185,53 @@ def run_case(supervisor: Supervisor, case: Case, engine: str, tmp: Path) -> tupl
     return supervisor.run(spec, output_dir=out), inputs
 
 
+def boot_failed(outcome: str, error_code: str | None) -> bool:
+    return outcome == Outcome.SANDBOX_ERROR.value and error_code == "boot_failed"
+
+
+def run_with_boot_retries(
+    supervisor: Supervisor, case: Case, engine: str, tmp: Path
+) -> tuple[RunResult, Inputs, list[str]]:
+    """Run a case; retry it (up to BOOT_RETRIES times) only when the sandbox never booted, and only
+    after checking that the failed attempt left nothing behind."""
+    retried: list[str] = []
+    while True:
+        attempt = tmp / f"attempt{len(retried)}"
+        attempt.mkdir()
+        result, inputs = run_case(supervisor, case, engine, attempt)
+        code = result.error.code if result.error else None
+        if len(retried) >= BOOT_RETRIES or not boot_failed(result.outcome.value, code):
+            return result, inputs, retried
+        assert_nothing_left(supervisor, result)
+        retried.append(result.reason)
+
+
+def case_record(case: Case, result: RunResult, retried: list[str]) -> dict[str, Any]:
+    """What the VM harness's report shows for a case (attached to the test as a property)."""
+    return {
+        "case": case.id,
+        "expected": case.outcomes,
+        "outcome": result.outcome.value,
+        "reason": result.reason,
+        "error": result.error.code if result.error else None,
+        "boot_s": result.timings.get("boot_s"),
+        "wall_s": result.wall_s,
+        "total_s": result.timings.get("total_s"),
+        "retries": len(retried),
+        "retry_reasons": retried,
+        "cleanup_ok": result.cleanup_ok,
+        "cleanup_failed": [f"{c.name}: {c.detail}" for c in result.cleanup if not c.ok],
+        "engine_version": result.engine_version,
+    }
+
+
 def assert_expected(case: Case, result: RunResult, inputs: Inputs, engine: str) -> None:
     expect, limits = case.expect, case.limits
-    summary = json.dumps({k: v for k, v in result.to_json().items() if k not in ("stdout",)}, indent=1)[:3000]
-    allowed = {Outcome(o) for o in expect.get("outcome_in", [expect["outcome"]])}
+    shown = {k: v for k, v in result.to_json().items() if k not in ("stdout", "stderr", "limits")}
+    summary = (
+        json.dumps(shown, indent=1)[:2500] + f"\nstdout: {result.stdout[-400:]!r}\nstderr: {result.stderr[-400:]!r}"
+    )
+    allowed = {Outcome(o) for o in case.outcomes}
     assert result.outcome in allowed, summary
     stdout, stderr = result.stdout.decode(errors="replace"), result.stderr.decode(errors="replace")
     for text in expect.get("stdout_has", []):
@@ -188,7 +249,7 @@ def assert_expected(case: Case, result: RunResult, inputs: Inputs, engine: str) 
     for name, reason in expect.get("rejected_has", {}).items():
         assert name in rejected and reason in rejected[name], (name, rejected)
     if "max_wall_s" in expect:
-        assert result.wall_s is not None and result.wall_s < expect["max_wall_s"]
+        assert result.wall_s is not None and result.wall_s < expect["max_wall_s"] * SLOWDOWN
     if expect.get("escalated") and engine == "namespace":  # a VM's child stops its machine on SIGTERM
         assert result.evidence["kill_method"] not in (None, "SIGTERM", "exited"), result.evidence
     if "error_code" in expect:
@@ -208,7 +269,10 @@ def _assert_evidence(result: RunResult, limits: Limits) -> None:
         case Outcome.CPU_LIMIT:
             assert ev["stopped_by"] == "cpu" and result.cpu_s is not None and result.cpu_s >= limits.cpu_time_s
         case Outcome.MEMORY_LIMIT:
-            assert ev["oom_kills"] > 0 or ev["stopped_by"] == "oom" or result.signal == 6, ev
+            # The host's OOM kill, the runtime's own abort, or in a VM the guest kernel's OOM killer
+            # (a SIGKILL the host did not send).
+            guest_oom = result.isolation == "vm" and ev["guest_oom_kill"]
+            assert ev["oom_kills"] > 0 or ev["stopped_by"] == "oom" or result.signal == 6 or guest_oom, ev
             assert result.peak_memory_bytes is not None and result.peak_memory_bytes > 32 * 1024 * 1024
         case Outcome.PROCESS_LIMIT:
             assert ev["process_cap_hits"] > 0, ev
@@ -255,11 +319,12 @@ def processes_of(uid: int) -> list[str]:
 @pytest.mark.parametrize("engine", engines_here())
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_hostile_case_is_classified_with_evidence_and_leaves_nothing(
-    supervisor: Supervisor, case: Case, engine: str, tmp_path: Path
+    supervisor: Supervisor, case: Case, engine: str, tmp_path: Path, record_property: Any
 ) -> None:
     if engine in case.expect.get("not_on", {}):
         pytest.skip(case.expect["not_on"][engine])
-    result, inputs = run_case(supervisor, case, engine, tmp_path)
+    result, inputs, retried = run_with_boot_retries(supervisor, case, engine, tmp_path)
+    record_property("cordon_case", case_record(case, result, retried))
     assert_expected(case, result, inputs, engine)
     assert_nothing_left(supervisor, result)
     assert result.engine == engine
@@ -274,37 +339,60 @@ CONCURRENT = [
     "infinite_loop.py", "memory_bomb.py", "fork_bomb.py", "stdout_flood.py",
     "daemon_double_fork.py", "output_links.py", "disk_fill_scratch.py", "infinite_loop.js",
 ]  # fmt: skip
+# How many of them run at once: all eight, unless a host too small for eight sandboxes (the
+# emulated host of make test-vm: two emulated vCPUs) asks for fewer.
+AT_ONCE = int(os.environ.get("CORDON_TEST_CONCURRENT", str(len(CONCURRENT))))
 
 
 @pytest.mark.usefixtures("engine_runs_here")
 @pytest.mark.parametrize("engine", engines_here())
-def test_eight_hostile_cases_at_once_are_each_classified_with_clean_audits(
-    project_root: Path, engine: str, tmp_path: Path
+def test_hostile_cases_at_once_are_each_classified_with_clean_audits(
+    project_root: Path, engine: str, record_property: Any
 ) -> None:
-    """Eight separate supervisor processes (the CLI), sharing the host's admission."""
+    """Separate supervisor processes (the CLI), sharing the host's admission."""
     cases = {c.id: c for c in CASES}
-    chosen = [name for name in CONCURRENT if engine not in cases[name].expect.get("not_on", {})]
+    chosen = [name for name in CONCURRENT if engine not in cases[name].expect.get("not_on", {})][:AT_ONCE]
 
-    def one(name: str) -> tuple[Case, dict[str, Any]]:
+    def one(name: str) -> tuple[Case, dict[str, Any], list[str]]:
         case = cases[name]
         argv = [sys.executable, "-m", "runner", "run", "--runtime", case.runtime, "--engine", engine, "--json"]
-        for key, value in case.expect.get("limits", {}).items():
-            argv += [_flag(key), str(value)]
-        proc = subprocess.run(
-            [*argv, str(case.path)], cwd=project_root, env=child_env(CORDON_MAX_SLOTS=str(SLOTS)),
-            capture_output=True, text=True, timeout=180,
-        )  # fmt: skip
-        assert proc.stdout.startswith("{"), (name, proc.returncode, proc.stderr[-3000:])
-        return case, json.loads(proc.stdout)
+        for key in {*case.expect.get("limits", {}), "wall_timeout_s", "cpu_time_s"}:
+            argv += [_flag(key), str(getattr(case.limits, key))]
+        retried: list[str] = []
+        while True:
+            proc = subprocess.run(
+                [*argv, str(case.path)], cwd=project_root, env=child_env(CORDON_MAX_SLOTS=str(SLOTS)),
+                capture_output=True, text=True, timeout=180 + 200 * BOOT_RETRIES,
+            )  # fmt: skip
+            assert proc.stdout.startswith("{"), (name, proc.returncode, proc.stderr[-3000:])
+            result = json.loads(proc.stdout)
+            error = result.get("error") or {}
+            if len(retried) >= BOOT_RETRIES or not boot_failed(result["outcome"], error.get("code")):
+                return case, result, retried
+            assert result["cleanup"]["ok"], (name, result["cleanup"])  # a leak is never retried
+            retried.append(result["reason"])
 
-    with ThreadPoolExecutor(max_workers=len(CONCURRENT)) as pool:
+    with ThreadPoolExecutor(max_workers=len(chosen)) as pool:
         results = list(pool.map(one, chosen))
-    for case, result in results:
-        allowed = case.expect.get("outcome_in", [case.expect["outcome"]])
-        assert result["outcome"] in allowed, (case.id, result["reason"], result["evidence"])
+    record_property(
+        "cordon_concurrent",
+        [
+            {
+                "case": c.id,
+                "expected": c.outcomes,
+                "outcome": r["outcome"],
+                "boot_s": r["timings"].get("boot_s"),
+                "wall_s": r["wall_s"],
+                "retries": len(t),
+                "cleanup_ok": r["cleanup"]["ok"],
+            }
+            for c, r, t in results
+        ],
+    )
+    for case, result, _ in results:
+        assert result["outcome"] in case.outcomes, (case.id, result["reason"], result["evidence"])
         assert result["cleanup"]["ok"], (case.id, result["cleanup"])
-    slots = [r for _, r in results]
-    assert len({r["run_id"] for r in slots}) == len(chosen)
+    assert len({r["run_id"] for _, r, _ in results}) == len(chosen)
 
 
 def _flag(field: str) -> str:
