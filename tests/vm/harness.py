@@ -411,9 +411,11 @@ def summarise(boots: list[Boot], version: str, build_s: float, total_s: float) -
     for r in cases:
         result = "ok" if r["status"] == "passed" else "FAILED"
         rows = [(_case_name(r["test"]), r.get("cordon_case") or {})]
-        if r.get("cordon_concurrent"):  # several cases at once: one row each
+        if r.get("cordon_concurrent"):  # several cases at once: one row each, judged on its own
             rows = [(f"[at once] {c['case']}", c) for c in r["cordon_concurrent"]]
         for name, c in rows:
+            if name.startswith("[at once]"):
+                result = "ok" if c.get("outcome") in c.get("expected", []) and c.get("cleanup_ok") else "FAILED"
             expected = "|".join(c.get("expected", [])) or "-"
             audit = "-" if "cleanup_ok" not in c else ("green" if c["cleanup_ok"] else "RED")
             print(
@@ -425,7 +427,8 @@ def summarise(boots: list[Boot], version: str, build_s: float, total_s: float) -
         for r in not_applicable:
             print(f"  {_case_name(r['test'])[:30]:30} {r.get('skip_reason', '')}")
     for r in failed:
-        print(f"\nFAILED {r['test']}:\n{r.get('failure', '')[-1500:]}")
+        said = [line for line in r.get("failure", "").splitlines() if line.startswith("E ")][:12]
+        print(f"\nFAILED {r['test']}:\n" + "\n".join(said or [r.get("failure", "")[-800:]]))
     boot_times = [c["boot_s"] for r in cases if (c := r.get("cordon_case") or {}) and c.get("boot_s")]
     passed = sum(1 for r in cases if r["status"] == "passed")
     print("\ntotals:")
