@@ -75,6 +75,38 @@ def vm_facts(state_root: Path, name: str) -> dict[str, Any]:
     return facts
 
 
+def vmm_uid(facts: dict[str, Any]) -> int:
+    """The uid the VMM runs as (smolvm's per-VM uid, gid equal), or 0 when it runs as root."""
+    if facts.get("vm_uid"):
+        return int(facts["vm_uid"])
+    try:
+        return os.stat(f"/proc/{int(facts['vmm_pid'])}").st_uid
+    except (KeyError, ValueError, OSError):
+        return 0
+
+
+def hand_over_output(config: dict[str, Any], uid: int) -> str:
+    """Give the (size-capped) output area to the guest user and return the user to run as.
+
+    virtiofs serves a guest's file operation with the guest caller's credentials: the VMM
+    switches to the caller's uid and gid for it, which a VMM dropped to a per-VM uid can only
+    do for its own. Measured under emulated KVM: the guest user 1000 got EACCES, and with the
+    VMM's group EPERM, writing /output. So with per-VM uids the job runs as the VMM's uid and
+    gid (smolvm gives each the same number) and the area is theirs, mode 0770: nobody else on
+    the host can write there. When the VMM runs as root (SMOLVM_VM_UID_DROP=off, harness
+    only), it can act as anyone, so the job keeps the configured user and the area is its.
+    """
+    output = config.get("output_dir")
+    if uid:
+        if output:
+            os.chown(output, uid, uid)
+        return f"{uid}:{uid}"
+    guest_uid, guest_gid = (int(part) for part in str(config["user"]).split(":"))
+    if output:
+        os.chown(output, guest_uid, guest_gid)
+    return str(config["user"])
+
+
 def main(config_path: str) -> int:
     config = json.loads(Path(config_path).read_text())
     control = Control(int(config["control_fd"]))
@@ -117,18 +149,12 @@ def main(config_path: str) -> int:
                         retryable=retryable, **vm_facts(state_root, name))  # fmt: skip
             return 3
         facts = vm_facts(state_root, name)
-        # Give the (size-capped) output area to whoever virtiofs writes as: the per-VM uid the
-        # VMM was dropped to, or, when the VMM runs as root (SMOLVM_VM_UID_DROP=off, harness
-        # only), the guest user itself, whose uid virtiofs passes through.
-        if config.get("output_dir"):
-            uid = int(facts.get("vm_uid") or 0) or int(str(config["user"]).split(":")[0])
-            os.chown(config["output_dir"], uid, uid)
+        facts["vm_uid"] = vmm_uid(facts) or None
+        user = hand_over_output(config, facts.get("vm_uid") or 0)
         control.say(event="ready", boot_s=round(time.monotonic() - started, 3), **facts)
         stream = machine.exec_stream(
             config["argv"],
-            ExecOptions(
-                env=config["env"], workdir=config["workdir"], user=config["user"], timeout=config["exec_timeout_s"]
-            ),
+            ExecOptions(env=config["env"], workdir=config["workdir"], user=user, timeout=config["exec_timeout_s"]),
         )
         for event in stream:
             kind = event.get("kind")

@@ -248,3 +248,21 @@ def test_require_vm_refuses_to_fall_back(
     assert result["outcome"] == "sandbox_error" and result["error"]["code"] == "vm_required"
     assert "requires the microVM engine" in result["error"]["message"]
     assert result["stdout"] == "" and result["wall_s"] is None
+
+
+def test_with_per_vm_uids_the_job_and_its_output_area_take_the_vmm_uid(tmp_path: Path) -> None:
+    """virtiofs acts with the guest caller's credentials, which a per-VM uid VMM can take only
+    for its own uid: the job runs as that uid, and the output area is that uid's."""
+    from runner.engines.smolvm_child import hand_over_output, vmm_uid
+
+    out = tmp_path / "out"
+    out.mkdir(mode=0o770)
+    config = {"user": "1000:1000", "output_dir": str(out)}
+    assert hand_over_output(config, 2000007) == "2000007:2000007"
+    assert (out.stat().st_uid, out.stat().st_gid) == (2000007, 2000007)
+    # The VMM as root (harness only): virtiofs passes the guest user's uid through.
+    assert hand_over_output(config, 0) == "1000:1000"
+    assert (out.stat().st_uid, out.stat().st_gid) == (1000, 1000)
+    assert vmm_uid({"vm_uid": 2000003}) == 2000003
+    assert vmm_uid({"vmm_pid": os.getpid()}) == os.getuid()  # from the VMM process's owner
+    assert vmm_uid({}) == 0

@@ -442,7 +442,13 @@ def summarise(boots: list[Boot], version: str, build_s: float, total_s: float) -
     print(f"  emulated host boots: {len(boots)} ({', '.join(f'{b.seconds:.0f} s' for b in boots)})")
     print(f"  infrastructure failures: {len(infra)}" + "".join(f"\n    {i}" for i in infra))
     tries = sum(len(b.doctor) for b in boots)
-    print(f"  doctor's canary microVM: {'booted' if canary_ok else 'FAILED'} ({tries} tries)")
+    canary_failures = sum(
+        1 for b in boots for d in b.doctor if not d.get("report", {}).get("engines", {}).get("smolvm")
+    )
+    print(
+        f"  doctor's canary microVM: {'booted' if canary_ok else 'FAILED'} "
+        f"({tries} doctor runs over {len(boots)} boots, {canary_failures} failed to boot and were retried)"
+    )
     print(f"  build {build_s:.0f} s, total {total_s / 60:.1f} min")
     if failed:
         verdict, code = "FAILED: a case was misclassified or left something behind", EXIT_FAILED
@@ -464,6 +470,7 @@ def summarise(boots: list[Boot], version: str, build_s: float, total_s: float) -
         "total_s": round(total_s, 1),
         "boot_retries": retries,
         "canary_tries": tries,
+        "canary_failures": canary_failures,
         "infrastructure_failures": infra,
         "boots": [
             {
@@ -495,7 +502,7 @@ def main(argv: list[str] | None = None) -> int:
         "--per-vm-uids", action="store_true",
         help="keep smolvm's per-VM uids (production's mode; the emulated host often hangs with them)",
     )  # fmt: skip
-    parser.add_argument("--boots", type=int, default=3, help="emulated host boots at most (1 = no restart)")
+    parser.add_argument("--boots", type=int, default=5, help="emulated host boots at most (1 = no restart)")
     args = parser.parse_args(argv)
     if os.geteuid() != 0:
         print("make test-vm needs root (mmdebstrap, chroot, mounts inside the emulated host)", file=sys.stderr)
