@@ -433,7 +433,7 @@ def summarise(boots: list[Boot], version: str, build_s: float, total_s: float) -
     passed = sum(1 for r in cases if r["status"] == "passed")
     print("\ntotals:")
     print(f"  cases run {len(cases)}: passed {passed}, failed {len(failed)}; not applicable {len(not_applicable)}")
-    print(f"  boot retries (emulation faults, counted): {retries}")
+    print(f"  retries after a microVM failed (emulation faults, counted): {retries}")
     if boot_times:
         print(
             f"  microVM boot: median {sorted(boot_times)[len(boot_times) // 2]:.1f} s, max {max(boot_times):.1f} s "
