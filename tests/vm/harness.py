@@ -127,7 +127,6 @@ class Builder:
         stamp = venv / ".cordon-requirements"
         if stamp.is_file() and stamp.read_text() == key:
             log("emulated host venv: cached")
-            self._project_on_path()
             return
         shutil.rmtree(venv, ignore_errors=True)
         log(f"emulated host venv: pip install {len(requirements)} requirements")
@@ -137,7 +136,6 @@ class Builder:
         pip_env.update({k: v for k, v in os.environ.items() if k in ("PIP_INDEX_URL", "PIP_DEFAULT_TIMEOUT")})
         chroot(self.root, [f"{L1_VENV}/bin/pip", "install", "-q", *requirements], **pip_env)
         stamp.write_text(key)
-        self._project_on_path()
 
     def _project_on_path(self) -> None:
         """The project is imported from its copy in the root (refreshed every run), by every
@@ -166,6 +164,7 @@ class Builder:
             (target / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, target / name)
             count += 1
+        self._project_on_path()
         log(f"emulated host project: {count} files of this checkout")
 
     def images(self) -> None:
