@@ -17,7 +17,7 @@ from typing import NoReturn
 from runner import __version__
 from runner.config import ENV_FILE, paths_from_env
 from runner.env import ConfigError, load_env_file
-from runner.images import ImageError, ImageStore, read_lock, recipe_names
+from runner.images import BuildResult, ImageError, ImageStore, recipe_names
 from runner.spec import RUNTIMES, Limits, RunResult, RunSpec
 from runner.supervisor import Supervisor
 
@@ -37,13 +37,19 @@ def _parser() -> argparse.ArgumentParser:
 
     images = commands.add_parser("images", help="build, verify and list guest images")
     image_commands = images.add_subparsers(dest="images_command", required=True, parser_class=_Parser)
-    build = image_commands.add_parser("build", help="build images from their recipes (cached)")
+    build = image_commands.add_parser(
+        "build", help="build images from their recipes (cached), record them here, compare them with images/lock.json"
+    )
     build.add_argument("names", nargs="*", help="image names (default: every recipe)")
     build.add_argument("--force", action="store_true", help="rebuild even when up to date")
     build.add_argument("--jobs", type=int, default=2, help="images built at once (default 2)")
-    verify = image_commands.add_parser("verify", help="check archives against the lock and trees against archives")
-    verify.add_argument("names", nargs="*", help="image names (default: every pinned image)")
-    image_commands.add_parser("list", help="list pinned images and whether they are present here")
+    pin = image_commands.add_parser("pin", help="make this host's builds the reference pin (writes images/lock.json)")
+    pin.add_argument("names", nargs="*", help="image names (default: every recipe)")
+    verify = image_commands.add_parser(
+        "verify", help="check archives against this host's record, trees against archives"
+    )
+    verify.add_argument("names", nargs="*", help="image names (default: every recipe and built image)")
+    image_commands.add_parser("list", help="list the images built here, whether present, and whether pinned")
 
     run = commands.add_parser("run", help="run a script in a sandbox and report what happened")
     run.add_argument("--runtime", required=True, choices=RUNTIMES)
@@ -107,10 +113,14 @@ def _images(store: ImageStore, args: argparse.Namespace) -> int:
         names = args.names or recipe_names()
         for result in store.build(names, force=args.force, jobs=args.jobs, log=_log):
             state = "cached" if result.skipped else "built"
-            print(f"{result.name}\t{state}\t{result.digest}")
+            print(f"{result.name}\t{state}\t{result.digest}\t{_pin_state(result)}")
+        return 0
+    if args.images_command == "pin":
+        for pinned in store.pin(args.names or recipe_names(store.recipes_dir), log=_log):
+            print(f"{pinned.name}\t{'pinned' if pinned.changed else 'unchanged'}\t{pinned.digest}")
         return 0
     if args.images_command == "verify":
-        names = args.names or sorted(read_lock(store.lock_path))
+        names = args.names or sorted(set(store.built()) | set(recipe_names(store.recipes_dir)))
         failed = False
         for name in names:
             report = store.verify(name)
@@ -123,18 +133,24 @@ def _images(store: ImageStore, args: argparse.Namespace) -> int:
                     print(f"  {problem}")
         return 1 if failed else 0
     if args.images_command == "list":
-        lock = read_lock(store.lock_path)
-        print("NAME\tDIGEST\tBUILT\tPACKAGES\tLOCAL")
-        for name in sorted(set(lock) | set(recipe_names())):
-            entry = lock.get(name)
+        built, pins = store.built(), store.pinned()
+        print("NAME\tDIGEST\tBUILT\tPACKAGES\tLOCAL\tPIN")
+        for name in sorted(set(built) | set(recipe_names(store.recipes_dir))):
+            entry, pin = built.get(name), pins.get(name)
             if entry is None:
-                print(f"{name}\t-\t-\t-\tnot built")
+                print(f"{name}\t-\t-\t-\tnot built\t{pin.digest if pin else 'unpinned'}")
                 continue
             present = store.archive_path(entry.digest).is_file() and store.rootfs_path(entry.digest).is_dir()
             here = "present" if present else "missing"
-            print(f"{name}\t{entry.digest}\t{entry.built_at}\t{len(entry.packages)}\t{here}")
+            state = "unpinned" if pin is None else "pinned" if pin.digest == entry.digest else f"pin is {pin.digest}"
+            print(f"{name}\t{entry.digest}\t{entry.built_at}\t{len(entry.packages)}\t{here}\t{state}")
         return 0
     raise AssertionError(args.images_command)
+
+
+def _pin_state(result: BuildResult) -> str:
+    """Whether a build is the digest images/lock.json pins (the build's log says what differs)."""
+    return {True: "pinned", False: "differs-from-pin", None: "unpinned"}[result.reproduced]
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -14,7 +14,9 @@ from runner.env import env_path
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 RECIPES_DIR = PROJECT_ROOT / "images"
-LOCK_PATH = RECIPES_DIR / "lock.json"
+# The reference pin, tracked in git: each image's digest and package manifest as a developer
+# last pinned them. Builds compare with it; only `python -m runner images pin` writes it.
+PIN_PATH = RECIPES_DIR / "lock.json"
 ENV_FILE = PROJECT_ROOT / ".env"
 
 
@@ -37,6 +39,11 @@ class Paths:
     @property
     def build_dir(self) -> Path:
         return self.images_dir / "build"
+
+    @property
+    def image_record(self) -> Path:
+        """This host's record of what it built (digest, packages), which runs resolve images by."""
+        return self.images_dir / "built.json"
 
 
 def paths_from_env(environ: Mapping[str, str] | None = None) -> Paths:

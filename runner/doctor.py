@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.cgroups import CgroupLayout
-from runner.images import ImageStore, read_lock
+from runner.images import ImageStore, recipe_names
 from runner.seccomp import bpf_program
 from runner.spec import Limits, Outcome, RunSpec
 from runner.supervisor import Supervisor
@@ -136,7 +136,7 @@ def _seccomp() -> Check:
 
 def _images(store: ImageStore) -> list[Check]:
     checks = []
-    for name in sorted(read_lock(store.lock_path)):
+    for name in sorted(set(store.built()) | set(recipe_names(store.recipes_dir))):
         started = time.monotonic()
         report = store.verify(name)
         took = time.monotonic() - started

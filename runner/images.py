@@ -1,8 +1,13 @@
-"""Guest images: build from Debian packages, pin by archive digest, verify the extracted tree.
+"""Guest images: build from Debian packages, record by archive digest, verify the extracted tree.
 
 An image is a docker-save archive (its sha256 is the digest smolvm keys on) plus a read-only
 extracted rootfs keyed by that digest, which the namespace engine binds. The archive is the
 root of trust: `verify` re-derives the expected tree from it and compares path by path.
+
+Two lock files, one format. The host's record ($CORDON_IMAGES_DIR/built.json) says what this
+host built; runs resolve and verify images by it. The tracked images/lock.json is the reference
+pin: a build compares with it and says whether it reproduced it, but only `images pin`, a
+deliberate developer action, writes it.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import subprocess
 import tarfile
 import time
 import tomllib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -27,7 +32,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
-from runner.config import LOCK_PATH, RECIPES_DIR, Paths
+from runner.config import PIN_PATH, PROJECT_ROOT, RECIPES_DIR, Paths, paths_from_env
 
 # Bump when the build procedure changes what ends up in the archive, so old builds are redone.
 BUILDER_VERSION = "2"
@@ -66,6 +71,8 @@ class Recipe:
 
 @dataclass(frozen=True)
 class LockEntry:
+    """One image as a lock file describes it: the host's record or the reference pin."""
+
     digest: str
     recipe_sha256: str
     built_at: str
@@ -81,14 +88,40 @@ class LockEntry:
 
 
 @dataclass(frozen=True)
+class BuiltImage:
+    """The host's record of one build: the entry, and its archive's size and mtime as written
+    (a later build redoes it when they changed)."""
+
+    entry: LockEntry
+    archive_size: int | None
+    archive_mtime_ns: int | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.entry.to_json(), "archive_size": self.archive_size, "archive_mtime_ns": self.archive_mtime_ns}
+
+
+@dataclass(frozen=True)
 class BuildResult:
     name: str
     digest: str
     skipped: bool
     seconds: float
-    # None: nothing was pinned for this recipe before; True/False: the pin was (not) reproduced.
+    # None: the pin has no entry for this recipe (or one for an older recipe); True/False: this
+    # host's build is (not) the pinned digest.
     reproduced: bool | None = None
     package_changes: tuple[str, ...] = ()
+    pinned_digest: str | None = None
+
+
+@dataclass(frozen=True)
+class PinResult:
+    name: str
+    digest: str
+    previous: str | None  # the digest pinned before, if any
+
+    @property
+    def changed(self) -> bool:
+        return self.previous != self.digest
 
 
 @dataclass
@@ -105,7 +138,7 @@ class VerifyReport:
 
 @dataclass(frozen=True)
 class ImageRef:
-    """A locally present, pinned image, as an engine needs it."""
+    """A locally built image, as an engine needs it."""
 
     name: str
     digest: str
@@ -113,7 +146,7 @@ class ImageRef:
     rootfs: Path
 
 
-# --- recipes and the lock -------------------------------------------------------------
+# --- recipes and the lock files -------------------------------------------------------
 
 
 def recipe_names(recipes_dir: Path = RECIPES_DIR) -> list[str]:
@@ -148,26 +181,63 @@ def _is_package_name(name: str) -> bool:
     return bool(name) and name[0].isalnum() and all(c.isalnum() or c in "+-." for c in name)
 
 
-def read_lock(path: Path = LOCK_PATH) -> dict[str, LockEntry]:
-    if not path.exists():
-        return {}
-    data = json.loads(path.read_text())
+def read_lock(path: Path | None = None) -> dict[str, LockEntry]:
+    """The images a lock file describes. By default this host's record of what it built (what
+    runs use, from $CORDON_IMAGES_DIR); `read_lock(PIN_PATH)` reads the tracked reference pin."""
+    path = paths_from_env().image_record if path is None else path
+    return {name: _lock_entry(raw) for name, raw in _read_images(path).items()}
+
+
+def write_lock(entries: Mapping[str, LockEntry], path: Path) -> None:
+    _write_images(path, {name: entry.to_json() for name, entry in entries.items()})
+
+
+def read_record(path: Path) -> dict[str, BuiltImage]:
     return {
-        name: LockEntry(
-            digest=entry["digest"],
-            recipe_sha256=entry["recipe_sha256"],
-            built_at=entry["built_at"],
-            packages=tuple(entry["packages"]),
-        )
-        for name, entry in data.get("images", {}).items()
+        name: BuiltImage(_lock_entry(raw), raw.get("archive_size"), raw.get("archive_mtime_ns"))
+        for name, raw in _read_images(path).items()
     }
 
 
-def write_lock(entries: dict[str, LockEntry], path: Path = LOCK_PATH) -> None:
-    body = {"images": {name: entries[name].to_json() for name in sorted(entries)}}
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(body, indent=2) + "\n")
+def _lock_entry(raw: dict[str, Any]) -> LockEntry:
+    return LockEntry(
+        digest=raw["digest"], recipe_sha256=raw["recipe_sha256"], built_at=raw["built_at"],
+        packages=tuple(raw["packages"]),
+    )  # fmt: skip
+
+
+def _read_images(path: Path) -> dict[str, dict[str, Any]]:
+    if not path.exists():
+        return {}
+    images: dict[str, dict[str, Any]] = json.loads(path.read_text()).get("images", {})
+    return images
+
+
+def _write_images(path: Path, images: Mapping[str, dict[str, Any]]) -> None:
+    """Replace the file whole: a reader sees the old content or the new, never a torn write."""
+    body = json.dumps({"images": {name: images[name] for name in sorted(images)}}, indent=2) + "\n"
+    tmp = path.with_suffix(".tmp")  # images/lock.tmp is ignored by git
+    with open(tmp, "w") as handle:
+        handle.write(body)
+        handle.flush()
+        os.fsync(handle.fileno())
     tmp.replace(path)
+
+
+def package_changes(pinned: Sequence[str], built: Sequence[str]) -> tuple[str, ...]:
+    """Two `name=version` manifests' differences: `name old -> new`, `+name=version` (built
+    only) and `-name=version` (pinned only)."""
+    old = dict(p.split("=", 1) for p in pinned)
+    new = dict(p.split("=", 1) for p in built)
+    changes = []
+    for name in sorted(old.keys() | new.keys()):
+        if name not in new:
+            changes.append(f"-{name}={old[name]}")
+        elif name not in old:
+            changes.append(f"+{name}={new[name]}")
+        elif old[name] != new[name]:
+            changes.append(f"{name} {old[name]} -> {new[name]}")
+    return tuple(changes)
 
 
 def digest_hex(digest: str) -> str:
@@ -181,12 +251,17 @@ def digest_hex(digest: str) -> str:
 
 
 class ImageStore:
-    """Builds, finds and verifies images under the data directory, pinned by the lock."""
+    """Builds, finds and verifies images under the images directory, recorded in the host's
+    record there; compares builds with the tracked pin and, when told to, pins them."""
 
-    def __init__(self, paths: Paths, *, recipes_dir: Path = RECIPES_DIR, lock_path: Path = LOCK_PATH):
+    def __init__(self, paths: Paths, *, recipes_dir: Path = RECIPES_DIR, pin_path: Path = PIN_PATH):
         self.paths = paths
         self.recipes_dir = recipes_dir
-        self.lock_path = lock_path
+        self.pin_path = pin_path
+
+    @property
+    def record_path(self) -> Path:
+        return self.paths.image_record
 
     def archive_path(self, digest: str) -> Path:
         return self.paths.archives_dir / f"{digest_hex(digest)}.tar"
@@ -194,14 +269,18 @@ class ImageStore:
     def rootfs_path(self, digest: str) -> Path:
         return self.paths.rootfs_dir / digest_hex(digest)
 
-    def _stamp_path(self, name: str) -> Path:
-        return self.paths.images_dir / f"{name}.build.json"
+    def built(self) -> dict[str, LockEntry]:
+        """What this host built, by image name."""
+        return read_lock(self.record_path)
+
+    def pinned(self) -> dict[str, LockEntry]:
+        return read_lock(self.pin_path)
 
     def resolve(self, name: str) -> ImageRef:
-        """The pinned image `name`, which must be present locally (not re-verified here)."""
-        entry = read_lock(self.lock_path).get(name)
+        """The image `name` this host built, which must be present (not re-verified here)."""
+        entry = self.built().get(name)
         if entry is None:
-            raise ImageError(f"image {name!r} is not in {self.lock_path.name}; run `make images`")
+            raise ImageError(f"image {name!r} is not built on this host (not in {self.record_path}); run `make images`")
         ref = ImageRef(name, entry.digest, self.archive_path(entry.digest), self.rootfs_path(entry.digest))
         if not ref.archive.is_file() or not ref.rootfs.is_dir():
             raise ImageError(f"image {name!r} ({entry.digest}) is not built on this host; run `make images`")
@@ -210,71 +289,110 @@ class ImageStore:
     # build
 
     def build(self, names: list[str], *, force: bool = False, jobs: int = 2, log: Log = print) -> list[BuildResult]:
+        """Build what is not up to date, record it in the host's record, and compare each image
+        with the pin. Never writes the pin."""
         recipes = [load_recipe(n, self.recipes_dir) for n in names]
-        self.paths.images_dir.mkdir(parents=True, exist_ok=True)
         with self._exclusive():
-            lock = read_lock(self.lock_path)
-            todo = [r for r in recipes if force or not self._up_to_date(r, lock.get(r.name))]
-            results = [BuildResult(r.name, lock[r.name].digest, True, 0.0) for r in recipes if r not in todo]
-            for result in results:
-                log(f"{result.name}: up to date ({result.digest})")
+            record = read_record(self.record_path)
+            self._adopt_legacy_builds([r for r in recipes if r.name not in record], record, log)
+            todo = [r for r in recipes if force or not self._up_to_date(r, record.get(r.name))]
+            for recipe in recipes:
+                if recipe not in todo:
+                    log(f"{recipe.name}: up to date ({record[recipe.name].entry.digest})")
             with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-                built = list(pool.map(lambda r: self._build_one(r, log), todo))
-            for recipe, (digest, packages) in zip(todo, built, strict=True):
-                results.append(self._pin(recipe, digest, packages, lock, log))
-            write_lock(lock, self.lock_path)
+                # Each build is recorded as it finishes, so one failing does not lose another.
+                built = pool.map(lambda r: self._build_one(r, log), todo)
+                for recipe, (digest, packages) in zip(todo, built, strict=True):
+                    record[recipe.name] = self._recorded(recipe, digest, packages, record.get(recipe.name))
+                    self._save_record(record)
+                    self._legacy_stamp(recipe.name).unlink(missing_ok=True)
+        pins = self.pinned()
+        results = [
+            self._compare_with_pin(r.name, record[r.name].entry, pins.get(r.name), skipped=r not in todo, log=log)
+            for r in recipes
+        ]
         return sorted(results, key=lambda r: r.name)
 
     @contextmanager
     def _exclusive(self) -> Iterator[None]:
+        self.paths.images_dir.mkdir(parents=True, exist_ok=True)
         with open(self.paths.images_dir / ".build.lock", "w") as handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
             yield
 
-    def _up_to_date(self, recipe: Recipe, entry: LockEntry | None) -> bool:
-        stamp_path = self._stamp_path(recipe.name)
-        if entry is None or not stamp_path.exists():
+    def _up_to_date(self, recipe: Recipe, built: BuiltImage | None) -> bool:
+        if built is None or built.entry.recipe_sha256 != recipe.sha256:
             return False
-        stamp = json.loads(stamp_path.read_text())
-        archive = self.archive_path(entry.digest)
         try:
-            st = archive.stat()
+            st = self.archive_path(built.entry.digest).stat()
         except FileNotFoundError:
             return False
-        return (
-            stamp.get("recipe_sha256") == recipe.sha256
-            and stamp.get("digest") == entry.digest
-            and stamp.get("archive_size") == st.st_size
-            and stamp.get("archive_mtime_ns") == st.st_mtime_ns
-            and self.rootfs_path(entry.digest).is_dir()
-        )
+        unchanged = (built.archive_size, built.archive_mtime_ns) == (st.st_size, st.st_mtime_ns)
+        return unchanged and self.rootfs_path(built.entry.digest).is_dir()
 
-    def _pin(
-        self, recipe: Recipe, digest: str, packages: tuple[str, ...], lock: dict[str, LockEntry], log: Log
-    ) -> BuildResult:
-        old = lock.get(recipe.name)
-        reproduced: bool | None = None
-        changes: tuple[str, ...] = ()
-        if old is not None and old.recipe_sha256 == recipe.sha256:
-            reproduced = old.digest == digest
-            if not reproduced:
-                changes = tuple(sorted(set(old.packages) ^ set(packages)))
-                log(
-                    f"{recipe.name}: WARNING: the rebuild did not reproduce the pinned digest "
-                    f"{old.digest}; re-pinned to {digest}. Package differences (old and new): "
-                    f"{', '.join(changes) or 'none (file content differs)'}. Commit images/lock.json to pin it."
-                )
-        built_at = old.built_at if old is not None and old.digest == digest else _now_iso()
-        lock[recipe.name] = LockEntry(digest, recipe.sha256, built_at, packages)
+    def _recorded(self, recipe: Recipe, digest: str, packages: tuple[str, ...], old: BuiltImage | None) -> BuiltImage:
+        built_at = old.entry.built_at if old is not None and old.entry.digest == digest else _now_iso()
         st = self.archive_path(digest).stat()
-        stamp = {
-            "recipe_sha256": recipe.sha256,
-            "digest": digest,
-            "archive_size": st.st_size,
-            "archive_mtime_ns": st.st_mtime_ns,
-        }
-        self._stamp_path(recipe.name).write_text(json.dumps(stamp) + "\n")
-        return BuildResult(recipe.name, digest, False, 0.0, reproduced, changes)
+        return BuiltImage(LockEntry(digest, recipe.sha256, built_at, packages), st.st_size, st.st_mtime_ns)
+
+    def _compare_with_pin(
+        self, name: str, built: LockEntry, pin: LockEntry | None, *, skipped: bool, log: Log
+    ) -> BuildResult:
+        pin_file = _shown(self.pin_path)
+        pin_it = f"`python -m runner images pin {name}`, then commit {pin_file}"
+        if pin is None or pin.recipe_sha256 != built.recipe_sha256:
+            what = "no build of this recipe" if pin is None else "a build of an older recipe"
+            log(f"{name}: {pin_file} pins {what}; this host built {built.digest}\n{name}:   to pin it: {pin_it}")
+            return BuildResult(name, built.digest, skipped, 0.0, None, (), None if pin is None else pin.digest)
+        if pin.digest == built.digest:
+            log(f"{name}: reproduces the digest pinned in {pin_file}")
+            return BuildResult(name, built.digest, skipped, 0.0, True, (), pin.digest)
+        changes = package_changes(pin.packages, built.packages)
+        log(
+            f"{name}: WARNING: does not reproduce the digest pinned in {pin_file} (Debian published updates?)\n"
+            f"{name}:   pinned {pin.digest}\n"
+            f"{name}:   built  {built.digest}, which runs on this host use and record\n"
+            f"{name}:   packages (pinned -> built): {', '.join(changes) or 'the same; file contents differ'}\n"
+            f"{name}:   if this build should be the pin (a deliberate choice): {pin_it}"
+        )
+        return BuildResult(name, built.digest, skipped, 0.0, False, changes, pin.digest)
+
+    def _legacy_stamp(self, name: str) -> Path:
+        return self.paths.images_dir / f"{name}.build.json"
+
+    def _save_record(self, record: dict[str, BuiltImage]) -> None:
+        _write_images(self.record_path, {name: built.to_json() for name, built in record.items()})
+
+    def _adopt_legacy_builds(self, recipes: list[Recipe], record: dict[str, BuiltImage], log: Log) -> None:
+        """Cordon once recorded a build only by a `<name>.build.json` stamp and by rewriting the
+        tracked lock. Adopt such a build into the host's record, once, when its archive still
+        hashes to the stamped digest, rather than rebuild it; its packages come from its rootfs."""
+        adopted = {r.name: built for r in recipes if (built := self._legacy_build(r)) is not None}
+        if not adopted:
+            return
+        record.update(adopted)
+        self._save_record(record)
+        for name, built in adopted.items():
+            self._legacy_stamp(name).unlink()
+            log(f"{name}: recorded the earlier build {built.entry.digest} in {self.record_path}")
+
+    def _legacy_build(self, recipe: Recipe) -> BuiltImage | None:
+        try:
+            stamp = json.loads(self._legacy_stamp(recipe.name).read_text())
+            digest = str(stamp["digest"])
+            archive, rootfs = self.archive_path(digest), self.rootfs_path(digest)
+            st = archive.stat()
+        except (OSError, ValueError, KeyError, TypeError, ImageError):
+            return None
+        if (
+            stamp.get("recipe_sha256") != recipe.sha256
+            or (stamp.get("archive_size"), stamp.get("archive_mtime_ns")) != (st.st_size, st.st_mtime_ns)
+            or not (rootfs / "var/lib/dpkg/status").is_file()
+            or f"sha256:{_sha256_file(archive)}" != digest
+        ):
+            return None
+        entry = LockEntry(digest, recipe.sha256, _iso(st.st_mtime), _package_manifest(rootfs))
+        return BuiltImage(entry, st.st_size, st.st_mtime_ns)
 
     def _build_one(self, recipe: Recipe, log: Log) -> tuple[str, tuple[str, ...]]:
         started = time.monotonic()
@@ -303,6 +421,38 @@ class ImageStore:
         finally:
             _rmtree(work)
 
+    # pin
+
+    def pin(self, names: list[str], *, log: Log = print) -> list[PinResult]:
+        """Make this host's builds of `names` the reference pin: the one command that writes the
+        tracked lock, for a developer who decided the new digests are wanted. Each archive is
+        re-hashed first, so a pin names an archive that exists and matches it."""
+        recipes = [load_recipe(n, self.recipes_dir) for n in names]
+        with self._exclusive():
+            built, pins = self.built(), self.pinned()
+            results = []
+            for recipe in recipes:
+                entry = built.get(recipe.name)
+                if entry is None or entry.recipe_sha256 != recipe.sha256:
+                    raise ImageError(
+                        f"{recipe.name}: this host has no build of the current recipe to pin; "
+                        f"run `python -m runner images build {recipe.name}` first"
+                    )
+                archive = self.archive_path(entry.digest)
+                if not archive.is_file() or f"sha256:{_sha256_file(archive)}" != entry.digest:
+                    raise ImageError(f"{recipe.name}: the archive of {entry.digest} is missing or altered; rebuild it")
+                old = pins.get(recipe.name)
+                result = PinResult(recipe.name, entry.digest, None if old is None else old.digest)
+                if result.changed or old is None or old.recipe_sha256 != entry.recipe_sha256:
+                    pins[recipe.name] = entry
+                    changes = ", ".join(package_changes(old.packages, entry.packages)) if old else "new pin"
+                    log(f"{recipe.name}: pinning {entry.digest} (was {result.previous}; {changes or 'same packages'})")
+                results.append(result)
+            if pins != self.pinned():
+                write_lock(pins, self.pin_path)
+                log(f"wrote {_shown(self.pin_path)}; review and commit it")
+        return results
+
     # verify
 
     def verified_stamp(self, digest: str) -> Path:
@@ -316,9 +466,9 @@ class ImageStore:
             return False
 
     def verify(self, name: str) -> VerifyReport:
-        entry = read_lock(self.lock_path).get(name)
+        entry = self.built().get(name)
         if entry is None:
-            return VerifyReport(name, None, [f"{name}: not pinned in {self.lock_path.name}"])
+            return VerifyReport(name, None, [f"{name}: not built on this host (not in {self.record_path})"])
         report = VerifyReport(name, entry.digest)
         archive, rootfs = self.archive_path(entry.digest), self.rootfs_path(entry.digest)
         if not archive.is_file():
@@ -326,7 +476,7 @@ class ImageStore:
             return report
         expected, actual_digest = _manifest_from_archive(archive)
         if actual_digest != entry.digest:
-            report.problems.append(f"archive digest is {actual_digest}, lock pins {entry.digest}")
+            report.problems.append(f"archive digest is {actual_digest}, this host's record says {entry.digest}")
         if not rootfs.is_dir():
             report.problems.append(f"extracted rootfs missing: {rootfs}")
             return report
@@ -595,5 +745,14 @@ def _rmtree(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=False)
 
 
+def _iso(timestamp: float) -> str:
+    return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def _now_iso() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return _iso(time.time())
+
+
+def _shown(path: Path) -> str:
+    """A path as an operator in the checkout would type it."""
+    return str(path.relative_to(PROJECT_ROOT)) if path.is_relative_to(PROJECT_ROOT) else str(path)

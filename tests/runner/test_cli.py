@@ -21,10 +21,11 @@ def test_a_usage_error_exits_64(project_root) -> None:
     assert "invalid choice" in result.stderr
 
 
-def test_images_list_shows_each_pinned_image_and_whether_it_is_here(project_root) -> None:
+def test_images_list_shows_each_built_image_whether_it_is_here_and_whether_it_is_pinned(project_root) -> None:
     result = _runner(project_root, "images", "list")
     assert result.returncode == 0
     rows = {line.split("\t")[0]: line.split("\t") for line in result.stdout.splitlines()[1:]}
     assert rows["python"][1].startswith("sha256:")
-    assert rows["python"][4] == "present"
-    assert rows["node"][4] == "present"
+    for name in ("python", "node"):
+        assert rows[name][4] == "present"
+        assert rows[name][5] == "pinned" or rows[name][5].startswith("pin is sha256:")

@@ -37,7 +37,7 @@ def _run(project_root: Path, *args: str, script: str, tmp_path: Path, **kwargs) 
     )  # fmt: skip
 
 
-def test_json_prints_the_result_object_with_the_pinned_image_digest(project_root: Path, tmp_path: Path) -> None:
+def test_json_prints_the_result_object_with_the_image_digest_built_here(project_root: Path, tmp_path: Path) -> None:
     out_dir = tmp_path / "out"
     script = "print('hello')\nopen('/output/r.txt', 'w').write('done')\n"
     proc = _run(

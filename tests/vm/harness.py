@@ -39,8 +39,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from runner.config import LOCK_PATH, PROJECT_ROOT, paths_from_env
-from runner.images import ImageStore, read_lock
+from runner.config import PROJECT_ROOT, paths_from_env
+from runner.images import ImageStore
 
 SUITE = "bookworm"
 L1_PACKAGES = (
@@ -168,12 +168,13 @@ class Builder:
         log(f"emulated host project: {count} files of this checkout")
 
     def images(self) -> None:
-        """The pinned images, verified here first (in the emulated host a full verification would
-        take minutes; its fresh stamp lets the runs there skip it)."""
+        """The images this host built, verified here first (in the emulated host a full verification
+        would take minutes; its fresh stamp lets the runs there skip it), with the host's record
+        that the runs there resolve them by."""
         paths = paths_from_env()
         store = ImageStore(paths)
         target = self.root / L1_PROJECT.lstrip("/") / "var" / "images"
-        for name, entry in sorted(read_lock(LOCK_PATH).items()):
+        for name, entry in sorted(store.built().items()):
             report = store.verify(name)
             if not report.ok:
                 raise SystemExit(f"test-vm: image {name} failed verification: {report.problems[:3]} (make images)")
@@ -183,6 +184,7 @@ class Builder:
                 (target / relative).parent.mkdir(parents=True, exist_ok=True)
                 run(["cp", "-a", str(source), str(target / relative)])
             log(f"emulated host image {name}: {entry.digest[:19]} verified and copied")
+        run(["cp", "-a", str(store.record_path), str(target / store.record_path.name)])
 
     def smolvm_runtime(self) -> str:
         """smolvm's runtime copy, made by the engine's own code in the root, with the disk

@@ -1,4 +1,4 @@
-"""Record the pinned guest images (images/lock.json) as RuntimeImage rows."""
+"""Record the guest images this host built ($CORDON_IMAGES_DIR/built.json) as RuntimeImage rows."""
 
 from typing import Any
 
@@ -9,7 +9,7 @@ from runner.images import read_lock
 
 
 class Command(BaseCommand):
-    help = "Record the images pinned in images/lock.json; older digests of the same name become inactive."
+    help = "Record the images this host built (its record, not images/lock.json); older digests become inactive."
 
     def handle(self, *args: Any, **options: Any) -> None:
         for name, entry in read_lock().items():
