@@ -34,6 +34,9 @@ class Evidence:
     stream_cap_hit: str | None = None  # "stdout" or "stderr"
     bytes_at_cap_time: int = 0
     output_files_over_cap: bool = False
+    # The first output file export refused for the byte cap, and its (apparent) size.
+    oversize_output: str | None = None
+    oversize_output_bytes: int = 0
     output_area_full: bool = False
     oom_kills: int = 0
     runtime_heap_exhausted: bool = False  # e.g. V8's "JavaScript heap out of memory" abort
@@ -58,10 +61,8 @@ def classify(ev: Evidence, limits: Limits) -> tuple[Outcome, str]:
     if ev.stream_cap_hit:
         cap = limits.stdout_max_bytes if ev.stream_cap_hit == "stdout" else limits.stderr_max_bytes
         return Outcome.OUTPUT_LIMIT, f"stopped when {ev.stream_cap_hit} passed its {cap} byte cap"
-    if ev.output_files_over_cap:
-        return Outcome.OUTPUT_LIMIT, (
-            f"output files over their caps ({limits.output_max_files} files, {limits.output_max_bytes} bytes)"
-        )
+    if ev.output_files_over_cap or ev.oversize_output is not None:
+        return Outcome.OUTPUT_LIMIT, _output_files_reason(ev, limits)
     if not succeeded and ev.output_area_full:
         return Outcome.OUTPUT_LIMIT, f"filled the {limits.output_max_bytes} byte output area"
     if ev.stopped_by == "oom" or ev.oom_kills > 0 or ev.runtime_heap_exhausted or ev.guest_oom_kill:
@@ -75,6 +76,16 @@ def classify(ev: Evidence, limits: Limits) -> tuple[Outcome, str]:
     if ev.signal is not None:
         return Outcome.FAILED, f"killed by its own signal {_signal_name(ev.signal)}"
     return Outcome.FAILED, f"exited with status {ev.exit_code}"
+
+
+def _output_files_reason(ev: Evidence, limits: Limits) -> str:
+    """Name the file that broke the byte cap; else it was the count."""
+    cap = limits.output_max_bytes
+    if ev.oversize_output is None:
+        return f"wrote more output files than the cap of {limits.output_max_files}"
+    if ev.oversize_output_bytes > cap:
+        return f"output file {ev.oversize_output} is over the {cap}-byte cap"
+    return f"output file {ev.oversize_output} takes the output files over their {cap}-byte cap"
 
 
 def _signal_name(number: int) -> str:

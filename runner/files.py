@@ -17,7 +17,9 @@ from pathlib import Path
 
 from runner.spec import Limits, Outcome, OutputFile, RejectedOutput, RunnerError
 
-SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$")
+# \A and \Z, not ^ and $: `$` also matches before a final newline, so "x.csv\n" would pass.
+# Anchored at both ends, `match` and `fullmatch` agree, whichever a caller uses.
+SAFE_NAME = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._+-]{0,127}\Z")
 _CHUNK = 1 << 16
 _OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
@@ -36,7 +38,7 @@ def stage_inputs(inputs: tuple[Path, ...], dest: Path, limits: Limits, names: tu
     budget = limits.input_max_bytes
     for index, source in enumerate(inputs):
         name = names[index] if index < len(names) else source.name
-        if not SAFE_NAME.match(name):
+        if not SAFE_NAME.fullmatch(name):
             raise _refuse("unsafe_input_name", f"input name {name!r} is not allowed (letters, digits, ._+- only)")
         if name in seen:
             raise _refuse("duplicate_input_name", f"two inputs are named {name!r}")
@@ -72,7 +74,14 @@ def stage_inputs(inputs: tuple[Path, ...], dest: Path, limits: Limits, names: tu
 class ExportReport:
     outputs: list[OutputFile] = field(default_factory=list)
     rejected: list[RejectedOutput] = field(default_factory=list)
-    over_cap: bool = False
+    too_many: bool = False  # more files than the count cap
+    # The first file refused for the byte cap, and its size (apparent: a sparse file counts at
+    # its full length), so the outcome can name it.
+    oversize: tuple[str, int] | None = None
+
+    @property
+    def over_cap(self) -> bool:
+        return self.too_many or self.oversize is not None
 
 
 def export_outputs(area: Path, dest: Path | None, limits: Limits) -> ExportReport:
@@ -84,9 +93,10 @@ def export_outputs(area: Path, dest: Path | None, limits: Limits) -> ExportRepor
         for relative, entry_stat, parent_fd in _walk(root_fd, ""):
             reason = _reject_reason(relative, entry_stat)
             if reason is None and len(report.outputs) >= limits.output_max_files:
-                reason, report.over_cap = f"over the cap of {limits.output_max_files} files", True
+                reason, report.too_many = f"over the cap of {limits.output_max_files} files", True
             if reason is None and entry_stat.st_size > budget:
-                reason, report.over_cap = f"over the cap of {limits.output_max_bytes} bytes in all", True
+                reason = f"over the cap of {limits.output_max_bytes} bytes in all"
+                report.oversize = report.oversize or (relative, entry_stat.st_size)
             if reason is not None:
                 report.rejected.append(RejectedOutput(relative, reason))
                 continue
@@ -106,7 +116,7 @@ def _walk(dir_fd: int, prefix: str):  # type: ignore[no-untyped-def]
     for entry in sorted(os.listdir(dir_fd)):
         relative = f"{prefix}{entry}"
         st = os.stat(entry, dir_fd=dir_fd, follow_symlinks=False)
-        if stat.S_ISDIR(st.st_mode) and SAFE_NAME.match(entry):
+        if stat.S_ISDIR(st.st_mode) and SAFE_NAME.fullmatch(entry):
             child = os.open(entry, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
             try:
                 yield from _walk(child, relative + "/")
@@ -122,7 +132,7 @@ def _reject_reason(relative: str, st: os.stat_result) -> str | None:
         return "directory with a disallowed name"
     if not stat.S_ISREG(st.st_mode):
         return f"not a regular file ({_kind(st.st_mode)})"
-    if not SAFE_NAME.match(base):
+    if not SAFE_NAME.fullmatch(base):
         return "disallowed file name"
     if st.st_nlink > 1:
         return "hard link"

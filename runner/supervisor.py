@@ -44,6 +44,9 @@ from runner.spec import (
 Event = dict[str, Any]
 EventSink = Callable[[Event], None]
 _READ_SIZE = 1 << 16
+# What of each stream the supervisor keeps even when it does not keep the streams: enough of
+# stderr for the sandbox's own start-up complaint and for the V8 heap-exhaustion line.
+TAIL_BYTES = 4096
 SAMPLE_INTERVAL_S = 0.05
 # Harness-only smolvm switches a supervisor passes on when its environment sets them.
 SMOLVM_PASSTHROUGH = frozenset({"SMOLVM_VM_UID_DROP"})
@@ -74,12 +77,22 @@ class SupervisorSettings:
 class _Stream:
     name: str
     cap: int
+    keep: bool = True  # hold every published byte (up to the cap) for the RunResult
     kept: bytearray = field(default_factory=bytearray)
+    published: int = 0  # bytes within the cap, each sent as a chunk event
+    tail: bytearray = field(default_factory=bytearray)  # the last published bytes, always
     total: int = 0  # bytes read, including what came after the cap
 
     @property
     def truncated(self) -> bool:
         return self.total > self.cap
+
+    def publish(self, data: bytes) -> None:
+        self.published += len(data)
+        if self.keep:
+            self.kept += data
+        self.tail += data
+        del self.tail[:-TAIL_BYTES]
 
 
 class Supervisor:
@@ -173,7 +186,11 @@ class Supervisor:
         cancelled: Callable[[], bool] = lambda: False,
         output_dir: Path | None = None,
         run_id: str | None = None,
+        keep_output: bool = True,
     ) -> RunResult:
+        """Run one spec to its recorded end. Every byte of stdout and stderr within the caps goes
+        to `on_event` as a chunk; with `keep_output` False they are not also held for the result
+        (its stdout and stderr stay empty), so a caller that logs the chunks holds no copy."""
         run_id = run_id or uuid.uuid4().hex[:16]
         emit = on_event or (lambda event: None)
         started = time.monotonic()
@@ -184,8 +201,8 @@ class Supervisor:
         engine: Engine | None = None
         evidence = Evidence()
         streams = {
-            "stdout": _Stream("stdout", spec.limits.stdout_max_bytes),
-            "stderr": _Stream("stderr", spec.limits.stderr_max_bytes),
+            "stdout": _Stream("stdout", spec.limits.stdout_max_bytes, keep=keep_output),
+            "stderr": _Stream("stderr", spec.limits.stderr_max_bytes, keep=keep_output),
         }
         try:
             self._validate(spec)
@@ -194,8 +211,11 @@ class Supervisor:
             result.engine_version = engine.version()
             image = self._image(spec.image_name)
             result.image = ImageInfo(image.name, image.digest)
+            need = engine.reservation(spec.limits)
+            # Streams kept for the result are this process's memory, on top of the sandbox's.
+            kept_mib = -(-(spec.limits.stdout_max_bytes + spec.limits.stderr_max_bytes) // MIB) if keep_output else 0
             reservation = self.admission.acquire(
-                run_id, memory_mib=self._reserved_mib(spec.limits), cpus=spec.limits.cpus, cancelled=cancelled
+                run_id, memory_mib=need.memory_mib + kept_mib, cpus=need.cpus, cancelled=cancelled
             )
             emit({"type": "state", "state": "admitted", "slot": reservation.slot})
             ctx = self._stage(spec, run_id, reservation.slot, image, engine)
@@ -218,7 +238,7 @@ class Supervisor:
             if evidence.engine_error is not None:
                 raise evidence.engine_error
             if not collected.started:
-                said = bytes(streams["stderr"].kept).decode(errors="replace")[-500:]
+                said = bytes(streams["stderr"].tail).decode(errors="replace")[-500:]
                 raise RunnerError(
                     "sandbox_setup_failed", f"the sandbox did not start the program: {said}", retryable=True
                 )
@@ -231,6 +251,8 @@ class Supervisor:
             export = export_outputs(ctx.output_dir, output_dir, spec.limits)
             result.outputs, result.rejected_outputs = export.outputs, export.rejected
             evidence.output_files_over_cap = export.over_cap
+            if export.oversize is not None:
+                evidence.oversize_output, evidence.oversize_output_bytes = export.oversize
         except RunnerError as exc:
             if evidence.stopped_by == "cancel" or (cancelled() and exc.outcome is not Outcome.REJECTED_INPUT):
                 evidence.cancelled = True
@@ -274,10 +296,6 @@ class Supervisor:
                     "image_verification_failed", f"image {name} failed verification: {report.problems[:5]}"
                 )
         return ref
-
-    @staticmethod
-    def _reserved_mib(limits: Limits) -> int:
-        return limits.memory_mib + limits.disk_mib + -(-limits.output_max_bytes // MIB) + 8 + 16
 
     def _stage(self, spec: RunSpec, run_id: str, slot: int, image: Any, engine: Engine) -> RunContext:
         run_dir = self.runs_dir / run_id
@@ -414,10 +432,10 @@ class Supervisor:
             return
         offset = stream.total
         stream.total += len(data)
-        room = stream.cap - len(stream.kept)
+        room = stream.cap - stream.published
         if room > 0:
             kept = data[:room]
-            stream.kept += kept
+            stream.publish(kept)
             emit({"type": "chunk", "stream": stream.name, "offset": offset, "data": kept})
         if stream.total > stream.cap and evidence.stopped_by is None:
             self._stop(engine, ctx, evidence, stream.name)
@@ -566,7 +584,7 @@ class RunLock:
 
 def _v8_heap_exhausted(collected: Collected, streams: dict[str, _Stream]) -> bool:
     """Node aborts (SIGABRT) with this line when its heap cap (set below the memory limit) is hit."""
-    return collected.signal == 6 and b"JavaScript heap out of memory" in bytes(streams["stderr"].kept[-4096:])
+    return collected.signal == 6 and b"JavaScript heap out of memory" in bytes(streams["stderr"].tail)
 
 
 def _evidence_dict(ev: Evidence, streams: dict[str, _Stream]) -> dict[str, Any]:
@@ -577,6 +595,7 @@ def _evidence_dict(ev: Evidence, streams: dict[str, _Stream]) -> dict[str, Any]:
         "scratch_full": ev.scratch_full,
         "output_area_full": ev.output_area_full,
         "output_files_over_cap": ev.output_files_over_cap,
+        "oversize_output": ev.oversize_output,
         "guest_oom_kill": ev.guest_oom_kill,
     }
     if ev.stop_latency_s is not None:

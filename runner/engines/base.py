@@ -4,7 +4,8 @@
 
 The supervisor owns the clock, the caps and the decisions; an engine only does what it is
 told and reports what the host can see. `teardown` must be idempotent and say, check by
-check, what it removed and what survived.
+check, what it removed and what survived. Before any of it, admission reserves the engine's
+`reservation`: what the run's cgroups will allow, from the same figures `prepare` writes.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from runner.images import ImageRef
-from runner.spec import CleanupCheck, Limits, RunnerError, RunSpec
+from runner.spec import MIB, CleanupCheck, Limits, RunnerError, RunSpec
 
 # The program's whole environment, the same in every engine: nothing of the host's.
 GUEST_ENV = {
@@ -27,6 +28,28 @@ GUEST_ENV = {
     "PYTHONUNBUFFERED": "1",
     "PYTHONDONTWRITEBYTECODE": "1",
 }
+
+
+# Host memory a run costs outside its cgroups (mounts, namespaces, pipes, the supervisor's
+# per-run bookkeeping), reserved on top of what the cgroups allow.
+HOST_OVERHEAD_MIB = 16
+
+
+@dataclass(frozen=True)
+class CgroupLimits:
+    """The caps an engine writes into a run's cgroups."""
+
+    memory_bytes: int
+    pids_max: int
+    cpus: float
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """What admission reserves for one run on this host."""
+
+    memory_mib: int
+    cpus: float
 
 
 @dataclass
@@ -80,6 +103,16 @@ class Engine(ABC):
     isolation: ClassVar[str]
     # Where the program's script appears inside the sandbox (the host side is ctx.scratch_dir).
     script_dir: ClassVar[str] = "/tmp"
+
+    @abstractmethod
+    def cgroup_limits(self, limits: Limits) -> CgroupLimits:
+        """The caps `prepare` gives the run's cgroups: everything the run may take from the host."""
+
+    def reservation(self, limits: Limits) -> Footprint:
+        """What admission must reserve: all that the run's cgroups allow (derived from the very
+        caps `prepare` writes, so the two cannot drift), plus the run's cost outside them."""
+        caps = self.cgroup_limits(limits)
+        return Footprint(memory_mib=-(-caps.memory_bytes // MIB) + HOST_OVERHEAD_MIB, cpus=caps.cpus)
 
     def view_root(self, default: Path) -> Path:
         """Where this engine's per-run views live (the supervisor's host-wide default)."""

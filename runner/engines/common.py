@@ -1,4 +1,5 @@
-"""Host-side mechanics every engine shares: stopping a run's cgroup, and auditing teardown."""
+"""Host-side mechanics every engine shares: the output area, stopping a run's cgroup, and
+auditing teardown."""
 
 from __future__ import annotations
 
@@ -13,7 +14,13 @@ from pathlib import Path
 from runner import hostfs
 from runner.cgroups import CgroupLayout, RunCgroup, run_names
 from runner.engines.base import RunContext
-from runner.spec import CleanupCheck
+from runner.spec import CleanupCheck, Limits
+
+# Room in the output area past the output cap. With none, ENOSPC would cut an oversize file off
+# at exactly the cap, where it looks like a file within it (exported, silently truncated); with
+# it, such a file is over the cap when export inspects it, and is refused and named. tmpfs counts
+# whole pages, so this is at least one.
+OUTPUT_AREA_SLACK_BYTES = 64 * 1024
 
 
 def join_cgroups(procs_files: list[str]) -> None:
@@ -23,6 +30,22 @@ def join_cgroups(procs_files: list[str]) -> None:
         fd = os.open(path, os.O_WRONLY)
         os.write(fd, b"0")
         os.close(fd)
+
+
+def output_area_bytes(limits: Limits) -> int:
+    """The size of a run's output area (a tmpfs, so also memory its cgroup must allow)."""
+    return limits.output_max_bytes + OUTPUT_AREA_SLACK_BYTES
+
+
+def mount_output_area(ctx: RunContext, *, uid: int, gid: int | None = None, mode: int = 0o700) -> None:
+    """The run's one writable output area, the same size and shape in every engine. Export, on
+    the host after exit, decides what of it leaves; the area only bounds what can be written."""
+    ctx.output_dir.mkdir(mode=0o700)
+    # Room for a few times the file cap, so "too many files" is seen and refused at export.
+    inodes = ctx.limits.output_max_files * 4 + 64
+    hostfs.mount_tmpfs(
+        ctx.output_dir, size_bytes=output_area_bytes(ctx.limits), uid=uid, gid=gid, mode=mode, max_inodes=inodes
+    )
 
 
 def bind_views(ctx: RunContext, sources: dict[str, Path]) -> None:

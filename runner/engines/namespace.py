@@ -17,20 +17,22 @@ from collections.abc import Callable
 
 from runner import hostfs
 from runner.cgroups import CgroupLayout, RunCgroup
-from runner.engines.base import GUEST_ENV, Collected, Engine, RunContext, Sample
+from runner.engines.base import GUEST_ENV, CgroupLimits, Collected, Engine, RunContext, Sample
 from runner.engines.common import (
     area_full,
     bind_views,
     cgroup_checks,
     join_cgroups,
+    mount_output_area,
     mounts_check,
+    output_area_bytes,
     processes_of_uid,
     reap,
     stop_cgroup,
     sweep_cgroups,
 )
 from runner.seccomp import bpf_fd
-from runner.spec import MIB, CleanupCheck, RunnerError
+from runner.spec import MIB, CleanupCheck, Limits, RunnerError
 
 SHM_BYTES = 8 * MIB
 SANDBOX_UID_INSIDE = 1000
@@ -49,28 +51,26 @@ class NamespaceEngine(Engine):
         out = subprocess.run([self.bwrap, "--version"], capture_output=True, text=True, check=False).stdout
         return out.strip() or "bubblewrap (unknown version)"
 
-    def memory_limit_bytes(self, ctx: RunContext) -> int:
-        """The run's memory cgroup also carries its tmpfs areas, so they are added on top."""
-        limits = ctx.limits
-        return (limits.memory_mib + limits.disk_mib) * MIB + limits.output_max_bytes + SHM_BYTES
+    def cgroup_limits(self, limits: Limits) -> CgroupLimits:
+        # The run's memory cgroup also carries its tmpfs areas, so they are added on top.
+        memory = (limits.memory_mib + limits.disk_mib) * MIB + output_area_bytes(limits) + SHM_BYTES
+        return CgroupLimits(
+            memory_bytes=memory,
+            pids_max=limits.max_processes + 2,  # + bwrap and its init
+            cpus=limits.cpus,
+        )
 
     # prepare / start
 
     def prepare(self, ctx: RunContext) -> None:
         cgroup = RunCgroup(self.layout, self.cgroup_parent, ctx.run_id)
         ctx.state["cgroup"] = cgroup
-        cgroup.create(
-            memory_bytes=self.memory_limit_bytes(ctx),
-            pids_max=ctx.limits.max_processes + 2,  # + bwrap and its init
-            cpus=ctx.limits.cpus,
-        )
+        caps = self.cgroup_limits(ctx.limits)
+        cgroup.create(memory_bytes=caps.memory_bytes, pids_max=caps.pids_max, cpus=caps.cpus)
         bind_views(ctx, {"root": ctx.image.rootfs, "in": ctx.input_dir})
         ctx.scratch_dir.mkdir(mode=0o700)
         hostfs.mount_tmpfs(ctx.scratch_dir, size_bytes=ctx.limits.disk_mib * MIB, uid=ctx.uid)
-        ctx.output_dir.mkdir(mode=0o700)
-        # Room for a few times the file cap, so "too many files" is seen and refused at export.
-        inodes = ctx.limits.output_max_files * 4 + 64
-        hostfs.mount_tmpfs(ctx.output_dir, size_bytes=ctx.limits.output_max_bytes, uid=ctx.uid, max_inodes=inodes)
+        mount_output_area(ctx, uid=ctx.uid)
 
     def start(self, ctx: RunContext) -> subprocess.Popen[bytes]:
         cgroup: RunCgroup = ctx.state["cgroup"]
@@ -190,10 +190,14 @@ def bwrap_argv(bwrap: str, fds: dict[str, int], program: list[str]) -> list[str]
 
 
 def rlimits(ctx: RunContext) -> list[tuple[int, int]]:
-    largest_area = max(ctx.limits.disk_mib * MIB, ctx.limits.output_max_bytes)
     return [
         (resource.RLIMIT_CORE, 0),
-        (resource.RLIMIT_FSIZE, largest_area + MIB),  # the tmpfs caps bite first; this is a backstop
+        # No file size limit: every writable place is a size-capped tmpfs, which bounds real bytes,
+        # while a file size limit only refuses an apparent size (a sparse file costs nothing) and,
+        # refusing, destroys the evidence: the program sees EFBIG (or dies of SIGXFSZ) and leaves
+        # an empty file, so an oversize output looked like the program's own failure. Unlimited,
+        # the file exists at its size and export refuses and names it, as in a microVM.
+        (resource.RLIMIT_FSIZE, resource.RLIM_INFINITY),
         (resource.RLIMIT_NOFILE, 1024),
         # Counted per host uid, exited helpers awaiting the host init's reaping included: a wide
         # backstop, so that the pids cgroup, which leaves evidence, always bites first.

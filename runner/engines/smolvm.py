@@ -16,6 +16,7 @@ import importlib.metadata
 import importlib.util
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -25,21 +26,22 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from runner import hostfs
 from runner.cgroups import CgroupLayout, RunCgroup
-from runner.engines.base import GUEST_ENV, Collected, Engine, RunContext, Sample
+from runner.engines.base import GUEST_ENV, CgroupLimits, Collected, Engine, RunContext, Sample
 from runner.engines.common import (
     area_full,
     bind_views,
     cgroup_checks,
     join_cgroups,
+    mount_output_area,
     mounts_check,
+    output_area_bytes,
     processes_of_uid,
     reap,
     stop_cgroup,
     sweep_cgroups,
 )
-from runner.spec import MIB, CleanupCheck, RunnerError
+from runner.spec import MIB, CleanupCheck, Limits, RunnerError
 
 GUEST_WORKDIR = "/tmp"
 VMM_OVERHEAD_MIB = 768 + 64  # smolvm's own VMM allowance, plus the Python child
@@ -238,6 +240,15 @@ class SmolvmEngine(Engine):
     def version(self) -> str:
         return engine_version()
 
+    def cgroup_limits(self, limits: Limits) -> CgroupLimits:
+        # The VMM's cgroup holds the guest's memory, smolvm's own allowance, and the output area's
+        # tmpfs pages, which the VMM writes on the guest's behalf.
+        return CgroupLimits(
+            memory_bytes=(limits.memory_mib + VMM_OVERHEAD_MIB) * MIB + output_area_bytes(limits),
+            pids_max=4096,  # host threads of the child and the VMM; guest processes are capped inside
+            cpus=limits.cpus + 1.0,  # the vCPUs plus the VMM's own I/O threads
+        )
+
     def view_root(self, default: Path) -> Path:
         # smolvm refuses to share paths under /run (a "protected system path"), so the views it
         # mounts into the guest live beside its state root.
@@ -257,11 +268,8 @@ class SmolvmEngine(Engine):
             )
         cgroup = RunCgroup(self.layout, self.cgroup_parent, ctx.run_id)
         ctx.state["cgroup"] = cgroup
-        cgroup.create(
-            memory_bytes=(ctx.limits.memory_mib + VMM_OVERHEAD_MIB) * MIB + ctx.limits.output_max_bytes,
-            pids_max=4096,  # host threads of the child and the VMM; guest processes are capped inside
-            cpus=ctx.limits.cpus + 1.0,  # the vCPUs plus the VMM's own I/O threads
-        )
+        caps = self.cgroup_limits(ctx.limits)
+        cgroup.create(memory_bytes=caps.memory_bytes, pids_max=caps.pids_max, cpus=caps.cpus)
         self.state_root.mkdir(parents=True, exist_ok=True)
         os.chmod(self.state_root, 0o755)  # noqa: S103 - per-VM uids must traverse it
         # The image is the verified rootfs, bound read-only: smolvm serves a directory image live
@@ -270,13 +278,9 @@ class SmolvmEngine(Engine):
         # the read-only mount keeps even a VMM running as root from writing into the image.
         bind_views(ctx, {"root": ctx.image.rootfs, "in": ctx.input_dir})
         ctx.scratch_dir.mkdir(mode=0o755)  # holds the script, mounted read-only at /job
-        ctx.output_dir.mkdir(mode=0o700)
-        inodes = ctx.limits.output_max_files * 4 + 64
         # The VMM runs as a per-VM uid known only once it starts; it is in the kvm group (it opens
         # /dev/kvm), so the area is root:kvm 0770 until the child hands it to that uid.
-        hostfs.mount_tmpfs(
-            ctx.output_dir, size_bytes=ctx.limits.output_max_bytes, uid=0, gid=_kvm_gid(), mode=0o770, max_inodes=inodes
-        )
+        mount_output_area(ctx, uid=0, gid=_kvm_gid(), mode=0o770)
         ctx.state["control"] = ControlChannel()
 
     def start(self, ctx: RunContext) -> subprocess.Popen[bytes]:
@@ -522,6 +526,10 @@ def _enter_cgroup(procs_files: list[str]) -> Callable[[], None]:
     def enter() -> None:
         join_cgroups(procs_files)
         libc.prctl(_PR_SET_PDEATHSIG, 9, 0, 0, 0)  # the child, and so its VMM, dies with us
+        # The VMM writes the guest's /output files on the host: a file size limit inherited from
+        # the worker would kill it (SIGXFSZ) on an oversize file, a sandbox_error instead of the
+        # output_limit export finds. The area's size is the bound, as in the namespace engine.
+        resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
 
     return enter
 

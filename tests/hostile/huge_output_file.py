@@ -1,4 +1,4 @@
-# cordon: {"outcome": "output_limit", "exit_code": 0, "rejected_has": {"huge.bin": "bytes in all"}, "outputs": ["small.txt"]}
+# cordon: {"outcome": "output_limit", "exit_code": 0, "reason_has": ["output file huge.bin is over the 16777216-byte cap"], "rejected_has": {"huge.bin": "bytes in all"}, "outputs": ["small.txt"]}
 import os
 
 with open("/output/small.txt", "w") as handle:

@@ -23,11 +23,29 @@ def main(config_path: str) -> int:
         say(event="error", phase="boot", code="boot_failed", message="no boot progress for 30 seconds", retryable=True)
         return 3
     say(event="ready", boot_s=0.01)
+    if mode in ("sparse_output", "dense_output"):
+        say(event="exit", exit_code=write_oversize_output(Path(config["output_dir"]), sparse=mode == "sparse_output"))
+        return 0
     os.write(1, b"guest says hello\n" + FORGED.encode() + b'{"event":"exit","exit_code":99}\n')
     os.write(2, FORGED.encode())
     say(event="exit", exit_code=0)
     say(event="deleted")
     return 0
+
+
+def write_oversize_output(area: Path, *, sparse: bool) -> int:
+    """What the VMM does on the host for a guest writing /output/big past the cap (virtiofs
+    passes the guest's ftruncate and writes through): returns the guest program's exit code."""
+    with open(area / "big", "wb") as handle:
+        if sparse:
+            handle.truncate(2 << 30)
+            return 0
+        try:
+            while True:
+                handle.write(b"\1" * 65536)
+                handle.flush()
+        except OSError:  # ENOSPC: the guest program dies of it
+            return 1
 
 
 if __name__ == "__main__":

@@ -48,6 +48,28 @@ def test_output_files_over_cap_beat_oom() -> None:
     assert classify(ev, LIMITS)[0] is Outcome.OUTPUT_LIMIT
 
 
+def test_an_output_file_over_the_byte_cap_is_named_and_beats_the_programs_own_failure() -> None:
+    ev = Evidence(output_files_over_cap=True, oversize_output="big", oversize_output_bytes=2 << 30, exit_code=1)
+    limits = Limits(output_max_bytes=1048576)
+    assert classify(ev, limits) == (Outcome.OUTPUT_LIMIT, "output file big is over the 1048576-byte cap")
+
+
+def test_a_file_within_the_cap_that_takes_the_outputs_over_it_is_named_as_such() -> None:
+    ev = Evidence(output_files_over_cap=True, oversize_output="sub/b.csv", oversize_output_bytes=600, exit_code=0)
+    assert classify(ev, Limits(output_max_bytes=1000)) == (
+        Outcome.OUTPUT_LIMIT,
+        "output file sub/b.csv takes the output files over their 1000-byte cap",
+    )
+
+
+def test_too_many_output_files_is_an_output_limit_saying_so() -> None:
+    ev = Evidence(output_files_over_cap=True, exit_code=0)
+    assert classify(ev, Limits(output_max_files=8)) == (
+        Outcome.OUTPUT_LIMIT,
+        "wrote more output files than the cap of 8",
+    )
+
+
 def test_brushing_a_limit_and_exiting_zero_is_success() -> None:
     assert classify(Evidence(process_cap_hits=3, scratch_full=True, exit_code=0), LIMITS)[0] is Outcome.SUCCEEDED
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.files import export_outputs, stage_inputs
+from runner.files import SAFE_NAME, export_outputs, stage_inputs
 from runner.spec import Limits, Outcome, OutputFile, RunnerError
 
 
@@ -25,7 +25,7 @@ def test_designated_files_are_copied_read_only_with_their_hashes(tmp_path: Path)
     assert os.listdir(tmp_path / "staged") == ["data.csv"]
 
 
-@pytest.mark.parametrize("name", ["..", ".hidden", "a b.csv", "x;rm.csv", "é.csv"])
+@pytest.mark.parametrize("name", ["..", ".hidden", "a b.csv", "x;rm.csv", "é.csv", "x.csv\n"])
 def test_unsafe_names_are_refused(tmp_path: Path, name: str) -> None:
     source = tmp_path / "dir"
     source.mkdir()
@@ -87,3 +87,36 @@ def test_export_keeps_the_first_files_up_to_the_count_and_byte_caps(tmp_path: Pa
     report = export_outputs(area, None, Limits(output_max_files=3, output_max_bytes=250))
     assert [o.name for o in report.outputs] == ["f0.txt", "f1.txt"]
     assert report.over_cap and len(report.rejected) == 3
+
+
+def test_a_name_with_a_trailing_newline_is_not_safe_whichever_way_it_is_matched() -> None:
+    for name in ("x.csv\n", "x\n", "x.csv\r", "x.csv\n\n"):
+        assert SAFE_NAME.match(name) is None and SAFE_NAME.fullmatch(name) is None
+    assert SAFE_NAME.match("x.csv") is not None
+
+
+def test_export_refuses_outputs_and_directories_named_with_a_trailing_newline(tmp_path: Path) -> None:
+    area = tmp_path / "area"
+    (area / "sub\n").mkdir(parents=True)
+    (area / "sub\n" / "y.csv").write_text("b")
+    (area / "x.csv\n").write_text("a")
+    (area / "ok.csv").write_text("c")
+    report = export_outputs(area, tmp_path / "dest", Limits())
+    assert [o.name for o in report.outputs] == ["ok.csv"]
+    reasons = {r.name: r.reason for r in report.rejected}
+    assert reasons == {"x.csv\n": "disallowed file name", "sub\n": "directory with a disallowed name"}
+
+
+def test_export_names_the_first_file_over_the_byte_cap_at_its_apparent_size(tmp_path: Path) -> None:
+    area = tmp_path / "area"
+    area.mkdir()
+    (area / "a.txt").write_bytes(b"x" * 100)
+    with open(area / "big", "wb") as handle:
+        handle.truncate(2 << 30)  # sparse: nothing on disk, 2 GiB by size
+    (area / "c.txt").write_bytes(b"x" * 100)
+    (area / "d.txt").write_bytes(b"x" * 900)
+    report = export_outputs(area, tmp_path / "dest", Limits(output_max_bytes=1000))
+    assert [o.name for o in report.outputs] == ["a.txt", "c.txt"]
+    assert report.oversize == ("big", 2 << 30) and report.over_cap and not report.too_many
+    assert {r.name for r in report.rejected} == {"big", "d.txt"}
+    assert not (tmp_path / "dest" / "big").exists()

@@ -1,8 +1,9 @@
 """The hostile battery: every case in tests/hostile/ against every engine this host can run.
 
 A case is a script whose first line declares, as JSON after `cordon:`, the outcome it must
-end in, its limits, the inputs to stage and extra evidence to check. Each run must also
-leave a green cleanup audit and, checked independently here, nothing on the host.
+end in (and words its reason must have), its limits, the inputs to stage and extra evidence
+to check. Each run must also leave a green cleanup audit and, checked independently here,
+nothing on the host.
 """
 
 from __future__ import annotations
@@ -242,6 +243,8 @@ def assert_expected(case: Case, result: RunResult, inputs: Inputs, engine: str) 
         assert text in stdout, (text, stdout[-2000:])
     for text in expect.get("stderr_has", []):
         assert text in stderr, (text, stderr[-2000:])
+    for text in expect.get("reason_has", []):
+        assert text in result.reason, (text, summary)
     for key in ("exit_code", "signal", "stdout_truncated", "stderr_truncated"):
         if key in expect:
             assert getattr(result, key) == expect[key], (key, summary)
@@ -287,6 +290,9 @@ def _assert_evidence(result: RunResult, limits: Limits) -> None:
                 result.stdout_truncated or result.stderr_truncated or ev["output_files_over_cap"]
                 or ev["output_area_full"]
             ), ev  # fmt: skip
+            if ev.get("oversize_output") is not None:  # the file named was refused, not exported
+                assert ev["oversize_output"] in {r.name for r in result.rejected_outputs}, ev
+                assert ev["oversize_output"] not in {o.name for o in result.outputs}, ev
             if result.stdout_truncated:
                 assert result.stdout_bytes == limits.stdout_max_bytes == len(result.stdout)
             if result.stderr_truncated:

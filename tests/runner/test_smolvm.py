@@ -114,6 +114,19 @@ def test_a_boot_error_on_the_control_channel_is_a_retryable_sandbox_error(monkey
     assert result.cleanup_ok, result.cleanup
 
 
+@pytest.mark.parametrize("mode", ["sparse_output", "dense_output"])
+def test_an_output_file_over_the_cap_is_an_output_limit_naming_it(mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine's real output area and export, with the guest's writes made as the VMM makes
+    them: the area has room to show the file over the cap, as in the namespace engine."""
+    supervisor = _fake_supervisor(mode, monkeypatch)
+    limits = Limits(output_max_bytes=1024 * 1024)
+    result = supervisor.run(RunSpec(runtime="python", script=b"pass", engine="smolvm", limits=limits))
+    assert result.outcome is Outcome.OUTPUT_LIMIT, result.to_json()
+    assert result.reason == "output file big is over the 1048576-byte cap"
+    assert [r.name for r in result.rejected_outputs] == ["big"] and result.outputs == []
+    assert result.cleanup_ok, result.cleanup
+
+
 # --- the real engine, on a host whose KVM cannot boot a guest --------------------------
 
 
