@@ -11,7 +11,7 @@ DEB_PACKAGES := bubblewrap mmdebstrap redis-server python3-venv libseccomp2 ca-c
 # Only the tests need a browser: Debian's Chromium, driven by Playwright.
 TEST_DEB_PACKAGES := chromium
 
-.PHONY: help system test-system debs kvm-access venv images migrate run test test-vm lint bench
+.PHONY: help system test-system debs kvm-access venv images migrate run test fuzz test-vm lint bench
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -66,6 +66,11 @@ run: images migrate kvm-access ## serve Cordon on 127.0.0.1:8000 with Redis, a C
 test: images kvm-access test-system ## run the test suite
 	@$(PY) manage.py collectstatic --noinput -v0
 	$(PY) -m pytest
+
+# Redis, a Celery worker and the web server on the test database, fuzzed through the live
+# OpenAPI document (tests/fuzz). Needs what `make test` needs but the browser.
+fuzz: images ## fuzz every API operation with Schemathesis against a live server (~1 min)
+	$(PY) -m pytest -m fuzz -s tests/fuzz
 
 # The VM path, proven without usable KVM: QEMU emulates an AMD CPU with SVM, smolvm boots real
 # microVMs inside it, and the hostile battery runs through them (tests/vm/harness.py).

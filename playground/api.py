@@ -1,48 +1,78 @@
 """The HTTP API (django-ninja) under /api/, docs at /api/docs. Thin: parse, call a service or a
-selector, shape the answer. Errors are JSON {"code", "message", "field"}."""
+selector, shape the answer. Every error is JSON {"code", "message", "field"} (apierrors.py),
+and each operation lists the error statuses it can answer with in the OpenAPI document."""
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from uuid import UUID
 
+from django.core.exceptions import RequestDataTooBig
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse
-from ninja import File, NinjaAPI, Schema, Status
+from django.http.multipartparser import MultiPartParserError
+from ninja import Field, File, NinjaAPI, Schema, Status
 from ninja.errors import AuthenticationError, HttpError, Throttled, ValidationError
 from ninja.files import UploadedFile
-from ninja.security import HttpBearer, django_auth
+from ninja.params.functions import Query
+from ninja.security import HttpBearer, SessionAuth
 from ninja.throttling import AuthRateThrottle
 
-from playground import selectors, services
+from playground import selectors, services, throttle
+from playground.apierrors import error_payload
+from playground.bodies import JSON_INT_MAX, BodyTooLarge, MalformedJson, StrictJsonParser, body_cap
 from playground.models import Dataset, Run, RunOutputFile
 from playground.services import ServiceError
-from playground.uploads import raw_upload_names
+from playground.uploads import refused_upload_names
 from runner.images import read_lock
 
 LOG_READ_MAX = 1 << 20
+# Offsets into a run's log: far beyond any cap, and within what a file seek takes.
+LOG_OFFSET_MAX = 1 << 48
+MAX_IDS = 64
 
 
 class BearerToken(HttpBearer):
     def authenticate(self, request: HttpRequest, token: str) -> Any:
+        # Before the lookup: a flood of guesses from a locked-out address costs no query.
+        throttle.check_token_address(request)
         user = services.token_user(token=token)
-        if user is not None:
-            request.user = user
+        if user is None:
+            throttle.token_failed(request)
+            return None
+        request.user = user
         return user
+
+
+class BrowserSession(SessionAuth):
+    """The browser's session, CSRF-checked. A request with no logged-in session is simply not
+    authenticated by it (401, "log in"), not a CSRF failure (403)."""
+
+    def _get_key(self, request: HttpRequest) -> str | None:
+        if not request.user.is_authenticated:
+            return None
+        return super()._get_key(request)
 
 
 api = NinjaAPI(
     title="Cordon API",
     version="1",
     urls_namespace="api",
-    auth=[BearerToken(), django_auth],  # django_auth: the browser's session, CSRF-checked
+    auth=[BearerToken(), BrowserSession()],
     throttle=[AuthRateThrottle()],
     docs_url="/docs",
+    parser=StrictJsonParser(),
 )
 
 
-def _error(request: HttpRequest, status: int, code: str, message: str, field: str | None = None) -> HttpResponse:
-    return api.create_response(request, {"code": code, "message": message, "field": field}, status=status)
+def _error(
+    request: HttpRequest, status: int, code: str, message: str, field: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> HttpResponse:  # fmt: skip
+    response = api.create_response(request, error_payload(code, message, field), status=status)
+    for name, value in (headers or {}).items():
+        response[name] = value
+    return response
 
 
 @api.exception_handler(ServiceError)
@@ -62,13 +92,39 @@ def _validation_error(request: HttpRequest, exc: ValidationError) -> HttpRespons
 @api.exception_handler(HttpError)
 def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
     if exc.status_code == 400:  # ninja's "Cannot parse request body"
-        return _error(request, 400, "malformed_body", f"the request body could not be parsed: {exc}")
+        why = str(exc.__cause__) if isinstance(exc.__cause__, MalformedJson) else str(exc)
+        return _error(request, 400, "malformed_body", f"the request body could not be parsed: {why}")
+    if exc.status_code == 403:  # the session's CSRF check: the only 403 ninja raises here
+        return _error(request, 403, "csrf_failed", "CSRF check failed: send the X-CSRFToken header of this session")
     return _error(request, exc.status_code, "http_error", str(exc))
+
+
+@api.exception_handler(BodyTooLarge)
+def _body_too_large(request: HttpRequest, exc: BodyTooLarge) -> HttpResponse:
+    return _error(request, 413, "too_large", str(exc), exc.field)
+
+
+@api.exception_handler(RequestDataTooBig)
+def _data_too_big(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
+    cap = body_cap(request.method or "", request.path)
+    return _error(request, 413, "too_large", f"the request body is over the {cap}-byte limit")
+
+
+@api.exception_handler(MultiPartParserError)
+def _malformed_multipart(request: HttpRequest, exc: MultiPartParserError) -> HttpResponse:
+    return _error(request, 400, "malformed_body", f"the multipart body could not be parsed: {exc}")
 
 
 @api.exception_handler(Throttled)
 def _throttled(request: HttpRequest, exc: Throttled) -> HttpResponse:
-    return _error(request, 429, "throttled", "too many requests; slow down")
+    wait = getattr(exc, "wait", None)
+    headers = {"Retry-After": str(max(1, int(wait) + 1))} if wait else {}
+    return _error(request, 429, "throttled", "too many requests; slow down", headers=headers)
+
+
+@api.exception_handler(throttle.AuthThrottled)
+def _auth_throttled(request: HttpRequest, exc: throttle.AuthThrottled) -> HttpResponse:
+    return _error(request, 429, "throttled", exc.message, headers={"Retry-After": str(exc.retry_after_s)})
 
 
 @api.exception_handler(Http404)
@@ -90,6 +146,15 @@ class ErrorOut(Schema):
     field: str | None = None
 
 
+# What any operation may answer besides its own results: a body it cannot parse or that is too
+# large, no (or a refused) login, throttling. Operations add their own 404/409/422.
+COMMON_ERRORS = (400, 401, 403, 413, 429)
+
+
+def _answers(ok: dict[int, Any], *errors: int) -> dict[int, Any]:
+    return {**ok, **dict.fromkeys(sorted({*COMMON_ERRORS, *errors}), ErrorOut)}
+
+
 class DatasetOut(Schema):
     id: UUID
     name: str
@@ -99,11 +164,14 @@ class DatasetOut(Schema):
     created_at: datetime
 
 
+OutputId = Annotated[int, Field(ge=1, le=JSON_INT_MAX)]
+
+
 class RunIn(Schema):
     runtime: str
     code: str
-    dataset_ids: list[UUID] = []
-    output_ids: list[int] = []
+    dataset_ids: list[UUID] = Field(default=[], max_length=MAX_IDS)
+    output_ids: list[OutputId] = Field(default=[], max_length=MAX_IDS)
     limits: dict[str, Any] = {}
     engine: str = "auto"
 
@@ -211,35 +279,48 @@ def _output_out(output: RunOutputFile) -> dict[str, Any]:
 # --- datasets ---------------------------------------------------------------------------
 
 
-@api.post("/datasets", response={201: DatasetOut, 400: ErrorOut, 409: ErrorOut, 413: ErrorOut}, tags=["datasets"])
-def dataset_upload(request: HttpRequest, file: UploadedFile = File(...)) -> Status[Any]:  # type: ignore[type-arg]  # noqa: B008
-    for sent in raw_upload_names(request):
-        if "/" in sent or "\\" in sent:
-            raise ServiceError("unsafe_name", f"file name {sent!r} looks like a path; send a plain name", field="file")
+@api.post("/datasets", response=_answers({201: DatasetOut}, 409, 422), tags=["datasets"])
+def dataset_upload(request: HttpRequest, file: UploadedFile | None = File(None)) -> Status[Any]:  # type: ignore[type-arg]  # noqa: B008
+    for sent in refused_upload_names(request):
+        raise ServiceError(
+            "unsafe_name", f"file name {sent!r} is refused: send a plain name (letters, digits, ._+-), "
+            "which is stored as sent, never rewritten", field="file",
+        )  # fmt: skip
+    if file is None:
+        raise ServiceError(
+            "file_required", "send the dataset as a multipart file field named 'file', with a file name",
+            field="file", status=422,
+        )  # fmt: skip
     return Status(201, services.dataset_create(user=request.user, upload=file))  # type: ignore[arg-type]
 
 
-@api.get("/datasets", response=list[DatasetOut], tags=["datasets"])
+@api.get("/datasets", response=_answers({200: list[DatasetOut]}), tags=["datasets"])
 def dataset_list(request: HttpRequest) -> Any:
     return selectors.dataset_list_for_user(user=request.user)  # type: ignore[arg-type]
 
 
-@api.get("/datasets/{dataset_id}", response={200: DatasetOut, 404: ErrorOut}, tags=["datasets"])
+@api.get("/datasets/{dataset_id}", response=_answers({200: DatasetOut}, 404, 422), tags=["datasets"])
 def dataset_get(request: HttpRequest, dataset_id: UUID) -> Dataset:
     return selectors.dataset_get_for_user(user=request.user, dataset_id=dataset_id)  # type: ignore[arg-type]
 
 
-@api.delete("/datasets/{dataset_id}", response={204: None, 404: ErrorOut}, tags=["datasets"])
+@api.delete("/datasets/{dataset_id}", response=_answers({204: None}, 404, 422), tags=["datasets"])
 def dataset_delete(request: HttpRequest, dataset_id: UUID) -> Status[Any]:
     dataset = selectors.dataset_get_for_user(user=request.user, dataset_id=dataset_id)  # type: ignore[arg-type]
     services.dataset_delete(dataset=dataset)
     return Status(204, None)
 
 
+@api.get("/datasets/{dataset_id}/preview", response=_answers({200: dict[str, str]}, 404, 422), tags=["datasets"])
+def dataset_preview(request: HttpRequest, dataset_id: UUID) -> dict[str, str]:
+    dataset = selectors.dataset_get_for_user(user=request.user, dataset_id=dataset_id)  # type: ignore[arg-type]
+    return {"text": selectors.dataset_preview(dataset=dataset)}
+
+
 # --- runs -------------------------------------------------------------------------------
 
 
-@api.post("/runs", response={201: RunOut, 404: ErrorOut, 422: ErrorOut, 429: ErrorOut}, tags=["runs"])
+@api.post("/runs", response=_answers({201: RunOut}, 404, 422, 503), tags=["runs"])
 def run_create(request: HttpRequest, payload: RunIn) -> Status[Any]:
     run = services.run_create(
         user=request.user,  # type: ignore[arg-type]
@@ -253,48 +334,51 @@ def run_create(request: HttpRequest, payload: RunIn) -> Status[Any]:
     return Status(201, _run_out(run))
 
 
-@api.get("/runs", response=list[RunOut], tags=["runs"])
+@api.get("/runs", response=_answers({200: list[RunOut]}, 422), tags=["runs"])
 def run_list(
     request: HttpRequest, state: str | None = None, outcome: str | None = None, runtime: str | None = None,
-    limit: int = 50,
+    limit: int = Query(50, ge=1, le=500),
 ) -> list[dict[str, Any]]:  # fmt: skip
     runs = selectors.run_list_for_user(user=request.user, state=state, outcome=outcome, runtime=runtime)  # type: ignore[arg-type]
-    return [_run_out(r) for r in runs[: max(1, min(limit, 500))]]
+    return [_run_out(r) for r in runs[:limit]]
 
 
-@api.get("/runs/{run_id}", response={200: RunDetailOut, 404: ErrorOut}, tags=["runs"])
+@api.get("/runs/{run_id}", response=_answers({200: RunDetailOut}, 404, 422), tags=["runs"])
 def run_get(request: HttpRequest, run_id: UUID) -> dict[str, Any]:
     return _run_out(selectors.run_get_for_user(user=request.user, run_id=run_id), detail=True)  # type: ignore[arg-type]
 
 
-@api.post("/runs/{run_id}/cancel", response={200: RunOut, 404: ErrorOut}, tags=["runs"])
+@api.post("/runs/{run_id}/cancel", response=_answers({200: RunOut}, 404, 422), tags=["runs"])
 def run_cancel(request: HttpRequest, run_id: UUID) -> dict[str, Any]:
     run = selectors.run_get_for_user(user=request.user, run_id=run_id)  # type: ignore[arg-type]
     return _run_out(services.run_cancel(run=run, by=request.user))  # type: ignore[arg-type]
 
 
-@api.post("/runs/{run_id}/rerun", response={201: RunOut, 404: ErrorOut, 422: ErrorOut, 429: ErrorOut}, tags=["runs"])
+@api.post("/runs/{run_id}/rerun", response=_answers({201: RunOut}, 404, 422, 503), tags=["runs"])
 def run_rerun(request: HttpRequest, run_id: UUID) -> Status[Any]:
     run = selectors.run_get_for_user(user=request.user, run_id=run_id)  # type: ignore[arg-type]
     return Status(201, _run_out(services.run_rerun(run=run, by=request.user)))  # type: ignore[arg-type]
 
 
-@api.get("/runs/{run_id}/log", response={200: LogOut, 404: ErrorOut, 422: ErrorOut}, tags=["runs"])
+@api.get("/runs/{run_id}/log", response=_answers({200: LogOut}, 404, 422), tags=["runs"])
 def run_log(
-    request: HttpRequest, run_id: UUID, stream: Literal["stdout", "stderr"] = "stdout", offset: int = 0,
-    limit: int = 65536,
+    request: HttpRequest, run_id: UUID, stream: Literal["stdout", "stderr"] = "stdout",
+    offset: int = Query(0, ge=0, le=LOG_OFFSET_MAX), limit: int = Query(65536, ge=1, le=LOG_READ_MAX),
 ) -> dict[str, Any]:  # fmt: skip
-    if offset < 0 or not 0 < limit <= LOG_READ_MAX:
-        raise ServiceError(
-            "invalid_range", f"offset must be >= 0 and limit 1..{LOG_READ_MAX}", field="offset", status=422
-        )
     run = selectors.run_get_for_user(user=request.user, run_id=run_id)  # type: ignore[arg-type]
     data, next_offset, complete = selectors.run_log_read(run=run, stream=stream, offset=offset, limit=limit)
     return {"data": data.decode("utf-8", errors="replace"), "offset": offset, "next_offset": next_offset,
             "complete": complete}  # fmt: skip
 
 
-@api.get("/runs/{run_id}/outputs/{path:name}", response={404: ErrorOut}, tags=["runs"])
+@api.get(
+    "/runs/{run_id}/outputs/{path:name}",
+    response=_answers({200: None}, 404, 422),
+    tags=["runs"],
+    openapi_extra={"responses": {"200": {"description": "the file, as an attachment",
+                                         "content": {"application/octet-stream": {"schema": {"type": "string",
+                                                                                             "format": "binary"}}}}}},
+)  # fmt: skip
 def run_output(request: HttpRequest, run_id: UUID, name: str) -> FileResponse:
     output = selectors.output_get_for_user(user=request.user, run_id=run_id, name=name)  # type: ignore[arg-type]
     response = FileResponse(output.file.open("rb"), as_attachment=True, filename=output.name.rsplit("/", 1)[-1],
@@ -306,35 +390,44 @@ def run_output(request: HttpRequest, run_id: UUID, name: str) -> FileResponse:
 # --- notebook ---------------------------------------------------------------------------
 
 
+class CellIO(Schema):
+    id: str = Field(default="", max_length=64)
+    runtime: str
+    code: str = ""
+    limits: dict[str, Any] = {}
+    dataset_ids: list[UUID] = Field(default=[], max_length=MAX_IDS)
+    output_ids: list[OutputId] = Field(default=[], max_length=MAX_IDS)
+    last_run: UUID | None = None
+
+
 class NotebookIO(Schema):
-    cells: list[dict[str, Any]]
+    cells: list[CellIO] = Field(max_length=services.MAX_CELLS)
 
 
-@api.get("/notebook", response=NotebookIO, tags=["notebook"])
+@api.get("/notebook", response=_answers({200: NotebookIO}), tags=["notebook"])
 def notebook_get(request: HttpRequest) -> dict[str, Any]:
     return {"cells": selectors.notebook_for_user(user=request.user).cells}  # type: ignore[arg-type]
 
 
-@api.put("/notebook", response={200: NotebookIO, 422: ErrorOut}, tags=["notebook"])
+@api.put("/notebook", response=_answers({200: NotebookIO}, 422), tags=["notebook"])
 def notebook_put(request: HttpRequest, payload: NotebookIO) -> dict[str, Any]:
-    return {"cells": services.notebook_save(user=request.user, cells=payload.cells).cells}  # type: ignore[arg-type]
-
-
-@api.get("/datasets/{dataset_id}/preview", response={200: dict[str, str], 404: ErrorOut}, tags=["datasets"])
-def dataset_preview(request: HttpRequest, dataset_id: UUID) -> dict[str, str]:
-    dataset = selectors.dataset_get_for_user(user=request.user, dataset_id=dataset_id)  # type: ignore[arg-type]
-    return {"text": selectors.dataset_preview(dataset=dataset)}
+    cells = [cell.model_dump() for cell in payload.cells]
+    return {"cells": services.notebook_save(user=request.user, cells=cells).cells}  # type: ignore[arg-type]
 
 
 # --- images and health ------------------------------------------------------------------
 
 
-@api.get("/images", response=list[ImageOut], tags=["service"])
+@api.get("/images", response=_answers({200: list[ImageOut]}), tags=["service"])
 def images(request: HttpRequest) -> list[dict[str, str]]:
     return [{"name": name, "digest": entry.digest} for name, entry in sorted(read_lock().items())]
 
 
-@api.get("/health", auth=None, tags=["service"])
+class HealthOut(Schema):
+    ok: bool
+
+
+@api.get("/health", auth=None, response={200: HealthOut, 429: ErrorOut}, tags=["service"])
 def health(request: HttpRequest) -> dict[str, Any]:
     from django.db import connection
 

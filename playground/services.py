@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import secrets
 import shutil
+import threading
+import time
 from dataclasses import fields
 from datetime import timedelta
 from pathlib import Path
@@ -16,7 +19,7 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.files import File
 from django.core.files.uploadedfile import UploadedFile
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Q, Sum
 from django.utils import timezone
 
@@ -37,6 +40,10 @@ from runner.spec import RUNTIMES, Limits, Outcome, RunResult, maxima_from_env
 
 log = logging.getLogger(__name__)
 MAX_CODE_BYTES = 256 * 1024
+# A worker host beats every minute; one not heard from for this long serves nothing.
+WORKER_LIVE_S = 180
+# No limit's maximum comes near this; a value past it is refused before any conversion.
+LIMIT_VALUE_MAX = 1 << 53
 # API names of the limits (short, as users type them) -> the runner's field names.
 LIMIT_NAMES = {
     "timeout_s": "wall_timeout_s",
@@ -64,8 +71,8 @@ class ServiceError(Exception):
 
 
 def dataset_create(*, user: User, upload: UploadedFile) -> Dataset:
-    name = (upload.name or "").strip()
-    if "/" in name or "\\" in name or not SAFE_NAME.match(name):
+    name = upload.name or ""
+    if "/" in name or "\\" in name or not SAFE_NAME.fullmatch(name):
         raise ServiceError(
             "unsafe_name", f"file name {name!r} is not allowed: letters, digits and ._+- only, no paths", field="file"
         )
@@ -86,7 +93,14 @@ def dataset_create(*, user: User, upload: UploadedFile) -> Dataset:
     upload.seek(0)
     dataset = Dataset(owner=user, name=name, size=upload.size, sha256=digest.hexdigest(), sniffed_type=sniff(head))
     dataset.file.save(secrets.token_hex(16), File(upload), save=False)
-    dataset.save()
+    try:
+        with transaction.atomic():
+            dataset.save()
+    except IntegrityError:  # a parallel upload of the same name won the constraint
+        dataset.file.delete(save=False)
+        raise ServiceError(
+            "duplicate_name", f"you already have a dataset named {name!r}", field="file", status=409
+        ) from None
     return dataset
 
 
@@ -133,6 +147,7 @@ def parse_limits(raw: dict[str, Any]) -> Limits:
     if not isinstance(raw, dict):
         raise ServiceError("invalid_limits", "limits must be an object", field="limits", status=422)
     values: dict[str, Any] = {}
+    maxima = maxima_from_env()
     types = {f.name: f.type for f in fields(Limits)}
     for key, value in raw.items():
         if key not in LIMIT_NAMES:
@@ -143,11 +158,16 @@ def parse_limits(raw: dict[str, Any]) -> Limits:
         target = LIMIT_NAMES[key]
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ServiceError("invalid_limit", f"{key} must be a number", field=f"limits.{key}", status=422)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ServiceError("invalid_limit", f"{key} must be a finite number", field=f"limits.{key}", status=422)
+        if abs(value) > LIMIT_VALUE_MAX:  # far past every maximum; converting it could overflow
+            maximum = getattr(maxima, target)
+            raise ServiceError("limit_over_maximum", f"{key} is over the maximum (maximum {maximum})",
+                               field=f"limits.{key}", status=422)  # fmt: skip
         if types[target] in ("int", int) and value != int(value):
             raise ServiceError("invalid_limit", f"{key} must be a whole number", field=f"limits.{key}", status=422)
         values[target] = int(value) if types[target] in ("int", int) else float(value)
     limits = Limits(**values)
-    maxima = maxima_from_env()
     reverse = {v: k for k, v in LIMIT_NAMES.items()}
     for field_name, _ in limits.over(maxima):
         api = reverse.get(field_name, field_name)
@@ -193,48 +213,110 @@ def run_create(
     names = [d.name for d in datasets] + [o.name.rsplit("/", 1)[-1] for o in outputs]
     if len(names) != len(set(names)):
         raise ServiceError("duplicate_input_name", "two inputs have the same name", field="dataset_ids", status=422)
-    _check_run_quotas(user)
-    run = Run.objects.create(
-        owner=user,
-        runtime=runtime,
-        code=code,
-        limits=parsed.to_json(),
-        engine_requested=engine,
-        queue=choose_queue(engine),
-    )
-    run.datasets.set(datasets)
-    run.input_outputs.set(outputs)
-    _event(run, RunState.QUEUED)
-    enqueue(run)
+    queue = choose_queue(engine)
+    with transaction.atomic():
+        # One submission of a user at a time, so the quota check and the insert cannot race:
+        # a row lock on PostgreSQL; on SQLite the IMMEDIATE transaction already serialises.
+        User.objects.select_for_update().filter(pk=user.pk).exists()
+        _check_run_quotas(user)
+        run = Run.objects.create(
+            owner=user, runtime=runtime, code=code, limits=parsed.to_json(), engine_requested=engine, queue=queue
+        )
+        run.datasets.set(datasets)
+        run.input_outputs.set(outputs)
+        _event(run, RunState.QUEUED)
+        enqueue(run)
     return run
 
 
+def live_engines() -> set[str]:
+    """The engines that some worker host with a recent heartbeat serves."""
+    recent = timezone.now() - timedelta(seconds=WORKER_LIVE_S)
+    return {e for host in WorkerHost.objects.filter(heartbeat_at__gte=recent) for e in host.engines or []}
+
+
 def choose_queue(engine: str) -> str:
-    """The queue of an engine some live worker serves: auto prefers microVMs where a host has them."""
-    if engine != "auto":
-        return engine
-    recent = timezone.now() - timedelta(minutes=3)  # workers beat every minute
-    serves_vm = any("smolvm" in (h.engines or []) for h in WorkerHost.objects.filter(heartbeat_at__gte=recent))
-    return "smolvm" if serves_vm else "namespace"
+    """The queue of an engine some live worker serves: auto prefers microVMs where a host has them.
+    An engine asked for by name that no live host serves is refused here, not queued for ever."""
+    live = live_engines()
+    if engine == "auto":
+        return "smolvm" if "smolvm" in live else "namespace"
+    if engine not in live:
+        serving = ", ".join(sorted(live)) or "none"
+        raise ServiceError(
+            "engine_unavailable", f"no live worker host serves the {engine} engine (served now: {serving}); "
+            "submit with engine 'auto' or ask the operator", field="engine", status=503,
+        )  # fmt: skip
+    return engine
 
 
 def enqueue(run: Run) -> None:
-    """Send the run to its engine's queue once the row is committed. If the broker is down the
-    run stays queued and the reaper sends it again; a duplicate is harmless (claims are atomic)."""
-    from playground.tasks import execute_run
-
+    """Send the run to its engine's queue once the row is committed. If the broker is down, this
+    process sends it again every second until the broker takes it (and the reaper re-sends runs
+    still queued long after, should this process die); a duplicate is harmless (claims are atomic)."""
     limits = Limits(**run.limits)
     # A hard time limit above the run's own deadline, boot and teardown included.
     time_limit = int(limits.wall_timeout_s + 180)
+    run_id, queue = str(run.id), run.queue
 
     def send() -> None:
-        Run.objects.filter(id=run.id).update(enqueued_at=timezone.now())
-        try:
-            execute_run.apply_async(args=(str(run.id),), queue=run.queue, time_limit=time_limit, retry=False)
-        except Exception:  # the broker is unreachable: the reaper re-sends queued runs
-            log.warning("could not enqueue run %s; the reaper will send it again", run.id, exc_info=True)
+        Run.objects.filter(id=run_id).update(enqueued_at=timezone.now())
+        if not _send(run_id, queue, time_limit):
+            _unsent.add(run_id, queue, time_limit)
 
     transaction.on_commit(send)
+
+
+def _send(run_id: str, queue: str, time_limit: int) -> bool:
+    from playground.tasks import execute_run
+
+    try:
+        execute_run.apply_async(args=(run_id,), queue=queue, time_limit=time_limit, retry=False)
+    except Exception:  # the broker is unreachable: sent again once it is back
+        log.warning("could not enqueue run %s; sending it again when the broker is back", run_id, exc_info=True)
+        return False
+    return True
+
+
+class _Unsent:
+    """Runs whose task the broker refused, sent again from this process every RESEND_S until it
+    takes them, so a run submitted while Redis is down starts as soon as Redis is back."""
+
+    RESEND_S = 1.0
+
+    def __init__(self) -> None:
+        self._pending: dict[str, tuple[str, int]] = {}
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def add(self, run_id: str, queue: str, time_limit: int) -> None:
+        with self._lock:
+            self._pending[run_id] = (queue, time_limit)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._loop, name="cordon-resend", daemon=True)
+                self._thread.start()
+
+    def _loop(self) -> None:
+        from django.db import close_old_connections
+
+        while True:
+            time.sleep(self.RESEND_S)
+            with self._lock:
+                pending = dict(self._pending)
+            if not pending:
+                return
+            queued = set(
+                str(i)
+                for i in Run.objects.filter(id__in=list(pending), state=RunState.QUEUED).values_list("id", flat=True)
+            )
+            for run_id, (queue, time_limit) in pending.items():
+                if run_id not in queued or _send(run_id, queue, time_limit):
+                    with self._lock:
+                        self._pending.pop(run_id, None)
+            close_old_connections()
+
+
+_unsent = _Unsent()
 
 
 def requeue_stale(*, older_than_s: float = 60.0) -> int:
@@ -244,6 +326,26 @@ def requeue_stale(*, older_than_s: float = 60.0) -> int:
     for run in stale:
         enqueue(run)
     return len(stale)
+
+
+def reject_unserved(*, older_than_s: float | None = None) -> int:
+    """Finish as rejected_capacity the runs queued longer than the wait bound on a queue that no
+    live worker host serves: nothing ran, nothing is charged, the quota slot is free again."""
+    wait_s = settings.CORDON_QUEUE_WAIT_S if older_than_s is None else older_than_s
+    live = live_engines()
+    cutoff = timezone.now() - timedelta(seconds=wait_s)
+    waiting = Run.objects.filter(state=RunState.QUEUED, created_at__lt=cutoff).exclude(queue__in=live)
+    rejected = 0
+    for run in waiting:
+        reason = f"no live worker host served the {run.queue} engine within {wait_s:g} s"
+        finished = Run.objects.filter(id=run.id, state=RunState.QUEUED).update(
+            state=RunState.FINISHED, outcome=Outcome.REJECTED_CAPACITY.value, charged=False, reason=reason,
+            error_code="engine_unavailable", error_message=reason, finished_at=timezone.now(),
+        )  # fmt: skip
+        if finished:
+            _event(run, RunState.FINISHED, {"outcome": Outcome.REJECTED_CAPACITY.value, "reason": reason})
+            rejected += 1
+    return rejected
 
 
 def _check_run_quotas(user: User) -> None:

@@ -48,9 +48,21 @@ try:
     CORDON_QUOTA_RUNS_PER_HOUR = env_int("CORDON_QUOTA_RUNS_PER_HOUR", 300, minimum=1)
     CORDON_QUOTA_STORAGE_BYTES = env_int("CORDON_QUOTA_STORAGE_BYTES", 1 << 30, minimum=1)
     CORDON_DATASET_MAX_BYTES = env_int("CORDON_DATASET_MAX_BYTES", 64 << 20, minimum=1)
+    # Every other request body (JSON, forms): refused past this, before it is read.
+    CORDON_REQUEST_MAX_BYTES = env_int("CORDON_REQUEST_MAX_BYTES", 4 << 20, minimum=1024)
+    # Served over HTTPS behind a proxy that sets X-Forwarded-Proto: Secure cookies, HSTS, redirect.
+    CORDON_HTTPS = env_bool("CORDON_HTTPS", False)
+    CORDON_HSTS_SECONDS = env_int("CORDON_HSTS_SECONDS", 31536000, minimum=0)
     CORDON_RETENTION_DAYS = env_int("CORDON_RETENTION_DAYS", 30, minimum=1)
     CORDON_API_THROTTLE = env_str("CORDON_API_THROTTLE", "600/min")
+    # Failed log-ins and unknown bearer tokens: past these counts within the window, the address
+    # (or the account, for log-ins) is refused with 429 for one window.
+    CORDON_AUTH_FAILURES_PER_ADDRESS = env_int("CORDON_AUTH_FAILURES_PER_ADDRESS", 50, minimum=1)
+    CORDON_AUTH_FAILURES_PER_ACCOUNT = env_int("CORDON_AUTH_FAILURES_PER_ACCOUNT", 10, minimum=1)
+    CORDON_AUTH_THROTTLE_WINDOW_S = env_int("CORDON_AUTH_THROTTLE_WINDOW_S", 900, minimum=1)
     CORDON_LEASE_S = env_int("CORDON_LEASE_S", 20, minimum=5)
+    # Seconds a queued run may wait for a live worker host that serves its engine.
+    CORDON_QUEUE_WAIT_S = env_int("CORDON_QUEUE_WAIT_S", 300, minimum=10)
 except ConfigError as exc:
     raise ImproperlyConfigured(f"Cordon configuration error: {exc}") from exc
 
@@ -79,6 +91,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "playground.uploads.RawUploadNamesMiddleware",
     "playground.security.SecurityHeadersMiddleware",
+    "playground.apierrors.ApiErrorShapeMiddleware",
 ]
 
 ROOT_URLCONF = "playground.urls"
@@ -135,12 +148,28 @@ USE_TZ = True
 # which checks ownership and sets Content-Disposition: attachment.
 MEDIA_ROOT = DATA_DIR / "media"
 FILE_UPLOAD_PERMISSIONS = 0o600
-DATA_UPLOAD_MAX_MEMORY_SIZE = 4 << 20
-FILE_UPLOAD_MAX_MEMORY_SIZE = 4 << 20
+DATA_UPLOAD_MAX_MEMORY_SIZE = CORDON_REQUEST_MAX_BYTES
+# Uploads stream to a temporary file, the per-route and per-file caps checked as they arrive.
+FILE_UPLOAD_HANDLERS = [
+    "playground.bodies.CappedUploadHandler",
+    "django.core.files.uploadhandler.TemporaryFileUploadHandler",
+]
 
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "home"
+
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+    # Failed-authentication counts (playground/throttle.py): in Redis, so that every web process on
+    # every host sees the same counts. Short timeouts: an unreachable Redis throttles nobody.
+    "throttle": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": "cordon-throttle",
+        "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 1},
+    },
+}
 
 NINJA_DEFAULT_THROTTLE_RATES = {"auth": CORDON_API_THROTTLE, "user": CORDON_API_THROTTLE, "anon": "60/min"}
 
@@ -152,6 +181,15 @@ WHITENOISE_USE_FINDERS = True
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
 SESSION_COOKIE_HTTPONLY = True
+if CORDON_HTTPS:
+    # The TLS proxy in front says the request came over HTTPS; only it can set this header,
+    # so the proxy must strip what clients send (documented in the README).
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_SSL_REDIRECT = True
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_HSTS_SECONDS = CORDON_HSTS_SECONDS
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = False
 
 CELERY_BROKER_URL = REDIS_URL
 CELERY_TASK_IGNORE_RESULT = True

@@ -123,9 +123,11 @@ def execute_run(run_id: str) -> str:
         engine=run.engine_requested,
     )
     with tempfile.TemporaryDirectory(prefix="cordon-export-") as exported:
+        # The publisher writes every chunk to the stored log; the supervisor need not keep them.
         result = Supervisor().run(
-            spec, on_event=publisher, cancelled=publisher.cancelled, output_dir=Path(exported), run_id=run.id.hex[:16]
-        )
+            spec, on_event=publisher, cancelled=publisher.cancelled, output_dir=Path(exported),
+            run_id=run.id.hex[:16], keep_output=False,
+        )  # fmt: skip
         final = services.run_finish(run=run, result=result, exported=Path(exported), samples=publisher.samples)
     publisher.send(final_message(final))
     return final.outcome or ""
@@ -151,6 +153,7 @@ def reap_lost_runs() -> int:
     for run in Run.objects.filter(state__in=ACTIVE_STATES[1:], lease_expires_at__lt=timezone.now()):
         reaped += services.run_fail_lost(run=run)
     services.requeue_stale()
+    services.reject_unserved()
     try:
         Supervisor().sweep()
     except Exception:  # a sweep problem must not stop the reaper; it is retried next tick

@@ -1,5 +1,6 @@
-"""Keep the file names clients really sent. Django's multipart parser quietly reduces
-`../etc/passwd` to `passwd`; Cordon refuses such names instead, so it must see them."""
+"""Keep the file names clients really sent. Django's multipart parser quietly rewrites names
+(`../etc/passwd` and `..&#x2f;etc&#x2f;passwd` become `passwd`; NUL and other unprintable
+characters are dropped); Cordon refuses such names instead, so it must see them."""
 
 from __future__ import annotations
 
@@ -13,11 +14,13 @@ from django.http.multipartparser import MultiPartParser
 class _RecordingParser(MultiPartParser):
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        self.raw_names: list[str] = []
+        self.rewritten_names: list[str] = []
 
     def sanitize_file_name(self, file_name: str) -> str | None:
-        self.raw_names.append(file_name)
-        return super().sanitize_file_name(file_name)
+        sanitized = super().sanitize_file_name(file_name)
+        if sanitized != file_name:
+            self.rewritten_names.append(file_name)
+        return sanitized
 
 
 class RawUploadNamesMiddleware:
@@ -28,12 +31,13 @@ class RawUploadNamesMiddleware:
         def parse(meta: Any, post_data: Any) -> Any:
             parser = _RecordingParser(meta, post_data, request.upload_handlers, request.encoding)
             parsed = parser.parse()
-            request.raw_upload_names = parser.raw_names  # type: ignore[attr-defined]
+            request.rewritten_upload_names = parser.rewritten_names  # type: ignore[attr-defined]
             return parsed
 
         request.parse_file_upload = parse  # type: ignore[method-assign,assignment]
         return self.get_response(request)
 
 
-def raw_upload_names(request: HttpRequest) -> list[str]:
-    return list(getattr(request, "raw_upload_names", []))
+def refused_upload_names(request: HttpRequest) -> list[str]:
+    """The file names, as sent, that Django's parser would have rewritten: refuse, never rewrite."""
+    return list(getattr(request, "rewritten_upload_names", []))

@@ -4,6 +4,7 @@ from django.urls import path
 
 from playground import views
 from playground.api import api
+from playground.throttle import throttled_login
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -11,9 +12,11 @@ urlpatterns = [
     path("datasets/", views.datasets, name="datasets"),
     path("runs/", views.runs, name="runs"),
     path("runs/<uuid:run_id>/", views.run_detail, name="run_detail"),
-    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/login/", throttled_login(auth_views.LoginView.as_view()), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("accounts/signup/", views.signup, name="signup"),
+    # Ahead of admin.site.urls, so that it answers the admin's own log-in URL (admin:login).
+    path("admin/login/", throttled_login(admin.site.login)),
     path("admin/", admin.site.urls),
     path("api/", api.urls),
 ]

@@ -32,6 +32,14 @@ def child_env(**overrides: str) -> dict[str, str]:
     return env
 
 
+def web_server_argv(port: int) -> list[str]:
+    """The web server as `make run` starts it (playground.server: daphne with request bodies
+    capped), or plain daphne in a checkout that predates it."""
+    if (PROJECT_ROOT / "playground" / "server.py").exists():
+        return [PYTHON, "-m", "playground.server", "-b", "127.0.0.1", "-p", str(port), "playground.asgi:application"]
+    return [str(Path(PYTHON).parent / "daphne"), "-b", "127.0.0.1", "-p", str(port), "playground.asgi:application"]
+
+
 @pytest.fixture
 def project_root() -> Path:
     return PROJECT_ROOT

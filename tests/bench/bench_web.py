@@ -1,5 +1,5 @@
-"""The web path end to end: HTTP submit (daphne) -> Celery worker -> namespace engine -> final
-state, on its own Redis and database. p50/p95 over 50 hello-world runs one at a time, then
+"""The web path end to end: HTTP submit (the web server) -> Celery worker -> namespace engine ->
+final state, on its own Redis and database. p50/p95 over 50 hello-world runs one at a time, then
 sustained runs per second over 60 s with the worker at its default concurrency."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 
 from runner.config import PROJECT_ROOT, paths_from_env
 from tests.bench import Row, p50, percentile
-from tests.conftest import child_env, free_port
+from tests.conftest import child_env, free_port, web_server_argv
 
 SEQUENTIAL = 50
 SUSTAIN_S = 60.0
@@ -28,7 +28,10 @@ BIN = Path(sys.executable).parent
 
 
 class Stack:
-    def __init__(self) -> None:
+    """Redis, a Celery worker and the web server on a database of their own, and a user's token.
+    `env` adds to (or overrides) their environment; `concurrency` is the worker's pool size."""
+
+    def __init__(self, env: dict[str, str] | None = None, concurrency: int | None = None) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="cordon-bench-"))
         self.port = free_port()
         redis_port = free_port()
@@ -41,23 +44,40 @@ class Stack:
             CORDON_QUOTA_RUNS_PER_HOUR="100000",
             CORDON_QUOTA_CONCURRENT_RUNS="64",
             CORDON_API_THROTTLE="100000/min",
+            **(env or {}),
         )
         self.procs: list[subprocess.Popen[bytes]] = []
-        self._spawn(["redis-server", "--port", str(redis_port), "--save", "", "--dir", str(self.dir)])
-        self._manage("migrate", "--noinput", "-v0")
-        self._manage("shell", "-c", "from django.contrib.auth.models import User; User.objects.create_user('bench')")
-        self.token = self._manage("create_api_token", "bench").strip()
-        self._spawn([str(BIN / "celery"), "-A", "playground", "worker", "--loglevel=WARNING"])
-        self._spawn([str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(self.port), "playground.asgi:application"])
+        try:
+            self._spawn(["redis-server", "--port", str(redis_port), "--save", "", "--dir", str(self.dir)])
+            self._manage("migrate", "--noinput", "-v0")
+            self._manage(
+                "shell", "-c", "from django.contrib.auth.models import User; User.objects.create_user('bench')"
+            )
+            self.token = self._manage("create_api_token", "bench").strip()
+            pool = [f"--concurrency={concurrency}"] if concurrency else []
+            self.worker = self._spawn([str(BIN / "celery"), "-A", "playground", "worker", "--loglevel=WARNING", *pool])
+            self.web = self._spawn(web_server_argv(self.port))
+            self._wait_up()
+        except BaseException:
+            self.close()
+            raise
+
+    def restart_web(self) -> None:
+        """A fresh web server process (memory measurements start from a clean heap)."""
+        self._stop(self.web)
+        self.procs.remove(self.web)
+        self.web = self._spawn(web_server_argv(self.port))
         self._wait_up()
 
     def _manage(self, *args: str) -> str:
         return subprocess.run([PY, "manage.py", *args], cwd=PROJECT_ROOT, env=self.env, check=True,
                               capture_output=True, text=True).stdout  # fmt: skip
 
-    def _spawn(self, argv: list[str]) -> None:
-        self.procs.append(subprocess.Popen(argv, cwd=PROJECT_ROOT, env=self.env, start_new_session=True,
-                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))  # fmt: skip
+    def _spawn(self, argv: list[str]) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(argv, cwd=PROJECT_ROOT, env=self.env, start_new_session=True,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        self.procs.append(proc)
+        return proc
 
     def _wait_up(self) -> None:
         deadline = time.monotonic() + 60
@@ -84,23 +104,39 @@ class Stack:
     def one_run(self) -> float:
         started = time.monotonic()
         run = self.call("POST", "/api/runs", {"runtime": "python", "code": "print('hello')"})
-        while True:
-            state = self.call("GET", f"/api/runs/{run['id']}")
+        state = self.wait_finished(run["id"])
+        if state["outcome"] != "succeeded":
+            raise RuntimeError(f"bench run ended {state['outcome']}: {state['reason']}")
+        return time.monotonic() - started
+
+    def wait_finished(self, run_id: str, timeout: float = 300) -> Any:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            state = self.call("GET", f"/api/runs/{run_id}")
             if state["state"] == "finished":
-                if state["outcome"] != "succeeded":
-                    raise RuntimeError(f"bench run ended {state['outcome']}: {state['reason']}")
-                return time.monotonic() - started
+                return state
             time.sleep(0.02)
+        raise RuntimeError(f"bench run {run_id} did not finish within {timeout:.0f} s")
 
     def close(self) -> None:
         for proc in reversed(self.procs):
-            os.killpg(proc.pid, signal.SIGTERM)
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+            self._stop(proc)
+        self.procs = []
         shutil.rmtree(self.dir, ignore_errors=True)
+
+    @staticmethod
+    def _stop(proc: subprocess.Popen[bytes]) -> None:
+        """SIGTERM to the process group (the worker's pool, the sandboxes), SIGKILL if it lingers."""
+        for signo, wait_s in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
+            try:
+                os.killpg(proc.pid, signo)
+            except ProcessLookupError:
+                pass
+            try:
+                proc.wait(timeout=wait_s)
+                return
+            except subprocess.TimeoutExpired:
+                continue
 
 
 def run() -> list[Row]:

@@ -6,8 +6,11 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -15,7 +18,7 @@ import redis as redis_client
 from django.conf import settings
 
 from runner.config import PROJECT_ROOT
-from tests.conftest import child_env
+from tests.conftest import child_env, free_port, web_server_argv
 
 CELERY = str(Path(sys.executable).parent / "celery")
 
@@ -117,3 +120,36 @@ def worker(worker_env: dict[str, str]) -> Iterator[Worker]:
     started.start()
     yield started
     started.stop()
+
+
+@contextmanager
+def serve_web(env: dict[str, str]) -> Iterator[str]:
+    """The web server as `make run` starts it, on a free port; yields its base URL once /api/health answers."""
+    port = free_port()
+    with tempfile.TemporaryFile() as log:
+        server = subprocess.Popen(web_server_argv(port), cwd=PROJECT_ROOT, env=env, start_new_session=True,
+                                  stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+        base = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    with urllib.request.urlopen(f"{base}/api/health", timeout=2):  # noqa: S310 - our loopback URL
+                        break
+                except OSError:
+                    if time.monotonic() > deadline or server.poll() is not None:
+                        log.seek(0)
+                        said = log.read().decode(errors="replace")[-2000:]
+                        raise RuntimeError(f"the web server did not answer /api/health:\n{said}") from None
+                    time.sleep(0.2)
+            yield base
+        finally:
+            if server.poll() is None:
+                os.killpg(server.pid, signal.SIGTERM)
+            server.wait(timeout=20)
+
+
+@pytest.fixture
+def web_server(worker_env: dict[str, str]) -> Iterator[str]:
+    with serve_web(worker_env) as base:
+        yield base

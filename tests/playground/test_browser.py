@@ -4,13 +4,7 @@ a real Redis and Celery worker. Screenshots land in the test's output directory.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
-import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,8 +12,8 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 
-from runner.config import PROJECT_ROOT, paths_from_env
-from tests.conftest import free_port
+from runner.config import paths_from_env
+from tests.playground.conftest import serve_web
 
 CHROMIUM = shutil.which("chromium")
 pytestmark = [
@@ -45,23 +39,8 @@ READER = (
 
 @pytest.fixture
 def site(worker: Any, worker_env: dict[str, str]) -> Iterator[str]:
-    port = free_port()
-    daphne_bin = str(Path(sys.executable).parent / "daphne")
-    daphne = subprocess.Popen(
-        [daphne_bin, "-b", "127.0.0.1", "-p", str(port), "playground.asgi:application"],
-        cwd=PROJECT_ROOT, env=worker_env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"{base}/api/health", timeout=2):  # noqa: S310 - our own loopback URL
-                break
-        except OSError:
-            time.sleep(0.2)
-    yield base
-    os.killpg(daphne.pid, signal.SIGTERM)
-    daphne.wait(timeout=20)
+    with serve_web(worker_env) as base:
+        yield base
 
 
 @pytest.fixture

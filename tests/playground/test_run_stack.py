@@ -110,7 +110,7 @@ def test_make_run_serves_the_site_and_a_worker_and_ctrl_c_stops_everything(
 
         family = [proc.pid, *(p.pid for p in psutil.Process(proc.pid).children(recursive=True))]
         cmdlines = [" ".join(psutil.Process(pid).cmdline()) for pid in family]
-        for program in ("redis-server", "celery -A playground worker", "daphne"):
+        for program in ("redis-server", "celery -A playground worker", "playground.server"):
             assert any(program in line for line in cmdlines), (program, cmdlines)
     finally:
         os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C does to the foreground job

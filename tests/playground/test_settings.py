@@ -1,5 +1,6 @@
 """Settings fail at start-up, with a message naming the variable, on a malformed value."""
 
+import re
 import subprocess
 
 import pytest
@@ -36,3 +37,43 @@ def test_a_malformed_variable_stops_start_up_with_a_clear_message(project_root, 
     result = _check(project_root, **{variable: value})
     assert result.returncode != 0
     assert f"Cordon configuration error: {message}" in result.stderr
+
+
+def _setting(project_root, expression: str, **env: str) -> str:
+    code = f"import django; django.setup(); from django.conf import settings as s; print({expression})"
+    result = subprocess.run(
+        [PYTHON, "-c", code],
+        cwd=project_root,
+        env=child_env(DJANGO_SETTINGS_MODULE="playground.settings", **env),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
+def test_https_turns_on_secure_cookies_hsts_and_the_proxy_header(project_root) -> None:
+    expression = (
+        "s.SESSION_COOKIE_SECURE, s.CSRF_COOKIE_SECURE, s.SECURE_HSTS_SECONDS, s.SECURE_PROXY_SSL_HEADER, "
+        "s.SECURE_SSL_REDIRECT"
+    )
+    assert _setting(project_root, expression) == "False False 0 None False"
+    on = _setting(project_root, expression, CORDON_HTTPS="true", CORDON_HSTS_SECONDS="600")
+    assert on == "True True 600 ('HTTP_X_FORWARDED_PROTO', 'https') True"
+
+
+def test_the_https_deployment_check_finds_nothing_but_the_domain_wide_hsts_choices(project_root) -> None:
+    result = subprocess.run(
+        [PYTHON, "manage.py", "check", "--deploy"],
+        cwd=project_root,
+        env=child_env(
+            CORDON_HTTPS="true", CORDON_SECRET_KEY="k" * 60 + "-not-a-real-key-but-long-and-varied-0123456789"
+        ),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    found = set(re.findall(r"\(security\.(W\d+)\)", result.stdout + result.stderr))
+    # HSTS for subdomains and the preload list bind every site of the domain: the operator's call.
+    assert found == {"W005", "W021"}, result.stdout + result.stderr

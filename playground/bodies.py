@@ -1,0 +1,103 @@
+"""Request bodies: a byte cap per route, enforced before a body is read (by the server, see
+playground/server.py, and again inside Django for any other server), multipart files streamed
+to disk with the cap enforced as they arrive, and JSON parsed strictly."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.conf import settings
+from django.core.files.uploadhandler import FileUploadHandler
+from django.http import HttpRequest
+from ninja.parser import Parser
+
+# Room for the multipart framing around an upload's bytes (boundaries, part headers).
+MULTIPART_SLACK_BYTES = 64 * 1024
+# The one route that takes a file, and so a larger body.
+UPLOAD_ROUTES = frozenset({("POST", "/api/datasets")})
+# JSON numbers beyond what a 64-bit column holds are refused at parse time, not in the database.
+JSON_INT_MAX = (1 << 63) - 1
+
+
+class BodyTooLarge(Exception):
+    def __init__(self, cap: int, what: str = "the request body", field: str | None = None):
+        super().__init__(f"{what} is over the {cap}-byte limit")
+        self.cap, self.field = cap, field
+
+
+class MalformedJson(ValueError):
+    pass
+
+
+def body_cap(method: str, path: str) -> int:
+    """The most bytes a request body may have on this route."""
+    if (method.upper(), path.rstrip("/")) in UPLOAD_ROUTES:
+        return int(settings.CORDON_DATASET_MAX_BYTES) + MULTIPART_SLACK_BYTES
+    return int(settings.CORDON_REQUEST_MAX_BYTES)
+
+
+class CappedUploadHandler(FileUploadHandler):
+    """First of the upload handlers: refuses a body over its route's cap from its
+    Content-Length, and a file over the dataset cap as its bytes arrive, so neither is read to
+    the end. The handlers after it write the file to disk (TemporaryFileUploadHandler)."""
+
+    def handle_raw_input(
+        self, input_data: Any, META: dict[str, Any], content_length: int, boundary: Any, encoding: Any = None
+    ) -> None:
+        cap = body_cap(str(META.get("REQUEST_METHOD", "")), self.request.path if self.request else "")
+        if content_length > cap:
+            raise BodyTooLarge(cap)
+        self.file_bytes = 0
+
+    def receive_data_chunk(self, raw_data: bytes, start: int) -> bytes:
+        self.file_bytes = start + len(raw_data)
+        cap = int(settings.CORDON_DATASET_MAX_BYTES)
+        if self.file_bytes > cap:
+            raise BodyTooLarge(cap, "the file", field=self.field_name)
+        return raw_data
+
+    def file_complete(self, file_size: int) -> None:
+        return None
+
+
+class StrictJsonParser(Parser):
+    """JSON as the RFC has it: no NaN or Infinity, no integers a 64-bit column cannot hold,
+    and no text that is not Unicode (a lone UTF-16 surrogate), refused with a clear message."""
+
+    def parse_body(self, request: HttpRequest) -> Any:
+        try:
+            data = json.loads(request.body, parse_constant=_no_constant, parse_int=_bounded_int)
+        except UnicodeDecodeError as exc:
+            raise MalformedJson(f"the body is not UTF-8: {exc.reason}") from exc
+        _check_text(data)
+        return data
+
+
+def _no_constant(name: str) -> Any:
+    raise MalformedJson(f"{name} is not a JSON number; send a finite number")
+
+
+def _bounded_int(text: str) -> int:
+    if len(text.lstrip("-")) > 19 or abs(value := int(text)) > JSON_INT_MAX:
+        raise MalformedJson(f"the number {text[:24]}{'...' if len(text) > 24 else ''} is too large")
+    return value
+
+
+def _check_text(value: Any) -> None:
+    """Every string (keys too) must encode as UTF-8; json.loads lets lone surrogates through."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise MalformedJson(
+                    "the body holds a lone UTF-16 surrogate (\\ud800-\\udfff without its pair); text must be Unicode"
+                ) from exc
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)

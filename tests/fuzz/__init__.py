@@ -1,0 +1,1 @@
+"""`make fuzz`: Schemathesis against the live OpenAPI document of a running stack."""

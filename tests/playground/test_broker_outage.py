@@ -1,0 +1,52 @@
+"""A run submitted while Redis (the broker) is down is accepted, and starts as soon as Redis is
+back: the web process sends it again by itself, without waiting for the reaper."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, cast
+
+import pytest
+from django.test import Client
+
+from playground.models import Run, RunState
+from playground.services import token_create
+from tests.playground.conftest import RedisServer, Worker
+from tests.playground.factories import UserFactory
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis, pytest.mark.images]
+
+
+def _wait(predicate: Any, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_a_run_submitted_while_the_broker_is_down_starts_once_it_is_back(
+    redis_server: RedisServer, worker_env: dict[str, str]
+) -> None:
+    client = Client(HTTP_AUTHORIZATION=f"Bearer {token_create(user=cast(Any, UserFactory()))}")
+    redis_server.stop()
+    try:
+        response = client.post("/api/runs", json.dumps({"runtime": "python", "code": "print('after the outage')"}),
+                               content_type="application/json")  # fmt: skip
+        assert response.status_code == 201, response.content
+        run_id = response.json()["id"]
+        time.sleep(2)  # several resend attempts fail while the broker is away
+        assert Run.objects.get(id=run_id).state == RunState.QUEUED
+    finally:
+        redis_server.start()
+    worker = Worker(worker_env)  # and no beat: no reaper re-sends it, the web process must
+    worker.start()
+    try:
+        assert _wait(lambda: Run.objects.get(id=run_id).state == RunState.FINISHED, 60)
+        run = Run.objects.get(id=run_id)
+        assert run.outcome == "succeeded", (run.outcome, run.reason)
+        assert run.started_at is not None
+    finally:
+        worker.stop()
