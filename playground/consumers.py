@@ -9,6 +9,7 @@ over the log API. The stored, capped log is the truth; the socket is best effort
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -54,6 +55,8 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         await self.send_json(event["message"])
 
     async def _replay(self, stream: str, offset: int) -> None:
+        # run_log_read ends each read on a whole character (but at the end of a finished log),
+        # so the text never splits one and `length` counts exactly the bytes it decodes from.
         while True:
             data, next_offset, _ = await database_sync_to_async(selectors.run_log_read)(
                 run=self.run, stream=stream, offset=offset, limit=REPLAY_CHUNK
@@ -68,11 +71,13 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
     def _find_run(self, user: Any, run_id: str) -> Run | None:
         if user is None or not user.is_authenticated:
             return None
-        runs = Run.objects.all() if user.is_staff else Run.objects.filter(owner=user)
         try:
-            return runs.filter(id=run_id).first()
-        except ValueError:  # not a UUID
+            # Parsed here: the query would raise ValidationError, a failed handshake.
+            key = uuid.UUID(run_id)
+        except ValueError:  # no run has that id: refused like another user's run
             return None
+        runs = Run.objects.all() if user.is_staff else Run.objects.filter(owner=user)
+        return runs.filter(id=key).first()
 
 
 def _offset(query: dict[str, list[str]], stream: str) -> int:

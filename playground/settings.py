@@ -209,10 +209,19 @@ CELERY_BEAT_SCHEDULE = {
     "purge-expired-data": {"task": "playground.tasks.purge_expired_data", "schedule": 3600.0},
 }
 
+# Live output. Every socket that joins or leaves its run's group holds a Redis connection for
+# that command, so a burst of sockets needs a pool that waits (at most `timeout` seconds) rather
+# than one that fails: see playground/channel_layer.py. 200 sockets opened and closed at once
+# took about 0.5 s with pools of 4, 10 or 50 alike; 10 per process leaves room to spare.
+# No socket timeout: redis-py 8's default of 5 s cut the layer's 5 s blocking receive short (an
+# idle socket died after 5 s), and on Python 3.11 the send timeout's asyncio.wait_for can swallow
+# a closing socket's cancellation. TCP keepalive, on by default in redis-py 8, finds dead peers.
 CHANNEL_LAYERS = {
     "default": {
-        "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL]},
+        "BACKEND": "playground.channel_layer.BoundedRedisChannelLayer",
+        "CONFIG": {
+            "hosts": [{"address": REDIS_URL, "max_connections": 10, "timeout": 5, "socket_timeout": None}],
+        },
     }
 }
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import logging
 import socket
 import tempfile
@@ -29,7 +30,8 @@ class RunPublisher:
     """Turns supervisor events into the stored log, state rows, samples and live messages.
 
     The stored, capped log is the truth; live messages (channel group `run.<id>`) are best
-    effort, batched to about 50 ms or 16 KiB, typed and carrying their byte offset.
+    effort, batched to about 50 ms or 16 KiB, typed and carrying their byte offset. A message
+    holds whole characters only: `offset` and `length` count the bytes its text decodes from.
     """
 
     def __init__(self, run: Run):
@@ -54,7 +56,7 @@ class RunPublisher:
         elif kind == "sample":
             self.samples.append([event["t"], event["cpu_s"], event["memory_bytes"]])
         elif kind == "final":
-            self.flush()
+            self.flush(final=True)
         self._maybe_heartbeat()
 
     def _chunk(self, stream: str, offset: int, data: bytes) -> None:
@@ -70,12 +72,14 @@ class RunPublisher:
         if len(buffer) >= BATCH_BYTES or now - self.pending_since >= BATCH_S:
             self.flush()
 
-    def flush(self) -> None:
+    def flush(self, *, final: bool = False) -> None:
+        """Send each stream's pending bytes. A character cut by the end of a read waits for the
+        rest, which the next chunk brings; at the end (`final`) the stream has no more to come."""
         for stream, (offset, buffer) in self.pending.items():
-            if buffer:
-                text = bytes(buffer).decode("utf-8", errors="replace")
-                self.send({"type": "chunk", "stream": stream, "offset": offset, "data": text, "length": len(buffer)})
-        self.pending.clear()
+            text, length = whole_utf8(buffer, final=final)
+            if length:
+                self.send({"type": "chunk", "stream": stream, "offset": offset, "data": text, "length": length})
+            self.pending[stream] = (offset + length, buffer[length:])
         self.pending_since = 0.0
 
     def send(self, message: dict[str, Any]) -> None:
@@ -100,6 +104,18 @@ class RunPublisher:
             self.cancel = Run.objects.filter(id=self.run.id, cancel_requested=True).exists()
             self._maybe_heartbeat()
         return self.cancel
+
+
+def whole_utf8(data: bytes | bytearray, *, final: bool = False) -> tuple[str, int]:
+    """The text of `data` up to its last whole character, and how many bytes that text takes.
+
+    Only the start of a valid multi-byte character is held back (at most 3 bytes), unless
+    `final`; bytes that can never be valid UTF-8 are not waited for but become U+FFFD.
+    """
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    text = decoder.decode(data, final)
+    held, _ = decoder.getstate()
+    return text, len(data) - len(held)
 
 
 def _detail(event: dict[str, Any]) -> dict[str, Any]:

@@ -57,6 +57,14 @@ const Cordon = (() => {
     target.append(span);
   }
 
+  // Offsets and lengths count UTF-8 bytes, as the stored log does, while a string counts UTF-16
+  // units: what a message repeats is cut off by bytes. Messages hold whole characters, so the cut
+  // falls between two of them.
+  function dropBytes(text, count) {
+    if (count <= 0) return text;
+    return new TextDecoder().decode(new TextEncoder().encode(text).subarray(count));
+  }
+
   const STATES = ["queued", "admitted", "starting", "running", "exporting", "finished"];
 
   function describe(run) {
@@ -120,7 +128,7 @@ const Cordon = (() => {
       const have = this.offsets[message.stream];
       if (message.offset > have) { this.socket.close(); return; }  // a gap: resync from the stored log
       const skip = have - message.offset;
-      const text = message.data.slice(skip);
+      const text = dropBytes(message.data, skip);
       if (!text && message.length <= skip) return;  // a repeat
       appendAnsi(message.stream === "stdout" ? this.out : this.err, text, this.ansi[message.stream]);
       this.offsets[message.stream] = Math.max(have, message.offset + message.length);

@@ -43,13 +43,13 @@ async def _collect(communicator: WebsocketCommunicator, timeout: float = 60) -> 
 
 
 def _stdout(messages: list[dict[str, Any]], start: int = 0) -> str:
-    """Reassemble stdout as a client does: keep chunks that continue it, drop repeats."""
+    """Reassemble stdout as a client does: keep chunks that continue it, drop repeated bytes."""
     text, position = "", start
     for message in messages:
         if message["type"] == "chunk" and message["stream"] == "stdout":
             assert message["offset"] <= position, f"gap: expected {position}, got {message['offset']}"
             skip = position - message["offset"]
-            text += message["data"][skip:]
+            text += message["data"].encode()[skip:].decode()
             position = max(position, message["offset"] + message["length"])
     return text
 
@@ -65,6 +65,16 @@ async def test_another_users_run_is_refused() -> None:
     connected, _ = await mine.connect()
     assert connected
     await mine.disconnect()
+
+
+@pytest.mark.usefixtures("redis_server")
+@pytest.mark.parametrize("is_staff", [False, True], ids=["user", "staff"])
+async def test_a_run_id_that_is_not_a_uuid_is_refused_like_another_users_run(is_staff: bool) -> None:
+    user = await sync_to_async(UserFactory)(is_staff=is_staff)
+    for run_id in ("not-a-uuid", "1", "0" * 33, "%00"):
+        communicator = await _connect(user, run_id)
+        connected, code = await communicator.connect()
+        assert not connected and code == 4404, run_id
 
 
 @pytest.mark.usefixtures("worker")
@@ -86,6 +96,22 @@ async def test_reconnecting_with_an_offset_resumes_without_duplicates_or_gaps() 
     whole = _stdout(seen) + _stdout(rest, start=resume_at)
     assert whole == "".join(f"line {i:02}\n" for i in range(30))
     assert rest[-1]["outcome"] == "succeeded"
+
+
+@pytest.mark.usefixtures("worker")
+async def test_multi_byte_characters_printed_by_a_run_arrive_live_whole() -> None:
+    user: Any = await sync_to_async(UserFactory)()
+    code = "import time\ntime.sleep(1)\nprint('€' * 100000)\n"  # 300001 bytes, read in pieces
+    run = await sync_to_async(services.run_create)(user=user, runtime="python", code=code, dataset_ids=[])
+    communicator = await _connect(user, run.id)
+    assert (await communicator.connect())[0]
+    messages = await _collect(communicator)
+    await communicator.disconnect()
+    chunks = [m for m in messages if m["type"] == "chunk"]
+    assert [m["data"].count("\ufffd") for m in chunks if "\ufffd" in m["data"]] == []
+    assert all(m["length"] == len(m["data"].encode()) for m in chunks)
+    assert _stdout(messages) == "€" * 100000 + "\n"
+    assert messages[-1]["outcome"] == "succeeded"
 
 
 @pytest.mark.usefixtures("worker")

@@ -1,0 +1,299 @@
+"""Live output over the socket: whole characters however the program's bytes were read, and a
+channel layer whose Redis connections stay few however many sockets come and go at once."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+from asgiref.sync import sync_to_async
+from channels.layers import get_channel_layer
+from channels.testing import WebsocketCommunicator
+from django.test import Client
+
+from playground import services
+from playground.asgi import application
+from playground.models import Run, RunState
+from playground.tasks import RunPublisher, whole_utf8
+from runner.config import PROJECT_ROOT
+from tests.conftest import free_port
+from tests.playground.conftest import RedisServer
+from tests.playground.factories import UserFactory
+
+EUROS = "€" * 100_000  # 3 bytes each: the issue's reproduction
+MIXED = "naïve €uro 😀 " * 20_000  # 1-, 2-, 3- and 4-byte characters
+READ = 65_536  # a pipe read; 65536 is no multiple of 3, so most reads end inside a '€'
+SOCKETS = 200
+CHROMIUM = shutil.which("chromium")
+
+
+# --- the cut itself ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text", ["€", "😀", "ï"])
+def test_a_character_cut_by_a_read_is_held_back_until_the_rest_arrives(text: str) -> None:
+    encoded = ("ab" + text).encode()
+    for cut in range(3, len(encoded)):
+        assert whole_utf8(encoded[:cut]) == ("ab", 2)
+    assert whole_utf8(encoded) == ("ab" + text, len(encoded))
+
+
+def test_bytes_that_can_never_be_utf8_become_replacement_characters_without_waiting() -> None:
+    assert whole_utf8(b"a\xff") == ("a\ufffd", 2)
+    assert whole_utf8(b"a\x80") == ("a\ufffd", 2)
+    assert whole_utf8(b"\xe2(") == ("\ufffd(", 2)
+
+
+def test_at_the_end_a_cut_character_is_sent_as_the_stored_log_shows_it() -> None:
+    assert whole_utf8("a€".encode()[:-1], final=True) == ("a\ufffd", 3)
+
+
+# --- the publisher (worker side) ----------------------------------------------------------
+
+
+def _feed(publisher: RunPublisher, data: bytes, read: int = READ) -> None:
+    """Give `data` to the publisher as the supervisor does: in reads of `read` bytes, then the end."""
+    for offset in range(0, len(data), read):
+        publisher({"type": "chunk", "stream": "stdout", "offset": offset, "data": data[offset : offset + read]})
+    publisher({"type": "final", "result": {}})
+
+
+class RecordingPublisher(RunPublisher):
+    """Keeps the chunk messages it would send to the channel layer."""
+
+    def __init__(self, run: Run):
+        super().__init__(run)
+        self.chunks: list[dict[str, Any]] = []
+
+    def send(self, message: dict[str, Any]) -> None:
+        if message["type"] == "chunk":
+            self.chunks.append(message)
+
+
+def _publish(run: Run, data: bytes, read: int = READ) -> list[dict[str, Any]]:
+    """The chunk messages a RunPublisher sends for `data`."""
+    publisher = RecordingPublisher(run)
+    _feed(publisher, data, read)
+    return publisher.chunks
+
+
+def _assert_whole_and_contiguous(chunks: list[dict[str, Any]], text: str, start: int = 0) -> None:
+    """Each chunk's text is whole and its offset and length are the bytes it came from."""
+    position = start
+    for chunk in chunks:
+        assert "\ufffd" not in chunk["data"]
+        assert chunk["offset"] == position
+        assert chunk["length"] == len(chunk["data"].encode())
+        position += chunk["length"]
+    assert "".join(chunk["data"] for chunk in chunks) == text
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("text", [EUROS, MIXED], ids=["euros", "mixed"])
+def test_the_publisher_never_splits_a_character_between_two_messages(text: str) -> None:
+    user: Any = UserFactory()
+    run = Run.objects.create(owner=user, runtime="python", code="1", state=RunState.RUNNING)
+    _assert_whole_and_contiguous(_publish(run, text.encode()), text)
+    _assert_whole_and_contiguous(_publish(run, text.encode(), read=4097), text)
+
+
+@pytest.mark.django_db
+def test_the_publisher_sends_a_character_cut_by_the_output_cap_at_the_end() -> None:
+    user: Any = UserFactory()
+    run = Run.objects.create(owner=user, runtime="python", code="1", state=RunState.RUNNING)
+    publisher = RecordingPublisher(run)
+    publisher({"type": "chunk", "stream": "stdout", "offset": 0, "data": b"ab\xe2"})
+    publisher({"type": "state", "state": "exporting"})  # sends what is pending: the whole part
+    publisher({"type": "chunk", "stream": "stdout", "offset": 3, "data": b"\x82"})  # the cap cut the rest
+    publisher({"type": "final", "result": {}})
+    chunks = [(m["offset"], m["data"], m["length"]) for m in publisher.chunks]
+    assert chunks == [(0, "ab", 2), (2, "\ufffd", 2)]  # one U+FFFD for the cut character, as the log API
+
+
+# --- through the socket -------------------------------------------------------------------
+
+
+@pytest.fixture
+def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    """A Redis for this test alone, so that what it counts is this test's doing."""
+    server = RedisServer(f"redis://127.0.0.1:{free_port()}/0", tmp_path / "redis")
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def layer_redis(own_redis: RedisServer, settings: Any) -> RedisServer:
+    """The channel layer as configured (backend and options), pointed at `own_redis`."""
+    layers = copy.deepcopy(settings.CHANNEL_LAYERS)
+    config = layers["default"]["CONFIG"]
+    config["hosts"] = [_pointed_at(host, own_redis.url) for host in config["hosts"]]
+    settings.CHANNEL_LAYERS = layers  # channels drops its cached layers when this setting changes
+    return own_redis
+
+
+def _pointed_at(host: str | dict[str, Any], url: str) -> str | dict[str, Any]:
+    return {**host, "address": url} if isinstance(host, dict) else url
+
+
+def _session_cookie(user: Any) -> bytes:
+    client = Client()
+    client.force_login(user)
+    return f"sessionid={client.cookies['sessionid'].value}".encode()
+
+
+async def _socket(user: Any, run_id: Any, query: str = "") -> WebsocketCommunicator:
+    cookie = await sync_to_async(_session_cookie)(user)
+    headers = [(b"cookie", cookie), (b"origin", b"http://127.0.0.1")]
+    return WebsocketCommunicator(application, f"/ws/runs/{run_id}/{query}", headers=headers)
+
+
+async def _chunks_until(socket: WebsocketCommunicator, end: int) -> list[dict[str, Any]]:
+    chunks: list[dict[str, Any]] = []
+    while not chunks or chunks[-1]["offset"] + chunks[-1]["length"] < end:
+        message = await socket.receive_json_from(timeout=30)
+        if message["type"] == "chunk":
+            chunks.append(message)
+    return chunks
+
+
+async def _new_run(state: RunState) -> tuple[Any, Run]:
+    user: Any = await sync_to_async(UserFactory)()
+    run = await sync_to_async(Run.objects.create)(owner=user, runtime="python", code="1", state=state)
+    return user, run
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.redis
+@pytest.mark.asyncio
+async def test_live_text_through_the_socket_never_splits_a_character(layer_redis: RedisServer) -> None:
+    user, run = await _new_run(RunState.RUNNING)
+    socket = await _socket(user, run.id)
+    assert (await socket.connect())[0]
+    assert (await socket.receive_json_from())["type"] == "state"
+    data = MIXED.encode()
+    await sync_to_async(_feed)(RunPublisher(run), data)  # the worker's side, through the layer
+    _assert_whole_and_contiguous(await _chunks_until(socket, len(data)), MIXED)
+    await socket.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.redis
+@pytest.mark.asyncio
+async def test_the_replay_of_the_stored_log_never_splits_a_character(layer_redis: RedisServer) -> None:
+    user, run = await _new_run(RunState.FINISHED)
+    data = MIXED.encode()
+    await sync_to_async(services.log_append)(run_id=run.id, stream="stdout", offset=0, data=data)
+    socket = await _socket(user, run.id, "?stdout=5")  # resuming after "naïv"
+    assert (await socket.connect())[0]
+    _assert_whole_and_contiguous(await _chunks_until(socket, len(data)), MIXED.encode()[5:].decode(), start=5)
+    await socket.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.redis
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
+async def test_an_idle_socket_stays_open_longer_than_the_redis_clients_default_read_timeout(
+    layer_redis: RedisServer,
+) -> None:
+    """redis-py 8 reads with a 5 s timeout by default; the layer's blocking receive waits 5 s."""
+    user, run = await _new_run(RunState.RUNNING)
+    socket = await _socket(user, run.id)
+    assert (await socket.connect())[0]
+    assert (await socket.receive_json_from())["type"] == "state"
+    assert await socket.receive_nothing(timeout=7, interval=0.5)
+    message = {"type": "chunk", "stream": "stdout", "offset": 0, "data": "late", "length": 4}
+    await get_channel_layer().group_send(f"run.{run.id}", {"type": "run.message", "message": message})  # type: ignore[union-attr]
+    assert await socket.receive_json_from(timeout=10) == message
+    await socket.disconnect()
+
+
+# --- many sockets at once -----------------------------------------------------------------
+
+
+class ClientCounter:
+    """The most client connections Redis saw at once while the block ran, not counting its own."""
+
+    def __init__(self, url: str):
+        self.redis = aioredis.Redis.from_url(url, socket_timeout=None)
+        self.peak = 0
+        self.running = True
+        self.task: asyncio.Task[None] | None = None
+
+    async def _sample(self) -> None:
+        while self.running:
+            clients = await self.redis.info("clients")
+            self.peak = max(self.peak, int(clients["connected_clients"]) - 1)
+            await asyncio.sleep(0.002)
+
+    async def __aenter__(self) -> ClientCounter:
+        self.task = asyncio.create_task(self._sample())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.running = False  # stopped between two samples, never cancelled in the middle of one
+        assert self.task is not None
+        await self.task
+        await self.redis.aclose()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.redis
+@pytest.mark.asyncio
+@pytest.mark.timeout(120)
+async def test_two_hundred_sockets_closing_together_leave_no_group_members_and_use_few_redis_connections(
+    layer_redis: RedisServer, settings: Any
+) -> None:
+    user, run = await _new_run(RunState.FINISHED)
+    sockets = [await _socket(user, run.id) for _ in range(SOCKETS)]
+    async with ClientCounter(layer_redis.url) as counter:
+        opened = await asyncio.gather(*(s.connect(timeout=30) for s in sockets), return_exceptions=True)
+        assert [o for o in opened if o != (True, None)] == []
+        for socket in sockets:  # each is live: it was sent the run's state and its final message
+            assert (await socket.receive_json_from(timeout=10))["type"] == "state"
+            assert (await socket.receive_json_from(timeout=10))["type"] == "final"
+        closed = await asyncio.gather(*(s.disconnect(timeout=30) for s in sockets), return_exceptions=True)
+        await get_channel_layer().close_pools()  # type: ignore[union-attr]
+    assert [repr(c) for c in closed if c is not None] == []
+    redis = aioredis.Redis.from_url(layer_redis.url)
+    assert await redis.zrange(f"asgi:group:run.{run.id}", 0, -1) == []  # nobody left in the group
+    await redis.aclose()
+    pool_size = settings.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"][0]["max_connections"]
+    assert counter.peak <= pool_size + 1, f"Redis saw {counter.peak} client connections at once"
+
+
+# --- the page -----------------------------------------------------------------------------
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (make test installs it)")
+def test_the_page_drops_the_bytes_a_message_repeats_not_as_many_characters() -> None:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        page = browser.new_page()
+        page.set_content('<div id="run"></div>')
+        page.add_script_tag(path=str(PROJECT_ROOT / "static" / "js" / "cordon.js"))
+        shown = page.evaluate(
+            """() => {
+                const view = new Cordon.RunView(document.getElementById("run"));
+                view.offsets = { stdout: 0, stderr: 0 };
+                view.ansi = { stdout: { fg: null, bold: false }, stderr: { fg: null, bold: false } };
+                const chunk = (offset, data) => view.chunk(
+                    { type: "chunk", stream: "stdout", offset, data, length: new TextEncoder().encode(data).length });
+                chunk(0, "€".repeat(100));     // bytes 0-300, from the replay
+                chunk(150, "€".repeat(100));   // bytes 150-450, live: its first 50 characters were shown
+                chunk(450, "😀 done");
+                return [view.out.textContent, view.offsets.stdout];
+            }"""
+        )
+        browser.close()
+    assert shown == ["€" * 150 + "😀 done", 450 + len("😀 done".encode())]
