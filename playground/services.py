@@ -217,7 +217,7 @@ def run_create(
     with transaction.atomic():
         # One submission of a user at a time, so the quota check and the insert cannot race:
         # a row lock on PostgreSQL; on SQLite the IMMEDIATE transaction already serialises.
-        User.objects.select_for_update().filter(pk=user.pk).exists()
+        User.objects.select_for_update().get(pk=user.pk)
         _check_run_quotas(user)
         run = Run.objects.create(
             owner=user, runtime=runtime, code=code, limits=parsed.to_json(), engine_requested=engine, queue=queue

@@ -20,11 +20,6 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-# The web tests talk to a Redis of their own (started by a fixture on this port), never to one
-# that happens to run on the default port. Set before Django reads its settings.
-os.environ["REDIS_URL"] = f"redis://127.0.0.1:{free_port()}/0"
-
-
 def child_env(**overrides: str) -> dict[str, str]:
     """The environment for a child process of the project, without make's own variables."""
     env = {k: v for k, v in os.environ.items() if k not in {"MAKEFLAGS", "MAKELEVEL", "MFLAGS"}}
@@ -33,11 +28,8 @@ def child_env(**overrides: str) -> dict[str, str]:
 
 
 def web_server_argv(port: int) -> list[str]:
-    """The web server as `make run` starts it (playground.server: daphne with request bodies
-    capped), or plain daphne in a checkout that predates it."""
-    if (PROJECT_ROOT / "playground" / "server.py").exists():
-        return [PYTHON, "-m", "playground.server", "-b", "127.0.0.1", "-p", str(port), "playground.asgi:application"]
-    return [str(Path(PYTHON).parent / "daphne"), "-b", "127.0.0.1", "-p", str(port), "playground.asgi:application"]
+    """The web server as `make run` starts it: playground.server, daphne with request bodies capped."""
+    return [PYTHON, "-m", "playground.server", "-b", "127.0.0.1", "-p", str(port), "playground.asgi:application"]
 
 
 @pytest.fixture
