@@ -12,6 +12,7 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis as redis_client
@@ -153,3 +154,23 @@ def serve_web(env: dict[str, str]) -> Iterator[str]:
 def web_server(worker_env: dict[str, str]) -> Iterator[str]:
     with serve_web(worker_env) as base:
         yield base
+
+
+def multipart_upload(filename: str, data: bytes) -> tuple[bytes, str]:
+    """A one-file multipart body (field `file`) built by hand, and its content type: Django's
+    test client would strip directories and odd characters from the name before sending it."""
+    boundary = "cordonboundary"
+    head = (
+        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{filename}"\r\n'
+        "Content-Type: text/csv\r\n\r\n"
+    )
+    return head.encode() + data + f"\r\n--{boundary}--\r\n".encode(), f"multipart/form-data; boundary={boundary}"
+
+
+def session_cookie(user: Any) -> bytes:
+    """A Cookie header value carrying a logged-in session of `user` (for websocket tests)."""
+    from django.test import Client
+
+    client = Client()
+    client.force_login(user)
+    return f"sessionid={client.cookies['sessionid'].value}".encode()

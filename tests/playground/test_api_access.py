@@ -11,6 +11,7 @@ from django.test import Client, override_settings
 
 from playground.models import Dataset, Run, RunOutputFile
 from playground.services import token_create
+from tests.playground.conftest import multipart_upload
 from tests.playground.factories import UserFactory
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis]
@@ -113,20 +114,6 @@ def test_malformed_runs_get_a_json_error_naming_the_problem_and_nothing_is_store
     assert Run.objects.count() == 0
 
 
-def _multipart(filename: str, data: bytes) -> tuple[bytes, str]:
-    """A multipart body built by hand: Django's test client strips directories from names."""
-    boundary = "cordonboundary"
-    body = (
-        (
-            f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{filename}"\r\n'
-            "Content-Type: text/csv\r\n\r\n"
-        ).encode()
-        + data
-        + f"\r\n--{boundary}--\r\n".encode()
-    )
-    return body, f"multipart/form-data; boundary={boundary}"
-
-
 @override_settings(CORDON_DATASET_MAX_BYTES=100)
 @pytest.mark.parametrize(
     ("name", "size", "status", "code"),
@@ -138,7 +125,7 @@ def test_bad_uploads_are_refused_and_nothing_is_stored(
     redis_server: Any, name: str, size: int, status: int, code: str
 ) -> None:
     client = api(UserFactory())
-    body, content_type = _multipart(name, b"x" * size)
+    body, content_type = multipart_upload(name, b"x" * size)
     response = client.post("/api/datasets", body, content_type=content_type)
     assert response.status_code == status, response.content
     assert response.json()["code"] == code and response.json()["field"] == "file"
@@ -147,6 +134,6 @@ def test_bad_uploads_are_refused_and_nothing_is_stored(
 
 def test_a_plain_upload_through_a_hand_built_body_is_accepted(redis_server: Any) -> None:
     client = api(UserFactory())
-    body, content_type = _multipart("ok.csv", b"a,b\n")
+    body, content_type = multipart_upload("ok.csv", b"a,b\n")
     response = client.post("/api/datasets", body, content_type=content_type)
     assert response.status_code == 201 and response.json()["sniffed_type"] == "csv"

@@ -17,6 +17,7 @@ from django.utils import timezone
 from playground import services
 from playground.models import Dataset, Run, RunState, WorkerHost
 from playground.services import token_create
+from tests.playground.conftest import multipart_upload
 from tests.playground.factories import UserFactory
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis]
@@ -141,18 +142,9 @@ def test_a_malformed_multipart_body_is_a_json_400(redis_server: Any) -> None:
     assert Dataset.objects.count() == 0
 
 
-def _multipart(filename: str, data: bytes) -> tuple[bytes, str]:
-    boundary = "cordonboundary"
-    head = (
-        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{filename}"\r\n'
-        "Content-Type: text/csv\r\n\r\n"
-    )
-    return head.encode() + data + f"\r\n--{boundary}--\r\n".encode(), f"multipart/form-data; boundary={boundary}"
-
-
 @override_settings(CORDON_DATASET_MAX_BYTES=1000)
 def test_an_upload_over_the_cap_is_refused_as_it_arrives(redis_server: Any) -> None:
-    body, content_type = _multipart("big.csv", b"x" * 5000)
+    body, content_type = multipart_upload("big.csv", b"x" * 5000)
     error = _error(api(UserFactory()).post("/api/datasets", body, content_type=content_type), 413)
     assert error["code"] == "too_large" and "1000" in error["message"]
     assert Dataset.objects.count() == 0
@@ -163,14 +155,14 @@ def test_an_upload_over_the_cap_is_refused_as_it_arrives(redis_server: Any) -> N
     ["..&#x2f;etc&#x2f;pw.csv", "pw\x00.csv", "evil\u202ecsv.txt", "tab\t.csv", "..", "a&#x5c;b.csv"],
 )
 def test_upload_names_are_refused_never_rewritten(redis_server: Any, name: str) -> None:
-    body, content_type = _multipart(name, b"a,b\n")
+    body, content_type = multipart_upload(name, b"a,b\n")
     error = _error(api(UserFactory()).post("/api/datasets", body, content_type=content_type), 400)
     assert error["code"] == "unsafe_name" and error["field"] == "file"
     assert Dataset.objects.count() == 0
 
 
 def test_an_upload_without_a_file_name_is_told_what_to_send(redis_server: Any) -> None:
-    body, content_type = _multipart("", b"a,b\n")
+    body, content_type = multipart_upload("", b"a,b\n")
     error = _error(api(UserFactory()).post("/api/datasets", body, content_type=content_type), 422)
     assert error["code"] == "file_required" and "file name" in error["message"]
 
@@ -199,7 +191,7 @@ def test_parallel_uploads_of_one_name_keep_one_and_refuse_the_rest_with_409(redi
     token = token_create(user=user)
 
     def upload(index: int) -> int:
-        body, content_type = _multipart("same.csv", f"a,b\n{index},1\n".encode())
+        body, content_type = multipart_upload("same.csv", f"a,b\n{index},1\n".encode())
         client = Client(HTTP_AUTHORIZATION=f"Bearer {token}", raise_request_exception=False)
         response = client.post("/api/datasets", body, content_type=content_type)
         return int(response.status_code)

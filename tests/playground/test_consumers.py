@@ -8,24 +8,18 @@ from typing import Any
 import pytest
 from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
-from django.test import Client
 
 from playground import services
 from playground.asgi import application
 from playground.models import Run, RunState
+from tests.playground.conftest import session_cookie
 from tests.playground.factories import UserFactory
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis, pytest.mark.asyncio]
 
 
-def _session_cookie(user: Any) -> bytes:
-    client = Client()
-    client.force_login(user)
-    return f"sessionid={client.cookies['sessionid'].value}".encode()
-
-
 async def _connect(user: Any, run_id: Any, query: str = "") -> WebsocketCommunicator:
-    cookie = await sync_to_async(_session_cookie)(user)
+    cookie = await sync_to_async(session_cookie)(user)
     communicator = WebsocketCommunicator(
         application, f"/ws/runs/{run_id}/{query}", headers=[(b"cookie", cookie), (b"origin", b"http://127.0.0.1")]
     )

@@ -15,7 +15,6 @@ import redis.asyncio as aioredis
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
-from django.test import Client
 
 from playground import services
 from playground.asgi import application
@@ -23,7 +22,7 @@ from playground.models import Run, RunState
 from playground.tasks import RunPublisher, whole_utf8
 from runner.config import PROJECT_ROOT
 from tests.conftest import free_port
-from tests.playground.conftest import RedisServer
+from tests.playground.conftest import RedisServer, session_cookie
 from tests.playground.factories import UserFactory
 
 EUROS = "€" * 100_000  # 3 bytes each: the reproduction
@@ -142,14 +141,8 @@ def _pointed_at(host: str | dict[str, Any], url: str) -> str | dict[str, Any]:
     return {**host, "address": url} if isinstance(host, dict) else url
 
 
-def _session_cookie(user: Any) -> bytes:
-    client = Client()
-    client.force_login(user)
-    return f"sessionid={client.cookies['sessionid'].value}".encode()
-
-
 async def _socket(user: Any, run_id: Any, query: str = "") -> WebsocketCommunicator:
-    cookie = await sync_to_async(_session_cookie)(user)
+    cookie = await sync_to_async(session_cookie)(user)
     headers = [(b"cookie", cookie), (b"origin", b"http://127.0.0.1")]
     return WebsocketCommunicator(application, f"/ws/runs/{run_id}/{query}", headers=headers)
 
