@@ -415,8 +415,12 @@ class Supervisor:
         evidence: Evidence, emit: EventSink,
     ) -> None:  # fmt: skip
         fd = key.fd
+        stream: _Stream | None = key.data
+        # Never read more than one byte past a stream's cap: that byte proves the cap was passed,
+        # and what the program writes after it is neither needed nor read.
+        size = _READ_SIZE if stream is None else max(1, min(_READ_SIZE, stream.cap - stream.total + 1))
         try:
-            data = os.read(fd, _READ_SIZE)
+            data = os.read(fd, size)
         except BlockingIOError:
             return
         except OSError as exc:
@@ -426,7 +430,6 @@ class Supervisor:
         if not data:
             selector.unregister(fd)
             return
-        stream: _Stream | None = key.data
         if stream is None:
             engine.on_control(ctx, fd, data)
             return
@@ -437,10 +440,14 @@ class Supervisor:
             kept = data[:room]
             stream.publish(kept)
             emit({"type": "chunk", "stream": stream.name, "offset": offset, "data": kept})
-        if stream.total > stream.cap and evidence.stopped_by is None:
-            self._stop(engine, ctx, evidence, stream.name)
-            evidence.stream_cap_hit = stream.name
-            evidence.bytes_at_cap_time = stream.total
+        if stream.total > stream.cap:
+            # Past its cap, the stream is not read again: the sandbox is being stopped, and the
+            # pipe's remains are dropped with it at teardown.
+            selector.unregister(fd)
+            if evidence.stopped_by is None:
+                self._stop(engine, ctx, evidence, stream.name)
+                evidence.stream_cap_hit = stream.name
+                evidence.bytes_at_cap_time = stream.total
 
     def _stop(self, engine: Engine, ctx: RunContext, evidence: Evidence, reason: str) -> None:
         evidence.stopped_by = reason

@@ -87,6 +87,23 @@ def test_without_keep_output_the_counts_and_flags_past_the_cap_are_as_with_it() 
     assert kept[:3] == (Outcome.OUTPUT_LIMIT, 100_000, True) and kept[5] == {"stdout": 100_000, "stderr": 500}
 
 
+@pytest.mark.parametrize("runtime", ["python", "node"])
+def test_a_flood_is_read_one_byte_past_its_cap_and_no_further(runtime: str) -> None:
+    scripts = {
+        "python": b"import sys\nblock = b'x' * 65536\nwhile True:\n    sys.stdout.buffer.write(block)\n",
+        "node": b"const b = Buffer.alloc(65536, 120);\nfor (;;) require('fs').writeSync(1, b);\n",
+    }
+    limits = Limits(stdout_max_bytes=MIB, wall_timeout_s=30)
+    chunks = Chunks()
+    result = _supervisor().run(
+        RunSpec(runtime=runtime, script=scripts[runtime], limits=limits, engine="namespace"), on_event=chunks
+    )
+    assert result.outcome is Outcome.OUTPUT_LIMIT and result.stdout_truncated
+    assert result.stdout_bytes == MIB == len(result.stdout) == chunks.bytes["stdout"]
+    assert result.evidence["bytes_read_past_cap"] == 1
+    assert result.cleanup_ok
+
+
 def test_without_keep_output_node_running_out_of_heap_is_still_a_memory_limit() -> None:
     """The V8 line is found in the small stderr tail the supervisor always keeps."""
     script = b"""
