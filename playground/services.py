@@ -36,7 +36,7 @@ from playground.models import (
     WorkerHost,
 )
 from runner.files import SAFE_NAME
-from runner.spec import RUNTIMES, Limits, Outcome, RunResult, maxima_from_env
+from runner.spec import RUNTIMES, Limits, Outcome, RunResult
 
 log = logging.getLogger(__name__)
 MAX_CODE_BYTES = 256 * 1024
@@ -147,7 +147,7 @@ def parse_limits(raw: dict[str, Any]) -> Limits:
     if not isinstance(raw, dict):
         raise ServiceError("invalid_limits", "limits must be an object", field="limits", status=422)
     values: dict[str, Any] = {}
-    maxima = maxima_from_env()
+    maxima: Limits = settings.CORDON_MAXIMA
     types = {f.name: f.type for f in fields(Limits)}
     for key, value in raw.items():
         if key not in LIMIT_NAMES:

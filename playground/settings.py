@@ -15,6 +15,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from runner.config import ENV_FILE, PROJECT_ROOT, paths_from_env
 from runner.env import ConfigError, env_bool, env_int, env_list, env_str, load_env_file
+from runner.spec import maxima_from_env
 
 
 def _secret_key(data_dir: Path) -> str:
@@ -63,6 +64,8 @@ try:
     CORDON_LEASE_S = env_int("CORDON_LEASE_S", 20, minimum=5)
     # Seconds a queued run may wait for a live worker host that serves its engine.
     CORDON_QUEUE_WAIT_S = env_int("CORDON_QUEUE_WAIT_S", 300, minimum=10)
+    # The operator's maximum for each limit (CORDON_MAX_<LIMIT>), read and checked once, here.
+    CORDON_MAXIMA = maxima_from_env()
 except ConfigError as exc:
     raise ImproperlyConfigured(f"Cordon configuration error: {exc}") from exc
 

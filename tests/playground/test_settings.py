@@ -31,6 +31,8 @@ def test_valid_settings_pass_the_system_check(project_root) -> None:
         ("CORDON_DEBUG", "yes", "CORDON_DEBUG must be one of true, false, 1, 0; got 'yes'"),
         ("CORDON_HTTP_PORT", "80k", "CORDON_HTTP_PORT must be a whole number; got '80k'"),
         ("CORDON_HTTP_PORT", "0", "CORDON_HTTP_PORT must be at least 1; got 0"),
+        ("CORDON_MAX_MEMORY_MIB", "lots", "CORDON_MAX_MEMORY_MIB must be a whole number; got 'lots'"),
+        ("CORDON_MAX_WALL_TIMEOUT_S", "0", "CORDON_MAX_WALL_TIMEOUT_S must be at least 0.001; got 0"),
     ],
 )
 def test_a_malformed_variable_stops_start_up_with_a_clear_message(project_root, variable, value, message) -> None:
