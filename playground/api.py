@@ -383,8 +383,7 @@ def run_output(request: HttpRequest, run_id: UUID, name: str) -> FileResponse:
     output = selectors.output_get_for_user(user=request.user, run_id=run_id, name=name)  # type: ignore[arg-type]
     response = FileResponse(output.file.open("rb"), as_attachment=True, filename=output.name.rsplit("/", 1)[-1],
                             content_type="application/octet-stream")  # fmt: skip
-    response["X-Content-Type-Options"] = "nosniff"
-    return response
+    return response  # nosniff, as on every response, from Django's SecurityMiddleware
 
 
 # --- notebook ---------------------------------------------------------------------------

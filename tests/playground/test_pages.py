@@ -32,6 +32,7 @@ def test_every_page_carries_the_security_headers(browser: Client, url: str) -> N
     assert "script-src 'self'" in csp and "'unsafe-inline'" not in csp.split("script-src")[1].split(";")[0]
     assert "frame-ancestors 'none'" in csp
     assert response["X-Frame-Options"] == "DENY" and response["X-Content-Type-Options"] == "nosniff"
+    assert response["Referrer-Policy"] == "same-origin"
 
 
 def test_no_template_has_an_inline_script_or_handler() -> None:
