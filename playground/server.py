@@ -32,9 +32,6 @@ LINGER_S = 5.0
 
 
 class CappedRequest(WebRequest):  # type: ignore[misc]
-    # Twisted would parse a form or multipart body into request.args (which daphne never reads):
-    # all of it read into memory and copied, and a malformed one answered with an empty 400.
-    # Django parses the body, streaming files to disk.
     body_cap = 0
     body_seen = 0
     refused = False
@@ -42,6 +39,9 @@ class CappedRequest(WebRequest):  # type: ignore[misc]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        # Twisted would parse a form or multipart body into request.args (which daphne never
+        # reads): all of it read into memory and copied, a malformed one answered with an empty
+        # 400. Django parses the body, streaming files to disk.
         self._parsePOSTFormSubmission = False
 
     def gotLength(self, length: int | None) -> None:
