@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
+from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.http.multipartparser import MultiPartParserError
@@ -20,7 +21,7 @@ from ninja.throttling import AuthRateThrottle
 
 from playground import selectors, services, throttle
 from playground.apierrors import error_payload
-from playground.bodies import JSON_INT_MAX, BodyTooLarge, MalformedJson, StrictJsonParser, body_cap
+from playground.bodies import JSON_INT_MAX, BodyTooLarge, MalformedJson, StrictJsonParser
 from playground.models import Dataset, Run, RunOutputFile
 from playground.services import ServiceError
 from playground.uploads import refused_upload_names
@@ -106,7 +107,8 @@ def _body_too_large(request: HttpRequest, exc: BodyTooLarge) -> HttpResponse:
 
 @api.exception_handler(RequestDataTooBig)
 def _data_too_big(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
-    cap = body_cap(request.method or "", request.path)
+    # Django's own cap on a body's non-file data (CORDON_REQUEST_MAX_BYTES, on every route).
+    cap = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
     return _error(request, 413, "too_large", f"the request body is over the {cap}-byte limit")
 
 
@@ -117,8 +119,7 @@ def _malformed_multipart(request: HttpRequest, exc: MultiPartParserError) -> Htt
 
 @api.exception_handler(Throttled)
 def _throttled(request: HttpRequest, exc: Throttled) -> HttpResponse:
-    wait = getattr(exc, "wait", None)
-    headers = {"Retry-After": str(max(1, int(wait) + 1))} if wait else {}
+    headers = {"Retry-After": str(max(1, int(exc.wait) + 1))} if exc.wait else {}
     return _error(request, 429, "throttled", "too many requests; slow down", headers=headers)
 
 
@@ -281,9 +282,9 @@ def _output_out(output: RunOutputFile) -> dict[str, Any]:
 
 @api.post("/datasets", response=_answers({201: DatasetOut}, 409, 422), tags=["datasets"])
 def dataset_upload(request: HttpRequest, file: UploadedFile | None = File(None)) -> Status[Any]:  # type: ignore[type-arg]  # noqa: B008
-    for sent in refused_upload_names(request):
+    if refused := refused_upload_names(request):
         raise ServiceError(
-            "unsafe_name", f"file name {sent!r} is refused: send a plain name (letters, digits, ._+-), "
+            "unsafe_name", f"file name {refused[0]!r} is refused: send a plain name (letters, digits, ._+-), "
             "which is stored as sent, never rewritten", field="file",
         )  # fmt: skip
     if file is None:

@@ -292,7 +292,7 @@ class _Unsent:
     def add(self, run_id: str, queue: str, time_limit: int) -> None:
         with self._lock:
             self._pending[run_id] = (queue, time_limit)
-            if self._thread is None or not self._thread.is_alive():
+            if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name="cordon-resend", daemon=True)
                 self._thread.start()
 
@@ -302,13 +302,13 @@ class _Unsent:
         while True:
             time.sleep(self.RESEND_S)
             with self._lock:
+                if not self._pending:
+                    # Decided under the lock that `add` takes: a run added now starts a new thread.
+                    self._thread = None
+                    return
                 pending = dict(self._pending)
-            if not pending:
-                return
-            queued = set(
-                str(i)
-                for i in Run.objects.filter(id__in=list(pending), state=RunState.QUEUED).values_list("id", flat=True)
-            )
+            ids = Run.objects.filter(id__in=list(pending), state=RunState.QUEUED).values_list("id", flat=True)
+            queued = {str(i) for i in ids}
             for run_id, (queue, time_limit) in pending.items():
                 if run_id not in queued or _send(run_id, queue, time_limit):
                     with self._lock:

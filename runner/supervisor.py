@@ -79,16 +79,14 @@ class _Stream:
     cap: int
     keep: bool = True  # hold every published byte (up to the cap) for the RunResult
     kept: bytearray = field(default_factory=bytearray)
-    published: int = 0  # bytes within the cap, each sent as a chunk event
     tail: bytearray = field(default_factory=bytearray)  # the last published bytes, always
-    total: int = 0  # bytes read, including what came after the cap
+    total: int = 0  # bytes read, including the one that passed the cap
 
     @property
     def truncated(self) -> bool:
         return self.total > self.cap
 
     def publish(self, data: bytes) -> None:
-        self.published += len(data)
         if self.keep:
             self.kept += data
         self.tail += data
@@ -435,7 +433,7 @@ class Supervisor:
             return
         offset = stream.total
         stream.total += len(data)
-        room = stream.cap - stream.published
+        room = stream.cap - offset  # every byte before `offset` within the cap is published
         if room > 0:
             kept = data[:room]
             stream.publish(kept)
