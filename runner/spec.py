@@ -50,6 +50,15 @@ class Outcome(StrEnum):
 _NOT_CHARGED = frozenset({Outcome.REJECTED_INPUT, Outcome.REJECTED_CAPACITY, Outcome.SANDBOX_ERROR, Outcome.CANCELLED})
 
 
+class Phase(StrEnum):
+    """The supervisor's phases of a run, in order, each announced once as it begins."""
+
+    ADMITTED = "admitted"  # admission reserved the run's share of the host
+    STARTING = "starting"  # inputs staged; the sandbox is being prepared and started
+    RUNNING = "running"  # the program runs (for a VM: announced again with boot_s once booted)
+    EXPORTING = "exporting"  # the sandbox is stopped; outputs are being checked and copied out
+
+
 class RunnerError(Exception):
     """A failure with a stable code. `outcome` says how the run is recorded."""
 

@@ -103,6 +103,12 @@ class Engine(ABC):
     isolation: ClassVar[str]
     # Where the program's script appears inside the sandbox (the host side is ctx.scratch_dir).
     script_dir: ClassVar[str] = "/tmp"
+    # Whether the sandbox boots before the program starts (a VM's guest kernel and agent): the
+    # CPU time until `ready` is the boot's, not the job's, and the boot's length is recorded.
+    has_boot_phase: ClassVar[bool] = False
+    # Whether a SIGKILL that the host did not send can only be the sandbox's own OOM killer (a
+    # guest kernel's): nothing else inside kills the program with it.
+    sigkill_means_guest_oom: ClassVar[bool] = False
 
     @abstractmethod
     def cgroup_limits(self, limits: Limits) -> CgroupLimits:

@@ -219,6 +219,8 @@ class SmolvmEngine(Engine):
     name = "smolvm"
     isolation = "vm"
     script_dir = "/job"
+    has_boot_phase = True
+    sigkill_means_guest_oom = True
 
     def __init__(
         self,
