@@ -22,6 +22,17 @@ from ninja.throttling import AuthRateThrottle
 from playground import selectors, services, throttle
 from playground.apierrors import error_payload
 from playground.bodies import JSON_INT_MAX, BodyTooLarge, MalformedJson, StrictJsonParser
+from playground.limits import (
+    LimitOut,
+    LimitsIn,
+    LimitsOut,
+    LimitsSet,
+    describe_validation_error,
+    limits_described,
+    limits_from_input,
+    limits_from_record,
+    limits_set,
+)
 from playground.models import Dataset, Run, RunOutputFile
 from playground.services import ServiceError
 from playground.uploads import refused_upload_names
@@ -86,6 +97,9 @@ def _validation_error(request: HttpRequest, exc: ValidationError) -> HttpRespons
     first = exc.errors[0] if exc.errors else {}
     location = [str(p) for p in first.get("loc", []) if p not in ("body", "payload", "query", "form", "file")]
     field = ".".join(location) or None
+    about_limits = describe_validation_error(first, field or "")
+    if about_limits is not None:
+        return _error(request, 422, *about_limits, field)
     message = f"{field}: {first.get('msg', 'invalid')}" if field else str(first.get("msg", "invalid request"))
     return _error(request, 422, "invalid_request", message, field)
 
@@ -173,7 +187,7 @@ class RunIn(Schema):
     code: str
     dataset_ids: list[UUID] = Field(default=[], max_length=MAX_IDS)
     output_ids: list[OutputId] = Field(default=[], max_length=MAX_IDS)
-    limits: dict[str, Any] = {}
+    limits: LimitsIn = Field(default_factory=LimitsIn)  # type: ignore[valid-type]
     engine: str = "auto"
 
 
@@ -228,7 +242,7 @@ class RunOut(Schema):
     retry_of: UUID | None
     retries: list[UUID]
     outputs: list[OutputOut]
-    limits: dict[str, Any]
+    limits: LimitsOut  # type: ignore[valid-type]
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
@@ -261,7 +275,7 @@ def _run_out(run: Run, *, detail: bool = False) -> dict[str, Any]:
         "error": {"code": run.error_code, "message": run.error_message, "field": None} if run.error_code else None,
         "retry_of": run.retry_of_id, "retries": [r.id for r in run.retries.all()],
         "outputs": [_output_out(o) for o in run.outputs.all()],
-        "limits": services.limits_to_api(run.limits), "created_at": run.created_at,
+        "limits": limits_from_record(run.limits).to_json(), "created_at": run.created_at,
         "started_at": run.started_at, "finished_at": run.finished_at,
     }  # fmt: skip
     if detail:
@@ -329,7 +343,7 @@ def run_create(request: HttpRequest, payload: RunIn) -> Status[Any]:
         code=payload.code,
         dataset_ids=payload.dataset_ids,
         output_ids=payload.output_ids,
-        limits=payload.limits,
+        limits=limits_from_input(payload.limits),
         engine=payload.engine,
     )
     return Status(201, _run_out(run))
@@ -394,7 +408,8 @@ class CellIO(Schema):
     id: str = Field(default="", max_length=64)
     runtime: str
     code: str = ""
-    limits: dict[str, Any] = {}
+    # Only the limits set for this cell (the others take their defaults when it runs).
+    limits: LimitsIn = Field(default_factory=LimitsIn)  # type: ignore[valid-type]
     dataset_ids: list[UUID] = Field(default=[], max_length=MAX_IDS)
     output_ids: list[OutputId] = Field(default=[], max_length=MAX_IDS)
     last_run: UUID | None = None
@@ -404,18 +419,32 @@ class NotebookIO(Schema):
     cells: list[CellIO] = Field(max_length=services.MAX_CELLS)
 
 
-@api.get("/notebook", response=_answers({200: NotebookIO}), tags=["notebook"])
+class CellOut(CellIO):
+    limits: LimitsSet  # type: ignore[assignment]
+
+
+class NotebookOut(Schema):
+    cells: list[CellOut]
+
+
+@api.get("/notebook", response=_answers({200: NotebookOut}), tags=["notebook"])
 def notebook_get(request: HttpRequest) -> dict[str, Any]:
     return {"cells": selectors.notebook_for_user(user=request.user).cells}  # type: ignore[arg-type]
 
 
-@api.put("/notebook", response=_answers({200: NotebookIO}, 422), tags=["notebook"])
+@api.put("/notebook", response=_answers({200: NotebookOut}, 422), tags=["notebook"])
 def notebook_put(request: HttpRequest, payload: NotebookIO) -> dict[str, Any]:
-    cells = [cell.model_dump() for cell in payload.cells]
+    cells = [{**cell.model_dump(), "limits": limits_set(cell.limits)} for cell in payload.cells]
     return {"cells": services.notebook_save(user=request.user, cells=cells).cells}  # type: ignore[arg-type]
 
 
-# --- images and health ------------------------------------------------------------------
+# --- limits, images and health ----------------------------------------------------------
+
+
+@api.get("/limits", response=_answers({200: list[LimitOut]}), tags=["service"])
+def limits(request: HttpRequest) -> list[dict[str, Any]]:
+    """Every limit a run takes: its unit, default and the maximum on this service."""
+    return limits_described()
 
 
 @api.get("/images", response=_answers({200: list[ImageOut]}), tags=["service"])

@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import math
 import secrets
 import shutil
 import threading
 import time
-from dataclasses import fields
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -23,6 +21,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q, Sum
 from django.utils import timezone
 
+from playground.limits import LIMIT_FIELDS, limits_from_record, over_maximum
 from playground.models import (
     ACTIVE_STATES,
     ApiToken,
@@ -42,21 +41,6 @@ log = logging.getLogger(__name__)
 MAX_CODE_BYTES = 256 * 1024
 # A worker host beats every minute; one not heard from for this long serves nothing.
 WORKER_LIVE_S = 180
-# No limit's maximum comes near this; a value past it is refused before any conversion.
-LIMIT_VALUE_MAX = 1 << 53
-# API names of the limits (short, as users type them) -> the runner's field names.
-LIMIT_NAMES = {
-    "timeout_s": "wall_timeout_s",
-    "cpu_time_s": "cpu_time_s",
-    "memory_mib": "memory_mib",
-    "cpus": "cpus",
-    "max_processes": "max_processes",
-    "stdout_max_bytes": "stdout_max_bytes",
-    "stderr_max_bytes": "stderr_max_bytes",
-    "output_max_files": "output_max_files",
-    "output_max_bytes": "output_max_bytes",
-    "disk_mib": "disk_mib",
-}
 
 
 class ServiceError(Exception):
@@ -142,47 +126,6 @@ def _check_storage_quota(user: User, adding: int) -> None:
 # --- runs: submission -------------------------------------------------------------------
 
 
-def parse_limits(raw: dict[str, Any]) -> Limits:
-    """API limits -> Limits, checked against the operator's maxima, with messages naming them."""
-    if not isinstance(raw, dict):
-        raise ServiceError("invalid_limits", "limits must be an object", field="limits", status=422)
-    values: dict[str, Any] = {}
-    maxima: Limits = settings.CORDON_MAXIMA
-    types = {f.name: f.type for f in fields(Limits)}
-    for key, value in raw.items():
-        if key not in LIMIT_NAMES:
-            known = ", ".join(LIMIT_NAMES)
-            raise ServiceError(
-                "unknown_limit", f"unknown limit {key!r}; known: {known}", field=f"limits.{key}", status=422
-            )
-        target = LIMIT_NAMES[key]
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ServiceError("invalid_limit", f"{key} must be a number", field=f"limits.{key}", status=422)
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ServiceError("invalid_limit", f"{key} must be a finite number", field=f"limits.{key}", status=422)
-        if abs(value) > LIMIT_VALUE_MAX:  # far past every maximum; converting it could overflow
-            maximum = getattr(maxima, target)
-            raise ServiceError("limit_over_maximum", f"{key} is over the maximum (maximum {maximum})",
-                               field=f"limits.{key}", status=422)  # fmt: skip
-        if types[target] in ("int", int) and value != int(value):
-            raise ServiceError("invalid_limit", f"{key} must be a whole number", field=f"limits.{key}", status=422)
-        values[target] = int(value) if types[target] in ("int", int) else float(value)
-    limits = Limits(**values)
-    reverse = {v: k for k, v in LIMIT_NAMES.items()}
-    for field_name, _ in limits.over(maxima):
-        api = reverse.get(field_name, field_name)
-        maximum = getattr(maxima, field_name)
-        problem = f"{api} must be greater than 0" if getattr(limits, field_name) <= 0 else f"{api} is over the maximum"
-        raise ServiceError("limit_over_maximum", f"{problem}: {getattr(limits, field_name)} (maximum {maximum})",
-                           field=f"limits.{api}", status=422)  # fmt: skip
-    return limits
-
-
-def limits_to_api(limits: dict[str, Any]) -> dict[str, Any]:
-    reverse = {v: k for k, v in LIMIT_NAMES.items()}
-    return {reverse[k]: v for k, v in limits.items() if k in reverse}
-
-
 def run_create(
     *,
     user: User,
@@ -190,7 +133,7 @@ def run_create(
     code: str,
     dataset_ids: list[Any],
     output_ids: list[int] | None = None,
-    limits: dict[str, Any] | None = None,
+    limits: Limits | None = None,
     engine: str = "auto",
 ) -> Run:
     if runtime not in RUNTIMES:
@@ -201,7 +144,8 @@ def run_create(
         raise ServiceError("code_too_large", f"code is over {MAX_CODE_BYTES} bytes", field="code", status=422)
     if engine not in ("auto", "namespace", "smolvm"):
         raise ServiceError("unknown_engine", "engine must be auto, namespace or smolvm", field="engine", status=422)
-    parsed = parse_limits(limits or {})
+    limits = limits or Limits()
+    check_limits(limits)
     datasets = list(Dataset.objects.filter(owner=user, id__in=dataset_ids))
     if len(datasets) != len(set(map(str, dataset_ids))):
         raise ServiceError(
@@ -220,13 +164,20 @@ def run_create(
         User.objects.select_for_update().get(pk=user.pk)
         _check_run_quotas(user)
         run = Run.objects.create(
-            owner=user, runtime=runtime, code=code, limits=parsed.to_json(), engine_requested=engine, queue=queue
+            owner=user, runtime=runtime, code=code, limits=limits.to_json(), engine_requested=engine, queue=queue
         )
         run.datasets.set(datasets)
         run.input_outputs.set(outputs)
         _event(run, RunState.QUEUED)
         enqueue(run)
     return run
+
+
+def check_limits(limits: Limits) -> None:
+    """Every run's limits, new, rerun or retried, against the operator's maxima of today."""
+    for field, message in over_maximum(limits):
+        code = "invalid_limit" if "greater than 0" in message else "limit_over_maximum"
+        raise ServiceError(code, message, field=field, status=422)
 
 
 def live_engines() -> set[str]:
@@ -254,7 +205,7 @@ def enqueue(run: Run) -> None:
     """Send the run to its engine's queue once the row is committed. If the broker is down, this
     process sends it again every second until the broker takes it (and the reaper re-sends runs
     still queued long after, should this process die); a duplicate is harmless (claims are atomic)."""
-    limits = Limits(**run.limits)
+    limits = limits_from_record(run.limits)
     # A hard time limit above the run's own deadline, boot and teardown included.
     time_limit = int(limits.wall_timeout_s + 180)
     run_id, queue = str(run.id), run.queue
@@ -380,7 +331,7 @@ def run_cancel(*, run: Run, by: User) -> Run:
 def run_rerun(*, run: Run, by: User) -> Run:
     new = run_create(
         user=run.owner, runtime=run.runtime, code=run.code, dataset_ids=[d.id for d in run.datasets.all()],
-        output_ids=[o.id for o in run.input_outputs.all()], limits=limits_to_api(run.limits),
+        output_ids=[o.id for o in run.input_outputs.all()], limits=limits_from_record(run.limits),
         engine=run.engine_requested,
     )  # fmt: skip
     Run.objects.filter(id=new.id).update(rerun_of=run)
@@ -477,6 +428,11 @@ def retry_once(*, run: Run) -> Run | None:
     """A sandbox error is not the user's: run it once more, as a new, linked run."""
     if run.retry_count >= 1 or run.cancel_requested:
         return None
+    try:  # the same check as a new run's: the maxima may have been lowered since
+        check_limits(limits_from_record(run.limits))
+    except ServiceError as exc:
+        _event(run, "retry_refused", {"reason": exc.message})
+        return None
     retry = Run.objects.create(
         owner=run.owner, runtime=run.runtime, code=run.code, limits=run.limits, engine_requested=run.engine_requested,
         queue=run.queue, retry_of=run, retry_count=run.retry_count + 1,
@@ -510,6 +466,7 @@ def _event(run: Run, state: str, detail: dict[str, Any] | None = None) -> RunEve
 # --- notebooks -------------------------------------------------------------------------
 
 MAX_CELLS = 50
+LIMIT_NAMES = frozenset(f.name for f in LIMIT_FIELDS)
 
 
 def notebook_save(*, user: User, cells: list[dict[str, Any]]) -> Notebook:
@@ -525,6 +482,10 @@ def notebook_save(*, user: User, cells: list[dict[str, Any]]) -> Notebook:
         if len(code.encode()) > MAX_CODE_BYTES:
             raise ServiceError("code_too_large", f"cell {index + 1}: code is over {MAX_CODE_BYTES} bytes",
                                field=f"cells.{index}.code", status=422)  # fmt: skip
+        limits = Limits(**{k: v for k, v in dict(cell.get("limits") or {}).items() if k in LIMIT_NAMES})
+        for field, message in over_maximum(limits):
+            raise ServiceError("limit_over_maximum", f"cell {index + 1}: {message}", field=f"cells.{index}.{field}",
+                               status=422)  # fmt: skip
         clean.append({
             "id": str(cell.get("id", ""))[:64], "runtime": cell["runtime"], "code": code,
             "limits": {k: v for k, v in dict(cell.get("limits") or {}).items() if k in LIMIT_NAMES},

@@ -73,20 +73,28 @@ class RunnerError(Exception):
         return {"code": self.code, "message": self.message, "retryable": self.retryable}
 
 
+def _limit(default: float, unit: str, doc: str) -> Any:
+    """A limit's default, the unit its name ends in, and what it bounds (shown in the API's schema)."""
+    return field(default=default, metadata={"unit": unit, "doc": doc})
+
+
 @dataclass(frozen=True)
 class Limits:
-    wall_timeout_s: float = 10.0
-    cpu_time_s: float = 10.0
-    memory_mib: int = 256
-    cpus: float = 1.0
-    max_processes: int = 64
-    stdout_max_bytes: int = 1 * MIB
-    stderr_max_bytes: int = 1 * MIB
-    output_max_files: int = 16
-    output_max_bytes: int = 16 * MIB
-    disk_mib: int = 64
-    input_max_files: int = 16
-    input_max_bytes: int = 64 * MIB
+    """A run's limits: the one shape of them from the API, the notebook and the database to the
+    supervisor and the smolvm child. Every field is > 0 and at most the operator's maximum."""
+
+    wall_timeout_s: float = _limit(10.0, "s", "wall-clock deadline on the host's clock, from the program's start")
+    cpu_time_s: float = _limit(10.0, "s", "CPU time of all the run's processes together")
+    memory_mib: int = _limit(256, "MiB", "memory of the program and its children")
+    cpus: float = _limit(1.0, "CPUs", "CPU bandwidth (0.5 = half of one CPU)")
+    max_processes: int = _limit(64, "processes", "processes and threads alive at once")
+    stdout_max_bytes: int = _limit(1 * MIB, "bytes", "stdout kept; the run is stopped when it passes this")
+    stderr_max_bytes: int = _limit(1 * MIB, "bytes", "stderr kept; the run is stopped when it passes this")
+    output_max_files: int = _limit(16, "files", "files exported from /output")
+    output_max_bytes: int = _limit(16 * MIB, "bytes", "bytes of all files exported from /output together")
+    disk_mib: int = _limit(64, "MiB", "writable space in /tmp")
+    input_max_files: int = _limit(16, "files", "input files staged into /input")
+    input_max_bytes: int = _limit(64 * MIB, "bytes", "bytes of all input files together")
 
     def over(self, maxima: Limits) -> list[tuple[str, str]]:
         """(field, message) for every limit that is out of range or over the operator's maximum."""
@@ -101,6 +109,16 @@ class Limits:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Limits:
+        """Limits from their stored form (to_json's). A field missing from an older record takes
+        today's default; a name that is no limit is refused, never dropped silently."""
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise ValueError(f"unknown limits {unknown}; known: {sorted(names)}")
+        return cls(**{name: data[name] for name in names if name in data})
 
 
 # The operator's ceiling for every limit; each can be lowered or raised by CORDON_MAX_<FIELD>.

@@ -4,7 +4,9 @@
 (() => {
   const { api, el, RunView } = Cordon;
   const root = document.getElementById("notebook");
-  const LIMITS = [["timeout_s", "wall-clock s", 10], ["cpu_time_s", "CPU s", 10], ["memory_mib", "memory MiB", 256]];
+  // The limits a cell offers, by their API names; unit, default and maximum come from /api/limits.
+  const LIMITS = [["wall_timeout_s", "wall-clock"], ["cpu_time_s", "CPU"], ["memory_mib", "memory"]];
+  let limitInfo = {};
   let cells = [];
   let datasets = [];
   let saveTimer = null;
@@ -58,14 +60,17 @@
     const editorBox = el("div", { class: "editor" });
     cell.inputs = el("fieldset", { class: "inputs" });
     const limits = el("details", { class: "limits" }, el("summary", {}, "Limits"));
-    for (const [name, label, fallback] of LIMITS) {
-      const input = el("input", { type: "number", min: "0", step: "any", name, placeholder: String(fallback) });
+    for (const [name, label] of LIMITS) {
+      const info = limitInfo[name] || {};
+      const input = el("input", { type: "number", min: "0", step: info.type === "integer" ? "1" : "any", name,
+        placeholder: String(info.default ?? ""), title: info.maximum ? `at most ${info.maximum} ${info.unit}` : "" });
+      if (info.maximum) input.max = String(info.maximum);
       if (data.limits[name] !== undefined) input.value = data.limits[name];
       input.addEventListener("change", () => {
         if (input.value === "") delete data.limits[name]; else data.limits[name] = Number(input.value);
         save();
       });
-      limits.append(el("label", {}, `${label} `, input));
+      limits.append(el("label", {}, `${label} ${info.unit || ""} `, input));
     }
     const runButton = el("button", { type: "button", class: "run" }, "Run");
     const view = el("div", { class: "run-view" });
@@ -132,7 +137,10 @@
   }
 
   async function start() {
-    [datasets, { cells: stored }] = await Promise.all([api("GET", "/datasets"), api("GET", "/notebook")]);
+    let described;
+    [datasets, { cells: stored }, described] = await Promise.all([api("GET", "/datasets"), api("GET", "/notebook"),
+      api("GET", "/limits")]);
+    limitInfo = Object.fromEntries(described.map((limit) => [limit.name, limit]));
     const list = document.getElementById("cells");
     cells = stored.map((data, index) => renderCell(data, index));
     list.replaceChildren(...cells.map((c) => c.node));

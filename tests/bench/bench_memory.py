@@ -104,7 +104,7 @@ def worker_flood(stack: Stack) -> list[Row]:
     (pool,) = psutil.Process(stack.worker.pid).children()
     baseline = settled_rss(pool.pid)
     with Sampler(pool.pid) as sampler:
-        limits = {"stdout_max_bytes": FLOOD_CAP, "timeout_s": 120}
+        limits = {"stdout_max_bytes": FLOOD_CAP, "wall_timeout_s": 120}
         submitted = stack.call("POST", "/api/runs", {"runtime": "python", "code": FLOOD_CODE, "limits": limits})
         run = stack.wait_finished(submitted["id"])
     growth = Growth(baseline, max(sampler.peak, baseline), settled_rss(pool.pid, wait_s=1.0))

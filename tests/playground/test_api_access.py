@@ -92,7 +92,7 @@ def test_the_browser_session_needs_csrf_for_writes(owned: dict[str, Any]) -> Non
         (json.dumps({"runtime": "ruby", "code": "puts 1"}), 422, "runtime", "python, node"),
         (json.dumps({"runtime": "python", "code": "1", "limits": {"memory_mib": 999999}}), 422, "limits.memory_mib",
          "maximum 4096"),
-        (json.dumps({"runtime": "python", "code": "1", "limits": {"timeout_s": 0}}), 422, "limits.timeout_s",
+        (json.dumps({"runtime": "python", "code": "1", "limits": {"wall_timeout_s": 0}}), 422, "limits.wall_timeout_s",
          "greater than 0"),
         (json.dumps({"runtime": "python", "code": "1", "limits": {"bogus": 1}}), 422, "limits.bogus", "unknown limit"),
         (json.dumps({"runtime": "python", "code": "1", "limits": {"memory_mib": "lots"}}), 422, "limits.memory_mib",

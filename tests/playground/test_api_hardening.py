@@ -43,10 +43,10 @@ def _post_json(client: Client, url: str, body: str, method: str = "post") -> Any
     ("limits", "words"),
     [
         ('{"memory_mib": NaN}', "NaN"),
-        ('{"timeout_s": Infinity}', "Infinity"),
+        ('{"wall_timeout_s": Infinity}', "Infinity"),
         ('{"cpus": -Infinity}', "-Infinity"),
-        ('{"timeout_s": ' + "9" * 400 + "}", "too large"),
-        ('{"timeout_s": 1e400}', "finite"),
+        ('{"wall_timeout_s": ' + "9" * 400 + "}", "too large"),
+        ('{"wall_timeout_s": 1e400}', "finite"),
         ('{"memory_mib": 18446744073709551615}', "too large"),
         ('{"cpus": 9007199254740993.0}', "over the maximum"),
     ],
@@ -104,7 +104,7 @@ def test_wrong_json_types_in_notebook_cells_are_a_422_and_nothing_is_stored(redi
 
 def test_a_well_typed_notebook_round_trips(redis_server: Any) -> None:
     client = api(UserFactory())
-    cell = {"id": "c1", "runtime": "node", "code": "console.log(1)", "limits": {"timeout_s": 5},
+    cell = {"id": "c1", "runtime": "node", "code": "console.log(1)", "limits": {"wall_timeout_s": 5},
             "dataset_ids": [], "output_ids": [3], "last_run": None}  # fmt: skip
     response = _post_json(client, "/api/notebook", json.dumps({"cells": [cell]}), "put")
     assert response.status_code == 200, response.content

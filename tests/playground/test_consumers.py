@@ -113,7 +113,7 @@ async def test_a_stdout_flood_arrives_capped_and_ends_with_final_output_limit() 
     user: Any = await sync_to_async(UserFactory)()
     run = await sync_to_async(services.run_create)(
         user=user, runtime="python", code="while True:\n    print('flood ' * 50)\n", dataset_ids=[],
-        limits={"stdout_max_bytes": 65536, "timeout_s": 30},
+        limits={"stdout_max_bytes": 65536, "wall_timeout_s": 30},
     )  # fmt: skip
     communicator = await _connect(user, run.id)
     assert (await communicator.connect())[0]

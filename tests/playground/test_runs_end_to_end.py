@@ -57,7 +57,7 @@ def test_a_submitted_run_is_executed_recorded_and_its_log_served_from_an_offset(
         "print('total', frame['value'].sum())\nprint('x' * 100)\n"
         "open('/output/sum.txt', 'w').write(str(frame['value'].sum()))\n"
     )
-    created = submit(client, code, dataset_ids=[upload.json()["id"]], limits={"timeout_s": 30, "memory_mib": 256})
+    created = submit(client, code, dataset_ids=[upload.json()["id"]], limits={"wall_timeout_s": 30, "memory_mib": 256})
     assert created["state"] == "queued"
     run = wait_finished(client, created["id"])
     assert run["outcome"] == "succeeded", run
@@ -83,7 +83,7 @@ def test_a_submitted_run_is_executed_recorded_and_its_log_served_from_an_offset(
 @pytest.mark.usefixtures("worker")
 def test_cancel_mid_run_ends_cancelled_within_two_seconds_with_a_clean_audit() -> None:
     client = api(UserFactory())
-    created = submit(client, "import time\nprint('up', flush=True)\ntime.sleep(60)\n", limits={"timeout_s": 60})
+    created = submit(client, "import time\nprint('up', flush=True)\ntime.sleep(60)\n", limits={"wall_timeout_s": 60})
     wait_state(created["id"], "running")
     asked = time.monotonic()
     assert client.post(f"/api/runs/{created['id']}/cancel").status_code == 200
@@ -105,7 +105,7 @@ def test_a_killed_worker_is_reaped_as_a_sandbox_error_and_nothing_is_left(worker
     first = Worker(worker_env, beat=True)
     first.start()
     client = api(UserFactory())
-    created = submit(client, "import time\nprint('up', flush=True)\ntime.sleep(120)\n", limits={"timeout_s": 120})
+    created = submit(client, "import time\nprint('up', flush=True)\ntime.sleep(120)\n", limits={"wall_timeout_s": 120})
     wait_state(created["id"], "running")
     run_key = Run.objects.get(id=created["id"]).id.hex[:16]
     first.kill()  # SIGKILL: the worker, its pool and beat, mid-run

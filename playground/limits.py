@@ -1,0 +1,157 @@
+"""A run's limits on the web side, in runner.spec.Limits's shape and names (units in the names).
+
+The API's schema for them is built from Limits itself: each field's type, unit, default and this
+service's maximum (read once at start-up, settings.CORDON_MAXIMA) appear in the OpenAPI
+document. A run's stored limits (Limits.to_json) become Limits again only through
+`limits_from_record`, and every run — new, rerun or retried — is checked by `check_limits`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import Annotated, Any
+
+from django.conf import settings
+from ninja import Schema
+from pydantic import BeforeValidator, ConfigDict, Field, create_model
+
+from runner.spec import Limits
+
+LIMIT_FIELDS = tuple(fields(Limits))
+_DEFAULTS = Limits()
+
+
+def _is_int(name: str) -> bool:
+    return isinstance(getattr(_DEFAULTS, name), int)
+
+
+def _number(name: str, whole: bool) -> Any:
+    """Before pydantic's own check: a limit is a JSON number — not a string, not a boolean — and
+    a whole-number limit takes 5.0 as 5 but refuses 5.5."""
+
+    def check(value: Any) -> Any:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(f"limits.{name} must be a number")
+        if whole and isinstance(value, float):
+            if not value.is_integer():
+                raise ValueError(f"limits.{name} must be a whole number")
+            return int(value)
+        return value
+
+    return BeforeValidator(check)
+
+
+class _LimitsBase(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+
+def limits_schema(maxima: Limits) -> type[Schema]:
+    """The API's `limits` object: every Limits field, optional, with its unit, default and maximum."""
+    definitions: dict[str, Any] = {}
+    for f in LIMIT_FIELDS:
+        whole = _is_int(f.name)
+        maximum, default = getattr(maxima, f.name), getattr(_DEFAULTS, f.name)
+        unit = f.metadata["unit"]
+        kind = Annotated[
+            int if whole else float,
+            Field(
+                strict=True, gt=0, le=maximum, allow_inf_nan=False, title=f"{f.name} ({unit})",
+                description=f"{f.metadata['doc']}, in {unit}; default {default:g}, at most {maximum:g} on this service",
+                json_schema_extra={"x-unit": unit},
+            ),
+            _number(f.name, whole),
+        ]  # fmt: skip
+        definitions[f.name] = (kind, default)
+    model: type[Schema] = create_model("LimitsIn", __base__=_LimitsBase, **definitions)
+    model.__doc__ = "A run's limits; each one left out takes its default. Units are in the names."
+    return model
+
+
+def limits_out_schema() -> type[Schema]:
+    """A run's limits as the API shows them: every field, as the run was given them (no bounds:
+    a maximum lowered since does not make an old run's record invalid)."""
+    definitions: dict[str, Any] = {
+        f.name: (Annotated[int if _is_int(f.name) else float, Field(title=f"{f.name} ({f.metadata['unit']})")], ...)
+        for f in LIMIT_FIELDS
+    }
+    return create_model("LimitsOut", __base__=Schema, **definitions)
+
+
+LimitsIn = limits_schema(settings.CORDON_MAXIMA)
+LimitsOut = limits_out_schema()
+# What a notebook cell stores and shows: only the limits set for it, by the names above.
+LimitsSet = dict[str, int | float]
+
+
+class LimitOut(Schema):
+    name: str
+    unit: str
+    description: str
+    type: str
+    default: float
+    maximum: float
+
+
+def limits_described(maxima: Limits | None = None) -> list[dict[str, Any]]:
+    """Each limit with its unit, default and this service's maximum (GET /api/limits)."""
+    maxima = maxima or settings.CORDON_MAXIMA
+    return [
+        {"name": f.name, "unit": f.metadata["unit"], "description": f.metadata["doc"],
+         "type": "integer" if _is_int(f.name) else "number",
+         "default": getattr(_DEFAULTS, f.name), "maximum": getattr(maxima, f.name)}
+        for f in LIMIT_FIELDS
+    ]  # fmt: skip
+
+
+def limits_from_input(limits: Schema | None) -> Limits:
+    """The API's validated limits object -> Limits (what was left out takes its default)."""
+    return Limits() if limits is None else Limits(**limits.model_dump())
+
+
+def limits_set(limits: Schema | None) -> dict[str, Any]:
+    """Only the limits a client set, by name (what a notebook cell stores)."""
+    return {} if limits is None else limits.model_dump(exclude_unset=True)
+
+
+def limits_from_record(data: dict[str, Any]) -> Limits:
+    """A run's stored limits -> Limits: the one place they turn back."""
+    return Limits.from_json(data)
+
+
+def over_maximum(limits: Limits, maxima: Limits | None = None) -> list[tuple[str, str]]:
+    """(field, message) for each limit out of range or over the operator's maximum, as the API
+    words it (`limits.<name>`)."""
+    maxima = maxima or settings.CORDON_MAXIMA
+    problems = []
+    for name, _ in limits.over(maxima):
+        value, maximum = getattr(limits, name), getattr(maxima, name)
+        if value <= 0:
+            problems.append((f"limits.{name}", f"limits.{name} must be greater than 0; got {value}"))
+        else:
+            problems.append((f"limits.{name}", f"limits.{name} is over the maximum on this service: {value} "
+                                               f"(maximum {maximum})"))  # fmt: skip
+    return problems
+
+
+def describe_validation_error(error: dict[str, Any], field: str) -> tuple[str, str] | None:
+    """A readable (code, message) for pydantic's error about a limit, or None if not about one."""
+    parts = field.split(".")
+    if "limits" not in parts:
+        return None
+    kind, ctx = error.get("type", ""), error.get("ctx") or {}
+    name = parts[-1]
+    if kind == "extra_forbidden":
+        known = ", ".join(f.name for f in LIMIT_FIELDS)
+        return "unknown_limit", f"unknown limit {name!r}; known: {known}"
+    if kind == "less_than_equal":
+        return "limit_over_maximum", f"{field} is over the maximum on this service (maximum {ctx.get('le')})"
+    if kind == "greater_than":
+        return "invalid_limit", f"{field} must be greater than 0"
+    if kind == "finite_number":
+        return "invalid_limit", f"{field} must be a finite number"
+    if kind == "value_error":
+        return "invalid_limit", str(error.get("msg", "")).removeprefix("Value error, ")
+    if kind in ("int_type", "float_type", "model_type", "dict_type"):
+        what = "an object of limits" if name == "limits" else "a number"
+        return "invalid_limit", f"{field} must be {what}"
+    return None
