@@ -20,6 +20,18 @@ class Row:
         return asdict(self)
 
 
+def targeted(
+    benchmark: str, metric: str, value: float, unit: str, *, at_most: float | None = None,
+    at_least: float | None = None,
+) -> Row:  # fmt: skip
+    """A row with its target and the verdict on it."""
+    if at_most is not None:
+        return Row(benchmark, metric, value, unit, f"<= {at_most:g}", "pass" if value <= at_most else "FAIL")
+    if at_least is not None:
+        return Row(benchmark, metric, value, unit, f">= {at_least:g}", "pass" if value >= at_least else "FAIL")
+    return Row(benchmark, metric, value, unit)
+
+
 def p50(values: list[float]) -> float:
     return median(values)
 
