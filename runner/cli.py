@@ -18,6 +18,7 @@ from runner import __version__
 from runner.config import ENV_FILE, paths_from_env
 from runner.env import ConfigError, load_env_file
 from runner.images import BuildResult, ImageError, ImageStore, recipe_names
+from runner.registry import REQUESTABLE
 from runner.spec import RUNTIMES, Limits, RunResult, RunSpec
 from runner.supervisor import Supervisor
 
@@ -53,7 +54,7 @@ def _parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser("run", help="run a script in a sandbox and report what happened")
     run.add_argument("--runtime", required=True, choices=RUNTIMES)
-    run.add_argument("--engine", default="auto", choices=("auto", "namespace", "smolvm"))
+    run.add_argument("--engine", default="auto", choices=REQUESTABLE)
     defaults = Limits()
     for flag, field_name, kind in LIMIT_FLAGS:
         run.add_argument(flag, dest=field_name, type=kind, default=getattr(defaults, field_name),

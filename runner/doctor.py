@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import grp
-import json
 import shutil
 import stat
 import subprocess
 import time
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from runner.cgroups import CgroupLayout
 from runner.images import ImageStore, recipe_names
+from runner.registry import canary_age_s, canary_record, canary_verdict, smolvm_installed
 from runner.seccomp import bpf_program
 from runner.spec import Limits, Outcome, RunSpec
 from runner.supervisor import Supervisor
@@ -35,22 +34,13 @@ def diagnose(supervisor: Supervisor | None = None, *, recheck: bool = False) -> 
     checks = [_bwrap(), _cgroups(), _seccomp(), *_images(supervisor.images), _kvm(), _smolvm_engine()]
     if all(c.ok for c in checks if c.name in ("bubblewrap", "cgroups", "seccomp", "image python")):
         checks.append(_namespace_canary(supervisor))
-    canary = supervisor.read_canary()
-    if recheck or canary is None or _age_s(canary) > CANARY_MAX_AGE_S:
+    canary = supervisor.registry.read_canary()
+    if recheck or canary is None or canary_age_s(canary) > CANARY_MAX_AGE_S:
         canary = run_canary(supervisor)
     checks.append(_canary_check(canary))
     namespace_ok = all(c.ok for c in checks if c.name in ("bubblewrap", "cgroups", "seccomp", "namespace canary"))
-    engines = {"namespace": namespace_ok, "smolvm": bool(canary.get("ok"))}
-    auto = "smolvm" if engines["smolvm"] else "namespace"
-    if supervisor.settings.require_vm and auto != "smolvm":
-        conclusion = "require_vm is set and no microVM can boot here: runs are refused"
-    elif auto == "smolvm":
-        conclusion = "runs use the smolvm engine (isolation vm)"
-    else:
-        conclusion = (
-            "runs use the namespace engine (isolation namespace, shared kernel): this host's KVM "
-            "cannot boot a microVM guest"
-        )
+    engines = {"namespace": namespace_ok, "smolvm": canary_verdict(canary).ok}
+    auto, conclusion = supervisor.registry.conclusion(engines)
     return {"checks": [asdict(c) for c in checks], "engines": engines, "auto": auto, "conclusion": conclusion}
 
 
@@ -60,34 +50,9 @@ def run_canary(supervisor: Supervisor) -> dict[str, Any]:
     result = supervisor.run(
         RunSpec(runtime="python", script=b"pass", engine="smolvm", limits=Limits(wall_timeout_s=30, memory_mib=256))
     )
-    ok = result.outcome is Outcome.SUCCEEDED and result.cleanup_ok
-    if ok:
-        reason = f"booted in {result.timings.get('boot_s', 0):.1f} s and ran python3"
-    elif result.error is not None:
-        reason = f"{result.error.code}: {result.error.message}"
-    else:
-        reason = f"{result.outcome.value}: {result.reason}"
-    record = {
-        "ok": ok,
-        "reason": reason,
-        "seconds": round(time.monotonic() - started, 2),
-        "at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "engine_version": result.engine_version,
-        "cleanup_ok": result.cleanup_ok,
-    }
-    path = supervisor.canary_path
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(record, indent=2) + "\n")
-    tmp.replace(path)
+    record = canary_record(result, seconds=time.monotonic() - started)
+    supervisor.registry.write_canary(record)
     return record
-
-
-def _age_s(canary: dict[str, Any]) -> float:
-    try:
-        at = datetime.strptime(str(canary.get("at")), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
-    except ValueError:
-        return float("inf")
-    return (datetime.now(UTC) - at).total_seconds()
 
 
 def _canary_check(canary: dict[str, Any]) -> Check:
@@ -97,12 +62,8 @@ def _canary_check(canary: dict[str, Any]) -> Check:
 
 
 def _smolvm_engine() -> Check:
-    from runner.engines.smolvm import component_hashes, engine_version, wheel_dir
-
-    if wheel_dir() is None:
-        return Check("smolvm engine", False, "the smolmachines wheel is not installed")
-    hashes = ", ".join(f"{name} {digest[:16]}" for name, digest in component_hashes().items())
-    return Check("smolvm engine", True, f"{engine_version()}; sha256: {hashes}")
+    installed = smolvm_installed()
+    return Check("smolvm engine", installed.ok, installed.why)
 
 
 def _bwrap() -> Check:

@@ -8,8 +8,6 @@ program never owns the timer, the kill or the cleanup decision.
 from __future__ import annotations
 
 import errno
-import fcntl
-import json
 import os
 import selectors
 import shutil
@@ -28,6 +26,8 @@ from runner.engines.base import Collected, Engine, RunContext
 from runner.env import env_bool, env_float, env_int, env_path
 from runner.files import export_outputs, stage_inputs
 from runner.images import ImageError, ImageStore
+from runner.locks import RunLock
+from runner.registry import Registry
 from runner.spec import (
     MIB,
     RUNTIMES,
@@ -35,11 +35,13 @@ from runner.spec import (
     ImageInfo,
     Limits,
     Outcome,
+    Phase,
     RunnerError,
     RunResult,
     RunSpec,
     maxima_from_env,
 )
+from runner.stopping import Usage, stop_reason
 
 Event = dict[str, Any]
 EventSink = Callable[[Event], None]
@@ -48,8 +50,6 @@ _READ_SIZE = 1 << 16
 # stderr for the sandbox's own start-up complaint and for the V8 heap-exhaustion line.
 TAIL_BYTES = 4096
 SAMPLE_INTERVAL_S = 0.05
-# Harness-only smolvm switches a supervisor passes on when its environment sets them.
-SMOLVM_PASSTHROUGH = frozenset({"SMOLVM_VM_UID_DROP"})
 EVENT_SAMPLE_INTERVAL_S = 0.5
 
 
@@ -108,7 +108,7 @@ class Supervisor:
         self.maxima = maxima or maxima_from_env()
         self.admission = admission or Admission(self.paths.host_state_dir / "admission", Capacity.from_env())
         self.images = ImageStore(self.paths)
-        self._engines = engines
+        self.registry = Registry(self.settings, self.paths.host_state_dir, engines=engines)
         self.runs_dir = self.paths.data_dir / "runs"
         self.runs_dir.mkdir(parents=True, exist_ok=True)
         os.chmod(self.runs_dir, 0o711)  # noqa: S103 - traversable, not listable
@@ -122,57 +122,12 @@ class Supervisor:
 
     @property
     def engines(self) -> dict[str, Engine]:
-        if self._engines is None:
-            from runner.engines.namespace import NamespaceEngine
-            from runner.engines.smolvm import SmolvmEngine
-
-            passthrough = {k: v for k, v in os.environ.items() if k in SMOLVM_PASSTHROUGH}
-            self._engines = {
-                "namespace": NamespaceEngine(cgroup_parent=self.settings.cgroup_parent),
-                "smolvm": SmolvmEngine(
-                    state_root=self.settings.smolvm_state_dir,
-                    boot_timeout_s=self.settings.boot_timeout_s,
-                    cgroup_parent=self.settings.cgroup_parent,
-                    extra_env=passthrough,
-                ),
-            }
-        return self._engines
-
-    @property
-    def canary_path(self) -> Path:
-        return self.paths.host_state_dir / "smolvm-canary.json"
+        """Every engine by name, from the registry (a test may put its own in this dict)."""
+        return self.registry.engines
 
     def read_canary(self) -> dict[str, Any] | None:
-        try:
-            data = json.loads(self.canary_path.read_text())
-        except (FileNotFoundError, ValueError):
-            return None
-        return data if isinstance(data, dict) else None
-
-    def select_engine(self, requested: str) -> tuple[Engine, str]:
-        """The engine for a run, and a note saying why it was chosen."""
-        canary = self.read_canary()
-        passed = bool(canary and canary.get("ok"))
-        why = (
-            "the cached smolvm canary boot passed"
-            if passed
-            else f"the smolvm canary boot failed ({canary.get('reason')}, at {canary.get('at')})"
-            if canary
-            else "no smolvm canary boot has run on this host (python -m runner doctor)"
-        )
-        if requested == "auto":
-            if passed:
-                return self.engines["smolvm"], f"auto chose smolvm: {why}"
-            if self.settings.require_vm:
-                raise RunnerError("vm_required", f"this site requires the microVM engine (require_vm), and {why}")
-            return self.engines["namespace"], f"auto fell back to namespace: {why}"
-        if requested not in self.engines:
-            raise RunnerError("engine_unavailable", f"engine {requested!r} is not available on this host")
-        if requested != "smolvm" and self.settings.require_vm:
-            raise RunnerError(
-                "vm_required", f"this site requires the microVM engine (require_vm); {requested!r} was asked for"
-            )
-        return self.engines[requested], f"{requested} as asked"
+        """The cached smolvm canary record (the registry's; kept here for the tests' fixture)."""
+        return self.registry.read_canary()
 
     # --- one run ------------------------------------------------------------------
 
@@ -204,7 +159,7 @@ class Supervisor:
         }
         try:
             self._validate(spec)
-            engine, result.engine_note = self.select_engine(spec.engine)
+            engine, result.engine_note = self.registry.choose(spec.engine)
             result.engine, result.isolation = engine.name, engine.isolation
             result.engine_version = engine.version()
             image = self._image(spec.image_name)
@@ -215,17 +170,17 @@ class Supervisor:
             reservation = self.admission.acquire(
                 run_id, memory_mib=need.memory_mib + kept_mib, cpus=need.cpus, cancelled=cancelled
             )
-            emit({"type": "state", "state": "admitted", "slot": reservation.slot})
+            _announce(emit, Phase.ADMITTED, slot=reservation.slot)
             ctx = self._stage(spec, run_id, reservation.slot, image, engine)
             result.sandbox_id = f"{engine.name}:{run_id}"
             result.evidence["host_uid"] = ctx.uid
-            emit({"type": "state", "state": "starting"})
+            _announce(emit, Phase.STARTING)
             engine.prepare(ctx)
             self._write_script(ctx)
             ctx.process = engine.start(ctx)
             t_start = time.monotonic()
             result.timings["start_s"] = t_start - started
-            emit({"type": "state", "state": "running"})
+            _announce(emit, Phase.RUNNING)
             ready_at, cpu_at_ready = self._supervise(engine, ctx, streams, evidence, emit, cancelled, t_start)
             if ready_at is not None:
                 result.wall_s = round(time.monotonic() - ready_at, 4)
@@ -240,12 +195,14 @@ class Supervisor:
                 raise RunnerError(
                     "sandbox_setup_failed", f"the sandbox did not start the program: {said}", retryable=True
                 )
-            emit({"type": "state", "state": "exporting"})
+            _announce(emit, Phase.EXPORTING)
             self._record(result, collected, evidence)
             if result.cpu_s is not None and cpu_at_ready is not None:
                 result.cpu_s = round(max(0.0, result.cpu_s - cpu_at_ready), 4)  # the boot is not the job's
             evidence.runtime_heap_exhausted = spec.runtime == "node" and _v8_heap_exhausted(collected, streams)
-            evidence.guest_oom_kill = engine.isolation == "vm" and collected.signal == 9 and evidence.stopped_by is None
+            evidence.guest_oom_kill = (
+                engine.sigkill_means_guest_oom and collected.signal == 9 and evidence.stopped_by is None
+            )
             export = export_outputs(ctx.output_dir, output_dir, spec.limits)
             result.outputs, result.rejected_outputs = export.outputs, export.rejected
             evidence.output_files_over_cap = export.over_cap
@@ -363,41 +320,22 @@ class Supervisor:
                 now = time.monotonic()
                 if ready_at is None and engine.ready(ctx):
                     ready_at, deadline = now, now + ctx.limits.wall_timeout_s
-                    cpu_at_ready = engine.sample(ctx).cpu_s if engine.isolation == "vm" else 0.0
-                    if engine.isolation == "vm":
-                        emit({"type": "state", "state": "running", "boot_s": round(now - t_start, 3)})
-                if evidence.stopped_by is None:
-                    failure = engine.failure(ctx)
-                    if cancelled():
-                        self._stop(engine, ctx, evidence, "cancel")
-                    elif failure is not None:
-                        evidence.engine_error = failure
-                        self._stop(engine, ctx, evidence, "engine_error")
-                    elif ready_at is None and now >= boot_deadline:
-                        evidence.engine_error = RunnerError(
-                            "boot_failed",
-                            f"the sandbox did not boot within {self.settings.boot_timeout_s:g} s "
-                            f"(no readiness from {engine.name}); not the program's fault",
-                            retryable=True,
-                        )
-                        self._stop(engine, ctx, evidence, "boot_timeout")
-                    elif now >= deadline:
-                        self._stop(engine, ctx, evidence, "deadline")
+                    # The boot's CPU time is not the job's: the job's is counted from here.
+                    cpu_at_ready = engine.sample(ctx).cpu_s if engine.has_boot_phase else 0.0
+                    if engine.has_boot_phase:
+                        _announce(emit, Phase.RUNNING, boot_s=round(now - t_start, 3))
+                usage: Usage | None = None
                 if now >= next_sample:
                     next_sample = now + SAMPLE_INTERVAL_S
                     sample = engine.sample(ctx)
                     used = None if sample.cpu_s is None else sample.cpu_s - (cpu_at_ready or 0.0)
-                    if evidence.stopped_by is None and ready_at is not None:
-                        if used is not None and used >= ctx.limits.cpu_time_s:
-                            self._stop(engine, ctx, evidence, "cpu")
-                        elif sample.oom_kills > 0:
-                            self._stop(engine, ctx, evidence, "oom")
-                        elif sample.process_cap_hits > 0:
-                            self._stop(engine, ctx, evidence, "process_cap")
+                    usage = Usage(used, sample.oom_kills, sample.process_cap_hits)
                     if now >= next_event_sample and ready_at is not None:
                         next_event_sample = now + EVENT_SAMPLE_INTERVAL_S
                         emit({"type": "sample", "t": round(now - ready_at, 3), "cpu_s": used,
                               "memory_bytes": sample.memory_bytes})  # fmt: skip
+                ready = ready_at is not None
+                self._enforce(engine, ctx, evidence, cancelled, usage, ready, now, boot_deadline, deadline)
                 if process.poll() is not None:
                     exited_at = exited_at or now
                     if now - exited_at > 2.0:
@@ -407,6 +345,36 @@ class Supervisor:
         finally:
             selector.close()
         return ready_at, cpu_at_ready
+
+    def _enforce(
+        self, engine: Engine, ctx: RunContext, evidence: Evidence, cancelled: Callable[[], bool], usage: Usage | None,
+        ready: bool, now: float, boot_deadline: float, deadline: float,
+    ) -> None:  # fmt: skip
+        """Stop the run if a limit says so (runner.stopping decides which); the first reason stands."""
+        stopped = evidence.stopped_by is not None
+        failure = None if stopped else engine.failure(ctx)
+        reason = stop_reason(
+            stopped=stopped,
+            cancelled=not stopped and cancelled(),
+            engine_failed=failure is not None,
+            ready=ready,
+            now=now,
+            boot_deadline=boot_deadline,
+            deadline=deadline,
+            cpu_time_s=ctx.limits.cpu_time_s,
+            usage=usage,
+        )
+        if reason == "engine_error":
+            evidence.engine_error = failure
+        elif reason == "boot_timeout":
+            evidence.engine_error = RunnerError(
+                "boot_failed",
+                f"the sandbox did not boot within {self.settings.boot_timeout_s:g} s "
+                f"(no readiness from {engine.name}); not the program's fault",
+                retryable=True,
+            )
+        if reason is not None:
+            self._stop(engine, ctx, evidence, reason)
 
     def _read(
         self, key: selectors.SelectorKey, selector: selectors.BaseSelector, engine: Engine, ctx: RunContext,
@@ -532,59 +500,8 @@ def program_argv(spec: RunSpec, script_dir: str = "/tmp") -> list[str]:
     return ["/usr/bin/node", f"--max-old-space-size={heap_mib}", f"{script_dir}/main.js"]
 
 
-class RunLock:
-    """A per-run lock file held (flock) while the run's supervisor lives; sweeps skip held ones."""
-
-    def __init__(self, locks_dir: Path, run_id: str):
-        self.path = locks_dir / f"{run_id}.lock"
-        self._fd: int | None = None
-
-    def acquire(self) -> None:
-        while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            try:
-                if os.stat(self.path).st_ino == os.fstat(fd).st_ino:
-                    self._fd = fd
-                    return
-            except FileNotFoundError:
-                pass
-            os.close(fd)  # a sweeper unlinked it between open and lock: take a fresh one
-
-    def release(self) -> None:
-        if self._fd is not None:
-            self.path.unlink(missing_ok=True)
-            os.close(self._fd)
-            self._fd = None
-
-    def remove_if_stale(self) -> bool:
-        try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
-        except FileNotFoundError:
-            return False
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            return False
-        self.path.unlink(missing_ok=True)
-        os.close(fd)
-        return True
-
-    def is_held(self) -> bool:
-        """Whether a live supervisor holds this run's lock."""
-        try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
-        except FileNotFoundError:
-            return False
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            return False
-        except BlockingIOError:
-            return True
-        finally:
-            os.close(fd)
+def _announce(emit: EventSink, phase: Phase, **detail: Any) -> None:
+    emit({"type": "state", "state": phase.value, **detail})
 
 
 def _v8_heap_exhausted(collected: Collected, streams: dict[str, _Stream]) -> bool:

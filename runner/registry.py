@@ -1,0 +1,181 @@
+"""The one engine registry: the engines there are and what a run may ask for, how each is built
+from the supervisor's settings, whether it can run here (and why not), and which one a run gets.
+
+The engines' modules are imported here alone, and only when first needed: a command that runs
+no sandbox (`python -m runner images`) must work on a host lacking an engine's libraries.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from runner.engines.base import Engine
+from runner.spec import Outcome, RunnerError, RunResult
+
+if TYPE_CHECKING:
+    from runner.supervisor import SupervisorSettings
+
+ENGINES = ("namespace", "smolvm")
+# What a run may ask for: an engine by name, or `auto` (smolvm when its canary passed here).
+REQUESTABLE = ("auto", *ENGINES)
+# Harness-only smolvm switches a supervisor passes on when its environment sets them.
+SMOLVM_PASSTHROUGH = frozenset({"SMOLVM_VM_UID_DROP"})
+CANARY_FILE = "smolvm-canary.json"
+_CANARY_TIME = "%Y-%m-%dT%H:%M:%SZ"
+
+
+@dataclass(frozen=True)
+class Availability:
+    """Whether an engine can run here, from a quick check, and the reason in plain words."""
+
+    ok: bool
+    why: str
+
+
+def build(name: str, settings: SupervisorSettings, *, environ: Mapping[str, str] = os.environ) -> Engine:
+    """The engine called `name`, configured from the supervisor's settings."""
+    if name == "namespace":
+        from runner.engines.namespace import NamespaceEngine
+
+        return NamespaceEngine(cgroup_parent=settings.cgroup_parent)
+    if name == "smolvm":
+        from runner.engines.smolvm import SmolvmEngine
+
+        return SmolvmEngine(
+            state_root=settings.smolvm_state_dir,
+            boot_timeout_s=settings.boot_timeout_s,
+            cgroup_parent=settings.cgroup_parent,
+            extra_env={k: v for k, v in environ.items() if k in SMOLVM_PASSTHROUGH},
+        )
+    raise ValueError(f"no engine is called {name!r}; the engines are {', '.join(ENGINES)}")
+
+
+def canary_verdict(canary: Mapping[str, Any] | None) -> Availability:
+    """Whether smolvm can run here, by the cached canary boot's record (None: there is none)."""
+    if not canary:
+        return Availability(False, "no smolvm canary boot has run on this host (python -m runner doctor)")
+    if canary.get("ok"):
+        return Availability(True, "the cached smolvm canary boot passed")
+    return Availability(False, f"the smolvm canary boot failed ({canary.get('reason')}, at {canary.get('at')})")
+
+
+def canary_record(result: RunResult, *, seconds: float) -> dict[str, Any]:
+    """The record of a canary boot (a smolvm run of a no-op), as the canary file keeps it."""
+    ok = result.outcome is Outcome.SUCCEEDED and result.cleanup_ok
+    if ok:
+        reason = f"booted in {result.timings.get('boot_s', 0):.1f} s and ran python3"
+    elif result.error is not None:
+        reason = f"{result.error.code}: {result.error.message}"
+    else:
+        reason = f"{result.outcome.value}: {result.reason}"
+    return {
+        "ok": ok,
+        "reason": reason,
+        "seconds": round(seconds, 2),
+        "at": datetime.now(UTC).strftime(_CANARY_TIME),
+        "engine_version": result.engine_version,
+        "cleanup_ok": result.cleanup_ok,
+    }
+
+
+def canary_age_s(canary: Mapping[str, Any]) -> float:
+    """How old a canary record is; infinitely old when it says no time that can be read."""
+    try:
+        at = datetime.strptime(str(canary.get("at")), _CANARY_TIME).replace(tzinfo=UTC)
+    except ValueError:
+        return float("inf")
+    return (datetime.now(UTC) - at).total_seconds()
+
+
+def smolvm_installed() -> Availability:
+    """Whether the smolmachines wheel is installed, with its version and its components' hashes."""
+    from runner.engines.smolvm import component_hashes, engine_version, wheel_dir
+
+    if wheel_dir() is None:
+        return Availability(False, "the smolmachines wheel is not installed")
+    hashes = ", ".join(f"{name} {digest[:16]}" for name, digest in component_hashes().items())
+    return Availability(True, f"{engine_version()}; sha256: {hashes}")
+
+
+class Registry:
+    """The engines of one host: built on first use, checked, and chosen for each run."""
+
+    def __init__(self, settings: SupervisorSettings, host_state_dir: Path, *, engines: dict[str, Engine] | None = None):
+        self.settings = settings
+        self.canary_path = host_state_dir / CANARY_FILE
+        self._engines = engines
+
+    @property
+    def engines(self) -> dict[str, Engine]:
+        """Every engine by name (a test may put its own in this dict)."""
+        if self._engines is None:
+            self._engines = {name: build(name, self.settings) for name in ENGINES}
+        return self._engines
+
+    # --- the smolvm canary --------------------------------------------------------
+
+    def read_canary(self) -> dict[str, Any] | None:
+        try:
+            data = json.loads(self.canary_path.read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    def write_canary(self, record: Mapping[str, Any]) -> None:
+        tmp = self.canary_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(record, indent=2) + "\n")
+        tmp.replace(self.canary_path)
+
+    # --- what runs here -----------------------------------------------------------
+
+    def available(self, name: str) -> Availability:
+        """Whether `name` can run here, from a quick check (no sandbox starts, no VM boots)."""
+        if name == "namespace":
+            from runner.engines.namespace import check_available
+
+            return Availability(*check_available())
+        if name == "smolvm":
+            return canary_verdict(self.read_canary())
+        return Availability(False, f"there is no engine {name!r}; the engines are {', '.join(ENGINES)}")
+
+    def serves(self) -> list[str]:
+        """The engines this host can serve runs on; under require_vm, only the microVM one."""
+        names = [name for name in ENGINES if self.available(name).ok]
+        return [name for name in names if name == "smolvm"] if self.settings.require_vm else names
+
+    def choose(self, requested: str) -> tuple[Engine, str]:
+        """The engine for a run, and a note saying why it was chosen."""
+        if requested == "auto":
+            smolvm = self.available("smolvm")
+            if smolvm.ok:
+                return self.engines["smolvm"], f"auto chose smolvm: {smolvm.why}"
+            if self.settings.require_vm:
+                raise RunnerError(
+                    "vm_required", f"this site requires the microVM engine (require_vm), and {smolvm.why}"
+                )
+            return self.engines["namespace"], f"auto fell back to namespace: {smolvm.why}"
+        if requested not in self.engines:
+            raise RunnerError("engine_unavailable", f"engine {requested!r} is not available on this host")
+        if requested != "smolvm" and self.settings.require_vm:
+            raise RunnerError(
+                "vm_required", f"this site requires the microVM engine (require_vm); {requested!r} was asked for"
+            )
+        return self.engines[requested], f"{requested} as asked"
+
+    def conclusion(self, usable: Mapping[str, bool]) -> tuple[str, str]:
+        """What `auto` picks given which engines proved usable here, and what that means for runs."""
+        auto = "smolvm" if usable.get("smolvm") else "namespace"
+        if self.settings.require_vm and auto != "smolvm":
+            return auto, "require_vm is set and no microVM can boot here: runs are refused"
+        if auto == "smolvm":
+            return auto, "runs use the smolvm engine (isolation vm)"
+        return auto, (
+            "runs use the namespace engine (isolation namespace, shared kernel): this host's KVM "
+            "cannot boot a microVM guest"
+        )
