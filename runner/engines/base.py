@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import subprocess
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -52,6 +52,11 @@ class Footprint:
     cpus: float
 
 
+class RunState:
+    """What an engine made for one run (cgroups, fds, VM facts), so that teardown finds it.
+    Private to the engine: each one keeps its own subclass, and nothing else reads it."""
+
+
 @dataclass
 class RunContext:
     """Everything about one run that the supervisor and its engine share."""
@@ -72,8 +77,7 @@ class RunContext:
     image: ImageRef
     argv: list[str]
     process: subprocess.Popen[bytes] | None = None
-    # Engine-private state (cgroups, fds, VM names), so teardown can find what prepare made.
-    state: dict[str, Any] = field(default_factory=dict)
+    state: RunState | None = None  # the engine's own, made by it on first use
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
-"""Host-side mechanics every engine shares: the output area, stopping a run's cgroup, and
-auditing teardown."""
+"""Host-side mechanics every engine shares: the lifecycle of a run held in its own cgroups
+(`CgroupEngine`), the output area, stopping a run's cgroup, and auditing teardown."""
 
 from __future__ import annotations
 
@@ -8,12 +8,15 @@ import shutil
 import signal
 import subprocess
 import time
+from abc import abstractmethod
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar, Generic, TypeVar
 
 from runner import hostfs
 from runner.cgroups import CgroupLayout, RunCgroup, run_names
-from runner.engines.base import RunContext
+from runner.engines.base import Collected, Engine, RunContext, RunState, Sample
 from runner.spec import CleanupCheck, Limits
 
 # Room in the output area past the output cap. With none, ENOSPC would cut an oversize file off
@@ -21,6 +24,194 @@ from runner.spec import CleanupCheck, Limits
 # it, such a file is over the cap when export inspects it, and is refused and named. tmpfs counts
 # whole pages, so this is at least one.
 OUTPUT_AREA_SLACK_BYTES = 64 * 1024
+
+
+@dataclass
+class CgroupState(RunState):
+    """What every cgroup-held run has: its cgroups, and the read end of the pipe on which the
+    engine's process reports (bwrap's JSON status, the smolvm child's control events)."""
+
+    cgroup: RunCgroup
+    control_fd: int | None = None
+
+
+StateT = TypeVar("StateT", bound=CgroupState)
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How an engine's process is started; `start` adds the pipes, the cgroups and the fds."""
+
+    argv: list[str]
+    env: dict[str, str]
+    # What the forked child does once it is in the run's cgroups, just before exec: plain
+    # syscalls only (no locks, no allocation-heavy work).
+    before_exec: Callable[[], None]
+
+
+class CgroupEngine(Engine, Generic[StateT]):
+    """The lifecycle both engines share: the run's process starts inside the run's own cgroups,
+    which are its accounting, its kill switch and its audit. A subclass says what is launched,
+    how its control pipe reads, how the program ended, and what else teardown must audit."""
+
+    state_type: type[StateT]
+    # Whether the run's pids cgroup caps the program's own processes (a VM's guest processes
+    # are capped inside the guest; its host pids cap bounds only the VMM's threads).
+    process_cap_on_host: ClassVar[bool] = True
+    # Whether the program writes its scratch to the host tmpfs at ctx.scratch_dir (a VM writes
+    # to its own disks, which the host cannot see).
+    scratch_on_host: ClassVar[bool] = True
+    # Whether stop sends SIGTERM to the program and waits the grace before killing the cgroup.
+    polite_stop: ClassVar[bool] = True
+
+    def __init__(self, *, cgroup_parent: str, layout: CgroupLayout | None):
+        self.cgroup_parent = cgroup_parent
+        self.layout = layout or CgroupLayout.detect()
+
+    def state(self, ctx: RunContext) -> StateT:
+        """The run's state, made on first use (teardown may be the first, after a failed start)."""
+        if ctx.state is None:
+            ctx.state = self.state_type(cgroup=RunCgroup(self.layout, self.cgroup_parent, ctx.run_id))
+        if not isinstance(ctx.state, self.state_type):
+            raise TypeError(f"the {self.name} engine was handed another engine's run state")
+        return ctx.state
+
+    # what each engine says
+
+    @abstractmethod
+    def prepare_views(self, ctx: RunContext) -> None:
+        """After the cgroups: the run's views, scratch and output area."""
+
+    @abstractmethod
+    def launch(self, ctx: RunContext, fds: dict[str, int]) -> Launch:
+        """The engine's process. `fds` holds the control pipe's write end as "control"; every fd
+        opened into it is inherited by the process and closed here once it has them (or if the
+        start fails)."""
+
+    @abstractmethod
+    def exit_status(self, ctx: RunContext) -> tuple[int | None, int | None]:
+        """(exit code, signal) of the program, after stop."""
+
+    @abstractmethod
+    def started(self, ctx: RunContext) -> bool:
+        """Whether the program itself was started (not just the sandbox tooling)."""
+
+    @abstractmethod
+    def stray_processes(self, ctx: RunContext) -> list[int]:
+        """Processes of the run found outside its cgroups, by the engine's own means."""
+
+    @abstractmethod
+    def strays_described(self, ctx: RunContext) -> str:
+        """Where `stray_processes` looks, for the audit."""
+
+    def tooling_pids(self, ctx: RunContext) -> set[int]:
+        """The sandbox's own processes, spared the polite stop (they would take all down at once)."""
+        return set()
+
+    def engine_checks(self, ctx: RunContext) -> list[CleanupCheck]:
+        """What else of the run teardown removes and audits, after its processes and cgroups."""
+        return []
+
+    # the lifecycle
+
+    def prepare(self, ctx: RunContext) -> None:
+        state = self.state(ctx)
+        caps = self.cgroup_limits(ctx.limits)
+        state.cgroup.create(memory_bytes=caps.memory_bytes, pids_max=caps.pids_max, cpus=caps.cpus)
+        self.prepare_views(ctx)
+
+    def start(self, ctx: RunContext) -> subprocess.Popen[bytes]:
+        state = self.state(ctx)
+        control_read, control_write = os.pipe()
+        fds = {"control": control_write}
+        try:
+            launch = self.launch(ctx, fds)
+            process = subprocess.Popen(
+                launch.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                pass_fds=tuple(fds.values()),
+                preexec_fn=_in_cgroups(state.cgroup.procs_files, launch.before_exec),
+                env=launch.env,
+                cwd="/",
+            )
+        except BaseException:
+            os.close(control_read)
+            raise
+        finally:
+            for fd in fds.values():
+                os.close(fd)
+        state.control_fd = control_read
+        return process
+
+    def control_fds(self, ctx: RunContext) -> list[int]:
+        fd = None if ctx.state is None else self.state(ctx).control_fd
+        return [] if fd is None else [fd]
+
+    def sample(self, ctx: RunContext) -> Sample:
+        cgroup = self.state(ctx).cgroup
+        return Sample(cgroup.cpu_seconds(), cgroup.memory_bytes(), cgroup.oom_kills(), self._process_cap_hits(cgroup))
+
+    def stop(self, ctx: RunContext, *, grace_s: float) -> str:
+        if ctx.state is None:
+            return "nothing to stop"
+        grace = grace_s if self.polite_stop else 0.0
+        method = stop_cgroup(self.state(ctx).cgroup, spare=self.tooling_pids(ctx), grace_s=grace)
+        reap(ctx.process)
+        return method
+
+    def collect(self, ctx: RunContext) -> Collected:
+        cgroup = self.state(ctx).cgroup
+        exit_code, signo = self.exit_status(ctx)
+        return Collected(
+            exit_code=exit_code,
+            signal=signo,
+            cpu_s=cgroup.cpu_seconds(),
+            peak_memory_bytes=cgroup.memory_peak_bytes(),
+            oom_kills=cgroup.oom_kills(),
+            process_cap_hits=self._process_cap_hits(cgroup),
+            scratch_full=area_full(ctx.scratch_dir) if self.scratch_on_host else False,
+            output_area_full=area_full(ctx.output_dir),
+            started=self.started(ctx),
+        )
+
+    def teardown(self, ctx: RunContext) -> list[CleanupCheck]:
+        state = self.state(ctx)
+        checks = cgroup_checks(state.cgroup, lambda: self.stray_processes(ctx), self.strays_described(ctx))
+        if state.control_fd is not None:
+            os.close(state.control_fd)
+            state.control_fd = None
+        checks.extend(self.engine_checks(ctx))
+        checks.append(mounts_check(ctx))
+        return checks
+
+    def sweep(self, is_live: Callable[[str], bool]) -> list[str]:
+        return sweep_cgroups(self.layout, self.cgroup_parent, is_live)
+
+    def _process_cap_hits(self, cgroup: RunCgroup) -> int:
+        return cgroup.pids_max_hits() if self.process_cap_on_host else 0
+
+
+def _in_cgroups(procs_files: list[str], then: Callable[[], None]) -> Callable[[], None]:
+    """The forked child's first act: into the run's cgroups, so that nothing of the run ever
+    executes outside them; then the engine's own steps."""
+
+    def enter() -> None:
+        join_cgroups(procs_files)
+        then()
+
+    return enter
+
+
+def decode_exit_status(code: int | None) -> tuple[int | None, int | None]:
+    """(exit code, signal) from a reported exit status, where 128 + N means death by signal N
+    (as bwrap's JSON status and smolvm's agent report it)."""
+    if code is None:
+        return None, None
+    if 128 < code <= 128 + 64:
+        return None, code - 128
+    return code, None
 
 
 def join_cgroups(procs_files: list[str]) -> None:

@@ -14,37 +14,41 @@ import resource
 import shutil
 import subprocess
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from runner import hostfs
-from runner.cgroups import CgroupLayout, RunCgroup
-from runner.engines.base import GUEST_ENV, CgroupLimits, Collected, Engine, RunContext, Sample
+from runner.cgroups import CgroupLayout
+from runner.engines.base import GUEST_ENV, CgroupLimits, RunContext
 from runner.engines.common import (
-    area_full,
+    CgroupEngine,
+    CgroupState,
+    Launch,
     bind_views,
-    cgroup_checks,
-    join_cgroups,
+    decode_exit_status,
     mount_output_area,
-    mounts_check,
     output_area_bytes,
     processes_of_uid,
-    reap,
-    stop_cgroup,
-    sweep_cgroups,
 )
 from runner.seccomp import bpf_fd
-from runner.spec import MIB, CleanupCheck, Limits, RunnerError
+from runner.spec import MIB, Limits, RunnerError
 
 SHM_BYTES = 8 * MIB
 SANDBOX_UID_INSIDE = 1000
+STATUS_KEPT_BYTES = 65536
 
 
-class NamespaceEngine(Engine):
+@dataclass
+class NamespaceState(CgroupState):
+    status: bytes = b""  # the end of bwrap's --json-status-fd stream, read from control_fd
+
+
+class NamespaceEngine(CgroupEngine[NamespaceState]):
     name = "namespace"
     isolation = "namespace"
+    state_type = NamespaceState
 
     def __init__(self, *, cgroup_parent: str = "cordon", layout: CgroupLayout | None = None):
-        self.cgroup_parent = cgroup_parent
-        self.layout = layout or CgroupLayout.detect()
+        super().__init__(cgroup_parent=cgroup_parent, layout=layout)
         self.bwrap = shutil.which("bwrap") or "/usr/bin/bwrap"
 
     def version(self) -> str:
@@ -62,107 +66,57 @@ class NamespaceEngine(Engine):
 
     # prepare / start
 
-    def prepare(self, ctx: RunContext) -> None:
-        cgroup = RunCgroup(self.layout, self.cgroup_parent, ctx.run_id)
-        ctx.state["cgroup"] = cgroup
-        caps = self.cgroup_limits(ctx.limits)
-        cgroup.create(memory_bytes=caps.memory_bytes, pids_max=caps.pids_max, cpus=caps.cpus)
+    def prepare_views(self, ctx: RunContext) -> None:
         bind_views(ctx, {"root": ctx.image.rootfs, "in": ctx.input_dir})
         ctx.scratch_dir.mkdir(mode=0o700)
         hostfs.mount_tmpfs(ctx.scratch_dir, size_bytes=ctx.limits.disk_mib * MIB, uid=ctx.uid)
         mount_output_area(ctx, uid=ctx.uid)
 
-    def start(self, ctx: RunContext) -> subprocess.Popen[bytes]:
-        cgroup: RunCgroup = ctx.state["cgroup"]
-        fds: dict[str, int] = {}
-        status_read, status_write = os.pipe()
-        try:
-            fds["root"] = os.open(ctx.view_dir / "root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-            fds["input"] = os.open(ctx.view_dir / "in", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-            fds["scratch"] = os.open(ctx.scratch_dir, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-            fds["output"] = os.open(ctx.output_dir, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-            fds["seccomp"] = bpf_fd()
-            fds["status"] = status_write
-            argv = bwrap_argv(self.bwrap, fds, ctx.argv)
-            process = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                pass_fds=tuple(fds.values()),
-                preexec_fn=_launcher(cgroup.procs_files, ctx.uid, rlimits(ctx)),
-                env={"PATH": "/usr/bin:/bin"},
-                cwd="/",
-            )
-        except BaseException:
-            os.close(status_read)
-            raise
-        finally:
-            for fd in fds.values():
-                os.close(fd)
-        ctx.state["status_fd"] = status_read
-        ctx.state["status"] = b""
-        return process
-
-    def control_fds(self, ctx: RunContext) -> list[int]:
-        return [ctx.state["status_fd"]] if "status_fd" in ctx.state else []
+    def launch(self, ctx: RunContext, fds: dict[str, int]) -> Launch:
+        fds["root"] = os.open(ctx.view_dir / "root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        fds["input"] = os.open(ctx.view_dir / "in", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        fds["scratch"] = os.open(ctx.scratch_dir, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        fds["output"] = os.open(ctx.output_dir, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        fds["seccomp"] = bpf_fd()
+        return Launch(
+            argv=bwrap_argv(self.bwrap, fds, ctx.argv),
+            env={"PATH": "/usr/bin:/bin"},
+            before_exec=_drop_to(ctx.uid, rlimits(ctx)),
+        )
 
     def on_control(self, ctx: RunContext, fd: int, data: bytes) -> None:
-        ctx.state["status"] = (ctx.state["status"] + data)[-65536:]
-
-    # while it runs
-
-    def sample(self, ctx: RunContext) -> Sample:
-        cgroup: RunCgroup = ctx.state["cgroup"]
-        return Sample(cgroup.cpu_seconds(), cgroup.memory_bytes(), cgroup.oom_kills(), cgroup.pids_max_hits())
+        state = self.state(ctx)
+        state.status = (state.status + data)[-STATUS_KEPT_BYTES:]
 
     # stop / collect
 
-    def stop(self, ctx: RunContext, *, grace_s: float) -> str:
-        cgroup: RunCgroup | None = ctx.state.get("cgroup")
-        if cgroup is None:
-            return "nothing to stop"
-        # Polite first, to the program only: bwrap and its init would take everything down at once.
-        status = _parse_status(ctx.state.get("status", b""))
-        tooling = {ctx.process.pid if ctx.process else -1, status.get("child-pid", -1)}
-        method = stop_cgroup(cgroup, spare=tooling, grace_s=grace_s)
-        reap(ctx.process)
-        return method
+    def tooling_pids(self, ctx: RunContext) -> set[int]:
+        # The polite stop goes to the program only: bwrap and its init would take everything down at once.
+        status = parse_status(self.state(ctx).status)
+        return {ctx.process.pid if ctx.process else -1, status.get("child-pid", -1)}
 
-    def collect(self, ctx: RunContext) -> Collected:
-        cgroup: RunCgroup = ctx.state["cgroup"]
-        status = _parse_status(ctx.state.get("status", b""))
+    def exit_status(self, ctx: RunContext) -> tuple[int | None, int | None]:
         returncode = ctx.process.returncode if ctx.process else None
-        exit_code, signo = _exit_status(returncode, status)
-        return Collected(
-            exit_code=exit_code,
-            signal=signo,
-            cpu_s=cgroup.cpu_seconds(),
-            peak_memory_bytes=cgroup.memory_peak_bytes(),
-            oom_kills=cgroup.oom_kills(),
-            process_cap_hits=cgroup.pids_max_hits(),
-            scratch_full=area_full(ctx.scratch_dir),
-            output_area_full=area_full(ctx.output_dir),
-            started="child-pid" in status,
-        )
+        code = parse_status(self.state(ctx).status).get("exit-code", returncode)
+        if code is not None and code < 0:
+            return None, -code  # bwrap itself was killed (by the supervisor)
+        return decode_exit_status(code)
 
-    # teardown / sweep
+    def started(self, ctx: RunContext) -> bool:
+        return "child-pid" in parse_status(self.state(ctx).status)
 
-    def teardown(self, ctx: RunContext) -> list[CleanupCheck]:
-        cgroup: RunCgroup = ctx.state.get("cgroup") or RunCgroup(self.layout, self.cgroup_parent, ctx.run_id)
-        checks = cgroup_checks(cgroup, lambda: processes_of_uid(ctx.uid), f"as uid {ctx.uid}")
-        fd = ctx.state.pop("status_fd", None)
-        if fd is not None:
-            os.close(fd)
-        checks.append(mounts_check(ctx))
-        return checks
+    # teardown
 
-    def sweep(self, is_live: Callable[[str], bool]) -> list[str]:
-        return sweep_cgroups(self.layout, self.cgroup_parent, is_live)
+    def stray_processes(self, ctx: RunContext) -> list[int]:
+        return processes_of_uid(ctx.uid)
+
+    def strays_described(self, ctx: RunContext) -> str:
+        return f"as uid {ctx.uid}"
 
 
 def bwrap_argv(bwrap: str, fds: dict[str, int], program: list[str]) -> list[str]:
-    """The bwrap command line, in a fixed, reviewed order. Directories come in as fds."""
+    """The bwrap command line, in a fixed, reviewed order. Directories come in as fds, and bwrap
+    reports the program's pid and exit status as JSON on fds["control"]."""
     argv = [
         bwrap,
         "--unshare-user", "--uid", str(SANDBOX_UID_INSIDE), "--gid", str(SANDBOX_UID_INSIDE),
@@ -183,7 +137,7 @@ def bwrap_argv(bwrap: str, fds: dict[str, int], program: list[str]) -> list[str]
     argv += [
         "--chdir", "/tmp",
         "--seccomp", str(fds["seccomp"]),
-        "--json-status-fd", str(fds["status"]),
+        "--json-status-fd", str(fds["control"]),
         "--", *program,
     ]  # fmt: skip
     return argv
@@ -205,11 +159,11 @@ def rlimits(ctx: RunContext) -> list[tuple[int, int]]:
     ]
 
 
-def _launcher(procs_files: list[str], uid: int, limits: list[tuple[int, int]]) -> Callable[[], None]:
-    """Runs in the forked child before exec: only plain syscalls, no locks, no allocation-heavy work."""
+def _drop_to(uid: int, limits: list[tuple[int, int]]) -> Callable[[], None]:
+    """Runs in the forked child, inside the run's cgroups, before exec: only plain syscalls, no
+    locks, no allocation-heavy work."""
 
     def enter() -> None:
-        join_cgroups(procs_files)
         for which, value in limits:
             resource.setrlimit(which, (value, value))
         fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
@@ -222,7 +176,7 @@ def _launcher(procs_files: list[str], uid: int, limits: list[tuple[int, int]]) -
     return enter
 
 
-def _parse_status(raw: bytes) -> dict[str, int]:
+def parse_status(raw: bytes) -> dict[str, int]:
     """bwrap's --json-status-fd stream: JSON objects such as {"child-pid": N}, {"exit-code": N}."""
     status: dict[str, int] = {}
     decoder = json.JSONDecoder()
@@ -240,18 +194,6 @@ def _parse_status(raw: bytes) -> dict[str, int]:
         if isinstance(obj, dict):
             status.update({k: v for k, v in obj.items() if isinstance(v, int)})
     return status
-
-
-def _exit_status(returncode: int | None, status: dict[str, int]) -> tuple[int | None, int | None]:
-    """(exit code, signal) of the program. bwrap reports a signal death as 128 + signo."""
-    code = status.get("exit-code", returncode)
-    if code is None:
-        return None, None
-    if code < 0:
-        return None, -code  # bwrap itself was killed (by the supervisor)
-    if 128 < code <= 128 + 64:
-        return None, code - 128
-    return code, None
 
 
 def check_available() -> tuple[bool, str]:

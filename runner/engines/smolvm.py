@@ -10,6 +10,7 @@ the machine record, the VM directory, the per-VM uid marker, lock files, cgroups
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import grp
 import hashlib
 import importlib.metadata
@@ -24,32 +25,30 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
 
-from runner.cgroups import CgroupLayout, RunCgroup
-from runner.engines.base import GUEST_ENV, CgroupLimits, Collected, Engine, RunContext, Sample
+from runner.cgroups import CgroupLayout
+from runner.engines.base import GUEST_ENV, CgroupLimits, RunContext
 from runner.engines.common import (
-    area_full,
+    CgroupEngine,
+    CgroupState,
+    Launch,
     bind_views,
-    cgroup_checks,
-    join_cgroups,
+    decode_exit_status,
     mount_output_area,
-    mounts_check,
     output_area_bytes,
     processes_of_uid,
-    reap,
-    stop_cgroup,
-    sweep_cgroups,
 )
+from runner.engines.smolvm_protocol import ChildConfig, Error, Event, Exit, Facts, Mount, Ready, decode
 from runner.spec import MIB, CleanupCheck, Limits, RunnerError
 
 GUEST_WORKDIR = "/tmp"
 VMM_OVERHEAD_MIB = 768 + 64  # smolvm's own VMM allowance, plus the Python child
 MACHINE_PREFIX = "cordon-"
 GUEST_UID = "1000:1000"
-KNOWN_EVENTS = frozenset({"starting", "ready", "exit", "error", "deleted", "delete_failed"})
 _PR_SET_PDEATHSIG = 1
 COMPONENTS = ("smol-vmm", "libkrun.so", "libkrunfw.so.5", "_native.abi3.so", "agent-rootfs.tar.zst")
+CONTROL_KEPT_BYTES = 65536
+ERROR_MESSAGE_CHARS = 2000
 
 
 @lru_cache(maxsize=1)
@@ -96,11 +95,8 @@ def runtime_copy(root: Path) -> Path:
 
 
 def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
     with open(path, "rb") as handle:
-        while chunk := handle.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def engine_version() -> str:
@@ -118,54 +114,40 @@ def component_hashes() -> dict[str, str]:
 
 @dataclass
 class ControlChannel:
-    """Parses the child's control pipe: one JSON object per line, known events and typed fields
-    only. Anything else is dropped. Guest output never reaches this pipe."""
+    """Reads the child's control pipe: one event a line (smolvm_protocol), known events and typed
+    fields only. Anything else is dropped. Guest output never reaches this pipe."""
 
     buffer: bytes = b""
     ready: bool = False
     boot_s: float | None = None
     exit_code: int | None = None
-    error: dict[str, Any] | None = None
-    facts: dict[str, Any] = field(default_factory=dict)
+    error: Error | None = None  # the first one: what went wrong first is the cause
+    facts: Facts = field(default_factory=Facts)
 
     def feed(self, data: bytes) -> None:
         self.buffer += data
         *lines, self.buffer = self.buffer.split(b"\n")
-        self.buffer = self.buffer[-65536:]
+        self.buffer = self.buffer[-CONTROL_KEPT_BYTES:]
         for line in lines:
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(event, dict) and event.get("event") in KNOWN_EVENTS:
+            event = decode(line)
+            if event is not None:
+                self.facts = self.facts.updated(event.facts)
                 self._apply(event)
 
-    def _apply(self, event: dict[str, Any]) -> None:
-        for key in ("vm_dir", "name", "state_root"):
-            if isinstance(event.get(key), str):
-                self.facts[key] = event[key]
-        for key in ("vm_uid", "vmm_pid"):
-            if isinstance(event.get(key), int) and not isinstance(event.get(key), bool):
-                self.facts[key] = event[key]
-        kind = event["event"]
-        if kind == "ready":
+    def _apply(self, event: Event) -> None:
+        if isinstance(event, Ready):
             self.ready = True
-            if isinstance(event.get("boot_s"), int | float):
-                self.boot_s = float(event["boot_s"])
-        elif kind == "exit" and isinstance(event.get("exit_code"), int) and not isinstance(event["exit_code"], bool):
-            self.exit_code = event["exit_code"]
-        elif kind == "error" and self.error is None:
-            self.error = {
-                "code": str(event.get("code", "engine_error")),
-                "message": str(event.get("message", ""))[:2000],
-                "phase": str(event.get("phase", "")),
-                "retryable": bool(event.get("retryable", True)),
-            }
+            if event.boot_s is not None:
+                self.boot_s = event.boot_s
+        elif isinstance(event, Exit) and event.exit_code is not None:
+            self.exit_code = event.exit_code
+        elif isinstance(event, Error) and self.error is None:
+            self.error = dataclasses.replace(event, message=event.message[:ERROR_MESSAGE_CHARS])
 
     def failure(self) -> RunnerError | None:
         if self.error is None:
             return None
-        return RunnerError(self.error["code"], self.error["message"], retryable=self.error["retryable"])
+        return RunnerError(self.error.code, self.error.message, retryable=self.error.retryable)
 
 
 def machine_name(run_id: str) -> str:
@@ -174,34 +156,34 @@ def machine_name(run_id: str) -> str:
 
 def child_config(
     ctx: RunContext, *, state_root: Path, boot_timeout_s: float, control_fd: int, sdk_dir: Path | None = None
-) -> dict[str, Any]:
-    """What the child needs to create, run and delete the machine; no shell strings anywhere."""
+) -> ChildConfig:
+    """What the child needs to create, run and delete the machine."""
     limits = ctx.limits
-    return {
-        "sdk_path": str(sdk_dir.parent) if sdk_dir else None,
-        "name": machine_name(ctx.run_id),
-        "state_root": str(state_root),
-        "image": str(ctx.view_dir / "root"),
-        "cpus": max(1, round(limits.cpus)),
-        "memory_mib": limits.memory_mib,
+    return ChildConfig(
+        sdk_path=str(sdk_dir.parent) if sdk_dir else None,
+        name=machine_name(ctx.run_id),
+        state_root=str(state_root),
+        image=str(ctx.view_dir / "root"),
+        cpus=max(1, round(limits.cpus)),
+        memory_mib=limits.memory_mib,
         # The VM's own disks bound what the guest can write outside /output (GiB, at least 1).
-        "storage_gb": max(1, -(-limits.disk_mib // 1024)),
-        "overlay_gb": 1,
-        "mounts": [
-            [str(ctx.view_dir / "in"), "/input", True],
-            [str(ctx.scratch_dir), "/job", True],
-            [str(ctx.output_dir), "/output", False],
+        storage_gb=max(1, -(-limits.disk_mib // 1024)),
+        overlay_gb=1,
+        mounts=[
+            Mount(str(ctx.view_dir / "in"), "/input", read_only=True),
+            Mount(str(ctx.scratch_dir), "/job", read_only=True),
+            Mount(str(ctx.output_dir), "/output", read_only=False),
         ],
-        "output_dir": str(ctx.output_dir),
-        "argv": guest_argv(ctx),
-        "env": dict(GUEST_ENV),
-        "user": GUEST_UID,
-        "workdir": GUEST_WORKDIR,
+        output_dir=str(ctx.output_dir),
+        argv=guest_argv(ctx),
+        env=dict(GUEST_ENV),
+        user=GUEST_UID,
+        workdir=GUEST_WORKDIR,
         # The guest's own timeout is a backstop; the supervisor's deadline on the host decides.
-        "exec_timeout_s": limits.wall_timeout_s + 5.0,
-        "boot_timeout_s": boot_timeout_s,
-        "control_fd": control_fd,
-    }
+        exec_timeout_s=limits.wall_timeout_s + 5.0,
+        boot_timeout_s=boot_timeout_s,
+        control_fd=control_fd,
+    )
 
 
 def guest_argv(ctx: RunContext) -> list[str]:
@@ -215,12 +197,26 @@ def guest_argv(ctx: RunContext) -> list[str]:
     ]  # fmt: skip
 
 
-class SmolvmEngine(Engine):
+@dataclass
+class SmolvmState(CgroupState):
+    control: ControlChannel = field(default_factory=ControlChannel)  # fed from control_fd
+
+
+class SmolvmEngine(CgroupEngine[SmolvmState]):
     name = "smolvm"
     isolation = "vm"
     script_dir = "/job"
     has_boot_phase = True
     sigkill_means_guest_oom = True
+    state_type = SmolvmState
+    # The host's figures are the VMM's: a host memcg OOM kills the VMM, i.e. the whole guest; the
+    # guest's own OOM kills are inside the VM and reported through the exit status only.
+    process_cap_on_host = False  # guest processes are capped inside; the host cap bounds VMM threads
+    scratch_on_host = False  # the guest's disks are not visible from the host
+    # Stop kills the child and the VMM at once: the host cannot signal the guest's program, and a
+    # graceful machine delete would let it run on past the deadline (seen: +2 s under emulated
+    # KVM). Teardown deletes the machine record through smolvm's CLI.
+    polite_stop = False
 
     def __init__(
         self,
@@ -232,11 +228,10 @@ class SmolvmEngine(Engine):
         extra_env: dict[str, str] | None = None,
         child_module: str = "runner.engines.smolvm_child",
     ):
+        super().__init__(cgroup_parent=cgroup_parent, layout=layout)
         self.child_module = child_module
         self.state_root = state_root
         self.boot_timeout_s = boot_timeout_s
-        self.cgroup_parent = cgroup_parent
-        self.layout = layout or CgroupLayout.detect()
         self.extra_env = extra_env or {}
 
     def version(self) -> str:
@@ -268,10 +263,9 @@ class SmolvmEngine(Engine):
                 f"smolvm's per-VM uids cannot traverse {blocked}; set CORDON_SMOLVM_STATE_DIR to a path "
                 "whose every parent is world-executable",
             )
-        cgroup = RunCgroup(self.layout, self.cgroup_parent, ctx.run_id)
-        ctx.state["cgroup"] = cgroup
-        caps = self.cgroup_limits(ctx.limits)
-        cgroup.create(memory_bytes=caps.memory_bytes, pids_max=caps.pids_max, cpus=caps.cpus)
+        super().prepare(ctx)
+
+    def prepare_views(self, ctx: RunContext) -> None:
         self.state_root.mkdir(parents=True, exist_ok=True)
         os.chmod(self.state_root, 0o755)  # noqa: S103 - per-VM uids must traverse it
         # The image is the verified rootfs, bound read-only: smolvm serves a directory image live
@@ -283,40 +277,24 @@ class SmolvmEngine(Engine):
         # The VMM runs as a per-VM uid known only once it starts; it is in the kvm group (it opens
         # /dev/kvm), so the area is root:kvm 0770 until the child hands it to that uid.
         mount_output_area(ctx, uid=0, gid=_kvm_gid(), mode=0o770)
-        ctx.state["control"] = ControlChannel()
 
-    def start(self, ctx: RunContext) -> subprocess.Popen[bytes]:
-        cgroup: RunCgroup = ctx.state["cgroup"]
-        read_fd, write_fd = os.pipe()
+    def launch(self, ctx: RunContext, fds: dict[str, int]) -> Launch:
         config = child_config(
             ctx,
             state_root=self.state_root,
             boot_timeout_s=self.boot_timeout_s,
-            control_fd=write_fd,
+            control_fd=fds["control"],
             sdk_dir=self.runtime(),
         )
         config_path = ctx.run_dir / "smolvm-child.json"
         fd = os.open(config_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         with os.fdopen(fd, "w") as handle:
-            json.dump(config, handle)
-        try:
-            process = subprocess.Popen(
-                [sys.executable, "-m", self.child_module, str(config_path)],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                pass_fds=(write_fd,),
-                preexec_fn=_enter_cgroup(cgroup.procs_files),
-                env=self.child_env(),
-                cwd="/",
-            )
-        except BaseException:
-            os.close(read_fd)
-            raise
-        finally:
-            os.close(write_fd)
-        ctx.state["control_fd"] = read_fd
-        return process
+            handle.write(config.to_json())
+        return Launch(
+            argv=[sys.executable, "-m", self.child_module, str(config_path)],
+            env=self.child_env(),
+            before_exec=_die_with_parent(),
+        )
 
     def runtime(self) -> Path:
         """The smol package the child imports and whose smol-vmm the CLI runs (a traversable copy)."""
@@ -338,76 +316,34 @@ class SmolvmEngine(Engine):
         env.pop("SMOL_CLOUD_TOKEN", None)
         return env
 
-    def control_fds(self, ctx: RunContext) -> list[int]:
-        return [ctx.state["control_fd"]] if "control_fd" in ctx.state else []
-
     def on_control(self, ctx: RunContext, fd: int, data: bytes) -> None:
-        ctx.state["control"].feed(data)
+        self.state(ctx).control.feed(data)
 
     def ready(self, ctx: RunContext) -> bool:
-        control: ControlChannel = ctx.state["control"]
-        return control.ready
+        return self.state(ctx).control.ready
 
     def failure(self, ctx: RunContext) -> RunnerError | None:
-        control: ControlChannel = ctx.state["control"]
-        return control.failure()
+        return self.state(ctx).control.failure()
 
-    def sample(self, ctx: RunContext) -> Sample:
-        cgroup: RunCgroup = ctx.state["cgroup"]
-        # A host memcg OOM here kills the VMM, i.e. the whole guest; the guest's own OOM kills are
-        # inside the VM and reported through the exit status only.
-        return Sample(cgroup.cpu_seconds(), cgroup.memory_bytes(), cgroup.oom_kills(), 0)
+    # collect
 
-    # stop / collect
+    def exit_status(self, ctx: RunContext) -> tuple[int | None, int | None]:
+        return decode_exit_status(self.state(ctx).control.exit_code)
 
-    def stop(self, ctx: RunContext, *, grace_s: float) -> str:
-        """Kill the child and the VMM at once: the host cannot signal the guest's program, and a
-        graceful machine delete would let it run on past the deadline (seen: +2 s under emulated
-        KVM). Teardown deletes the machine record through smolvm's CLI."""
-        cgroup: RunCgroup | None = ctx.state.get("cgroup")
-        if cgroup is None:
-            return "nothing to stop"
-        method = stop_cgroup(cgroup, spare=(), grace_s=0.0)
-        reap(ctx.process)
-        return method
-
-    def collect(self, ctx: RunContext) -> Collected:
-        cgroup: RunCgroup = ctx.state["cgroup"]
-        control: ControlChannel = ctx.state["control"]
-        code: int | None = control.exit_code
-        signo: int | None = None
-        if control.exit_code is not None and 128 < control.exit_code <= 128 + 64:
-            code, signo = None, control.exit_code - 128  # the agent reports a signal death as 128 + N
-        return Collected(
-            exit_code=code,
-            signal=signo,
-            cpu_s=cgroup.cpu_seconds(),
-            peak_memory_bytes=cgroup.memory_peak_bytes(),
-            oom_kills=cgroup.oom_kills(),
-            process_cap_hits=0,
-            scratch_full=False,  # the guest's disks are not visible from the host
-            output_area_full=area_full(ctx.output_dir),
-            started=control.ready,
-        )
+    def started(self, ctx: RunContext) -> bool:
+        return self.state(ctx).control.ready
 
     # teardown / sweep
 
-    def teardown(self, ctx: RunContext) -> list[CleanupCheck]:
-        name = machine_name(ctx.run_id)
-        control: ControlChannel = ctx.state.get("control") or ControlChannel()
-        cgroup: RunCgroup = ctx.state.get("cgroup") or RunCgroup(self.layout, self.cgroup_parent, ctx.run_id)
-        vm_uid = control.facts.get("vm_uid")
-        checks = cgroup_checks(
-            cgroup,
-            lambda: self.vmm_processes(name) + (processes_of_uid(vm_uid) if vm_uid else []),
-            "VMM of this machine",
-        )
-        fd = ctx.state.pop("control_fd", None)
-        if fd is not None:
-            os.close(fd)
-        checks.extend(self.machine_checks(name, control.facts.get("vm_dir")))
-        checks.append(mounts_check(ctx))
-        return checks
+    def stray_processes(self, ctx: RunContext) -> list[int]:
+        vm_uid = self.state(ctx).control.facts.vm_uid
+        return self.vmm_processes(machine_name(ctx.run_id)) + (processes_of_uid(vm_uid) if vm_uid else [])
+
+    def strays_described(self, ctx: RunContext) -> str:
+        return "VMM of this machine"
+
+    def engine_checks(self, ctx: RunContext) -> list[CleanupCheck]:
+        return self.machine_checks(machine_name(ctx.run_id), self.state(ctx).control.facts.vm_dir)
 
     def machine_checks(self, name: str, vm_dir: str | None) -> list[CleanupCheck]:
         """Delete the machine record if any, then audit what smolvm keeps per machine."""
@@ -427,7 +363,7 @@ class SmolvmEngine(Engine):
         return checks
 
     def sweep(self, is_live: Callable[[str], bool]) -> list[str]:
-        swept = sweep_cgroups(self.layout, self.cgroup_parent, is_live)
+        swept = super().sweep(is_live)
         if not (self.state_root / ".local" / "share" / "smolvm").exists():
             return swept
         for name in sorted(self.machine_names()):
@@ -522,11 +458,10 @@ def first_untraversable(path: Path) -> Path | None:
     return None
 
 
-def _enter_cgroup(procs_files: list[str]) -> Callable[[], None]:
+def _die_with_parent() -> Callable[[], None]:
     libc = ctypes.CDLL(None, use_errno=True)
 
     def enter() -> None:
-        join_cgroups(procs_files)
         libc.prctl(_PR_SET_PDEATHSIG, 9, 0, 0, 0)  # the child, and so its VMM, dies with us
         # The VMM writes the guest's /output files on the host: a file size limit inherited from
         # the worker would kill it (SIGXFSZ) on an oversize file, a sandbox_error instead of the

@@ -9,14 +9,26 @@ the guest can reach. So a guest that prints a control message only prints text.
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import os
 import re
 import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any
+
+from runner.engines.smolvm_protocol import (
+    ChildConfig,
+    Deleted,
+    DeleteFailed,
+    Error,
+    Event,
+    Exit,
+    Facts,
+    Ready,
+    Starting,
+    encode,
+)
 
 # Boot failures whose message says the guest never came up (as on hosts whose KVM cannot run
 # a standard guest kernel), as opposed to configuration or host errors.
@@ -47,8 +59,8 @@ class Control:
     def __init__(self, fd: int):
         self._fd = fd
 
-    def say(self, **event: Any) -> None:
-        write_all(self._fd, (json.dumps(event, separators=(",", ":")) + "\n").encode())
+    def say(self, event: Event) -> None:
+        write_all(self._fd, encode(event))
 
 
 def write_all(fd: int, data: bytes) -> None:
@@ -56,36 +68,43 @@ def write_all(fd: int, data: bytes) -> None:
         data = data[os.write(fd, data) :]
 
 
-def vm_facts(state_root: Path, name: str) -> dict[str, Any]:
+def vm_facts(state_root: Path, name: str) -> Facts:
     """Where smolvm put this machine: its VM dir, the per-VM uid and the VMM's pid, if present."""
     vms = state_root / ".cache" / "smolvm" / "vms"
-    facts: dict[str, Any] = {}
+    facts = Facts()
     for vm_dir in vms.iterdir() if vms.is_dir() else ():
         try:
             if (vm_dir / "name").read_text().strip() != name:
                 continue
         except (FileNotFoundError, NotADirectoryError):
             continue
-        facts["vm_dir"] = str(vm_dir)
-        for key, path in (("vm_uid", vm_dir / ".vm-uid"), ("vmm_pid", vm_dir / "agent.pid")):
-            try:
-                facts[key] = int(path.read_text().split()[0])
-            except (FileNotFoundError, ValueError, IndexError):
-                pass
+        found = Facts(
+            vm_dir=str(vm_dir), vm_uid=_number_in(vm_dir / ".vm-uid"), vmm_pid=_number_in(vm_dir / "agent.pid")
+        )
+        facts = facts.updated(found)
     return facts
 
 
-def vmm_uid(facts: dict[str, Any]) -> int:
-    """The uid the VMM runs as (smolvm's per-VM uid, gid equal), or 0 when it runs as root."""
-    if facts.get("vm_uid"):
-        return int(facts["vm_uid"])
+def _number_in(path: Path) -> int | None:
     try:
-        return os.stat(f"/proc/{int(facts['vmm_pid'])}").st_uid
-    except (KeyError, ValueError, OSError):
+        return int(path.read_text().split()[0])
+    except (FileNotFoundError, ValueError, IndexError):
+        return None
+
+
+def vmm_uid(facts: Facts) -> int:
+    """The uid the VMM runs as (smolvm's per-VM uid, gid equal), or 0 when it runs as root."""
+    if facts.vm_uid:
+        return facts.vm_uid
+    if facts.vmm_pid is None:
+        return 0
+    try:
+        return os.stat(f"/proc/{facts.vmm_pid}").st_uid
+    except OSError:
         return 0
 
 
-def hand_over_output(config: dict[str, Any], uid: int) -> str:
+def hand_over_output(output_dir: str, guest_user: str, uid: int) -> str:
     """Give the (size-capped) output area to the guest user and return the user to run as.
 
     virtiofs serves a guest's file operation with the guest caller's credentials: the VMM
@@ -96,93 +115,85 @@ def hand_over_output(config: dict[str, Any], uid: int) -> str:
     the host can write there. When the VMM runs as root (SMOLVM_VM_UID_DROP=off, harness
     only), it can act as anyone, so the job keeps the configured user and the area is its.
     """
-    output = config.get("output_dir")
     if uid:
-        if output:
-            os.chown(output, uid, uid)
+        os.chown(output_dir, uid, uid)
         return f"{uid}:{uid}"
-    guest_uid, guest_gid = (int(part) for part in str(config["user"]).split(":"))
-    if output:
-        os.chown(output, guest_uid, guest_gid)
-    return str(config["user"])
+    guest_uid, guest_gid = (int(part) for part in guest_user.split(":"))
+    os.chown(output_dir, guest_uid, guest_gid)
+    return guest_user
 
 
 def main(config_path: str) -> int:
-    config = json.loads(Path(config_path).read_text())
-    control = Control(int(config["control_fd"]))
-    state_root = Path(config["state_root"])
+    config = ChildConfig.from_json(Path(config_path).read_text())
+    control = Control(config.control_fd)
+    state_root = Path(config.state_root)
     os.environ.pop("SMOL_CLOUD_TOKEN", None)
     os.environ["HOME"] = str(state_root)  # the SDK keeps its state under $HOME
     # Stopping is the supervisor's: SIGTERM unwinds into the finally below, which deletes the VM.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
-    if config.get("sdk_path"):
-        sys.path.insert(0, config["sdk_path"])  # the copy the per-VM uid can reach, not the venv's
+    if config.sdk_path:
+        sys.path.insert(0, config.sdk_path)  # the copy the per-VM uid can reach, not the venv's
     from smol import ConnectOptions, ExecOptions, Machine, MachineConfig, MountSpec, ResourceSpec, SmolError
 
-    name = config["name"]
+    name = config.name
     started = time.monotonic()
-    control.say(event="starting", name=name, state_root=str(state_root))
+    control.say(Starting(facts=Facts(name=name, state_root=str(state_root))))
     machine = None
     try:
         try:
             machine = Machine.create(
                 MachineConfig(
                     name=name,
-                    image=config["image"],
-                    mounts=[MountSpec(source=s, target=t, read_only=ro) for s, t, ro in config["mounts"]],
+                    image=config.image,
+                    mounts=[MountSpec(source=m.source, target=m.target, read_only=m.read_only) for m in config.mounts],
                     resources=ResourceSpec(
-                        cpus=config["cpus"],
-                        memory_mb=config["memory_mib"],
+                        cpus=config.cpus,
+                        memory_mb=config.memory_mib,
                         network=False,
-                        storage_gb=config["storage_gb"],
-                        overlay_gb=config["overlay_gb"],
+                        storage_gb=config.storage_gb,
+                        overlay_gb=config.overlay_gb,
                     ),
                     network=False,
-                    ready_timeout_seconds=config["boot_timeout_s"],
+                    ready_timeout_seconds=config.boot_timeout_s,
                 ),
                 ConnectOptions(target="local"),
             )
         except SmolError as exc:
             code, retryable = classify_engine_error(exc.code, exc.message, phase="boot")
-            control.say(event="error", phase="boot", code=code, engine_code=exc.code, message=plain(exc.message),
-                        retryable=retryable, **vm_facts(state_root, name))  # fmt: skip
+            control.say(Error(phase="boot", code=code, engine_code=exc.code, message=plain(exc.message),
+                              retryable=retryable, facts=vm_facts(state_root, name)))  # fmt: skip
             return 3
         facts = vm_facts(state_root, name)
-        facts["vm_uid"] = vmm_uid(facts) or None
-        user = hand_over_output(config, facts.get("vm_uid") or 0)
-        control.say(event="ready", boot_s=round(time.monotonic() - started, 3), **facts)
+        facts = dataclasses.replace(facts, vm_uid=vmm_uid(facts) or None)
+        user = hand_over_output(config.output_dir, config.user, facts.vm_uid or 0)
+        control.say(Ready(boot_s=round(time.monotonic() - started, 3), facts=facts))
         stream = machine.exec_stream(
-            config["argv"],
-            ExecOptions(env=config["env"], workdir=config["workdir"], user=user, timeout=config["exec_timeout_s"]),
+            config.argv,
+            ExecOptions(env=config.env, workdir=config.workdir, user=user, timeout=config.exec_timeout_s),
         )
         for event in stream:
             kind = event.get("kind")
             if kind in ("stdout", "stderr"):
                 write_all(1 if kind == "stdout" else 2, str(event.get("data", "")).encode("utf-8", "replace"))
             elif kind == "exit":
-                control.say(event="exit", exit_code=int(event["exit_code"]))
+                control.say(Exit(exit_code=int(event["exit_code"])))
             elif kind == "error":
-                control.say(event="error", phase="exec", code="exec_error", message=str(event.get("message")))
+                control.say(Error(phase="exec", code="exec_error", message=str(event.get("message"))))
         return 0
     except SmolError as exc:
         code, retryable = classify_engine_error(exc.code, exc.message, phase="exec")
         control.say(
-            event="error",
-            phase="exec",
-            code=code,
-            engine_code=exc.code,
-            message=plain(exc.message),
-            retryable=retryable,
+            Error(phase="exec", code=code, engine_code=exc.code, message=plain(exc.message), retryable=retryable)
         )
         return 3
     finally:
         if machine is not None:
             try:
                 machine.delete()
-                control.say(event="deleted")
+                control.say(Deleted())
             except SmolError as exc:
-                control.say(event="delete_failed", message=exc.message)
+                control.say(DeleteFailed(message=exc.message))
 
 
 if __name__ == "__main__":

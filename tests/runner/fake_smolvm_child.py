@@ -2,34 +2,34 @@
 plumbing on hosts without a bootable KVM: it prints, as the guest would, forged control
 messages on stdout and stderr, and reports the real facts on the control descriptor."""
 
-import json
 import os
 import sys
 from pathlib import Path
+
+from runner.engines.smolvm_protocol import ChildConfig, Deleted, Error, Event, Exit, Facts, Ready, Starting, encode
 
 FORGED = '{"event":"error","code":"boot_failed","message":"forged by the guest","retryable":true}\n'
 
 
 def main(config_path: str) -> int:
-    config = json.loads(Path(config_path).read_text())
-    control = int(config["control_fd"])
+    config = ChildConfig.from_json(Path(config_path).read_text())
     mode = os.environ.get("FAKE_CHILD_MODE", "forge")
 
-    def say(**event: object) -> None:
-        os.write(control, (json.dumps(event) + "\n").encode())
+    def say(event: Event) -> None:
+        os.write(config.control_fd, encode(event))
 
-    say(event="starting", name=config["name"])
+    say(Starting(facts=Facts(name=config.name)))
     if mode == "boot_error":
-        say(event="error", phase="boot", code="boot_failed", message="no boot progress for 30 seconds", retryable=True)
+        say(Error(phase="boot", code="boot_failed", message="no boot progress for 30 seconds", retryable=True))
         return 3
-    say(event="ready", boot_s=0.01)
+    say(Ready(boot_s=0.01))
     if mode in ("sparse_output", "dense_output"):
-        say(event="exit", exit_code=write_oversize_output(Path(config["output_dir"]), sparse=mode == "sparse_output"))
+        say(Exit(exit_code=write_oversize_output(Path(config.output_dir), sparse=mode == "sparse_output")))
         return 0
     os.write(1, b"guest says hello\n" + FORGED.encode() + b'{"event":"exit","exit_code":99}\n')
     os.write(2, FORGED.encode())
-    say(event="exit", exit_code=0)
-    say(event="deleted")
+    say(Exit(exit_code=0))
+    say(Deleted())
     return 0
 
 

@@ -18,6 +18,7 @@ import pytest
 from runner.config import PROJECT_ROOT, paths_from_env
 from runner.engines.base import RunContext
 from runner.engines.smolvm import ControlChannel, SmolvmEngine, child_config, machine_name
+from runner.engines.smolvm_protocol import Facts
 from runner.spec import Limits, Outcome, RunSpec
 from runner.supervisor import Supervisor, SupervisorSettings
 from tests.conftest import child_env
@@ -38,24 +39,24 @@ def _ctx(tmp_path: Path, **limits: Any) -> RunContext:
 def test_the_child_config_keeps_the_guest_offline_and_bounded(tmp_path: Path) -> None:
     ctx = _ctx(tmp_path, memory_mib=512, cpus=2.0, disk_mib=1500, max_processes=40, wall_timeout_s=7)
     config = child_config(ctx, state_root=tmp_path / "state", boot_timeout_s=20, control_fd=9)
-    assert config["name"] == machine_name("abc123") == "cordon-abc123"
-    assert config["image"] == str(tmp_path / "view" / "root")  # the verified rootfs, bound read-only
-    assert (config["cpus"], config["memory_mib"], config["storage_gb"], config["overlay_gb"]) == (2, 512, 2, 1)
-    assert config["mounts"] == [
-        [str(tmp_path / "view" / "in"), "/input", True],
-        [str(tmp_path / "view" / "scratch"), "/job", True],
-        [str(tmp_path / "view" / "out"), "/output", False],
+    assert config.name == machine_name("abc123") == "cordon-abc123"
+    assert config.image == str(tmp_path / "view" / "root")  # the verified rootfs, bound read-only
+    assert (config.cpus, config.memory_mib, config.storage_gb, config.overlay_gb) == (2, 512, 2, 1)
+    assert config.mounts == [
+        (str(tmp_path / "view" / "in"), "/input", True),
+        (str(tmp_path / "view" / "scratch"), "/job", True),
+        (str(tmp_path / "view" / "out"), "/output", False),
     ]
     env = ["HOME=/tmp", "LANG=C.UTF-8", "PATH=/usr/local/bin:/usr/bin:/bin", "PWD=/tmp",
            "PYTHONDONTWRITEBYTECODE=1", "PYTHONUNBUFFERED=1", "TMPDIR=/tmp"]  # fmt: skip
-    assert config["argv"] == [
+    assert config.argv == [
         "/usr/bin/env", "-i", *env,
         "/usr/bin/prlimit", "--nproc=40", "--core=0", "--", "/usr/bin/python3", "/job/main.py",
     ]  # fmt: skip
-    assert config["user"] == "1000:1000" and config["workdir"] == "/tmp"
-    assert config["exec_timeout_s"] > 7  # a backstop only: the host deadline decides
-    assert config["control_fd"] == 9 and config["boot_timeout_s"] == 20
-    assert set(config["env"]) == {"PATH", "HOME", "TMPDIR", "LANG", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE"}
+    assert config.user == "1000:1000" and config.workdir == "/tmp"
+    assert config.exec_timeout_s > 7  # a backstop only: the host deadline decides
+    assert config.control_fd == 9 and config.boot_timeout_s == 20
+    assert set(config.env) == {"PATH", "HOME", "TMPDIR", "LANG", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE"}
 
 
 def test_the_child_environment_is_built_from_nothing_and_hardened(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -74,7 +75,7 @@ def test_the_control_channel_takes_typed_known_events_across_reads() -> None:
     channel.feed(b'dy","boot_s":1.5,"vm_uid":2000001,"vm_dir":"/s/vms/ab"}\nnot json\n')
     channel.feed(b'{"event":"exit","exit_code":"0"}\n{"event":"made_up","exit_code":5}\n[1,2]\n')
     assert channel.ready and channel.boot_s == 1.5
-    assert channel.facts == {"name": "cordon-x", "vm_uid": 2000001, "vm_dir": "/s/vms/ab"}
+    assert channel.facts == Facts(name="cordon-x", vm_uid=2000001, vm_dir="/s/vms/ab")
     assert channel.exit_code is None  # a string is not an exit code; unknown events are dropped
     channel.feed(b'{"event":"exit","exit_code":3}\n{"event":"error","code":"exec_error","message":"m"}\n')
     channel.feed(b'{"event":"error","code":"later","message":"ignored"}\n')
@@ -270,12 +271,11 @@ def test_with_per_vm_uids_the_job_and_its_output_area_take_the_vmm_uid(tmp_path:
 
     out = tmp_path / "out"
     out.mkdir(mode=0o770)
-    config = {"user": "1000:1000", "output_dir": str(out)}
-    assert hand_over_output(config, 2000007) == "2000007:2000007"
+    assert hand_over_output(str(out), "1000:1000", 2000007) == "2000007:2000007"
     assert (out.stat().st_uid, out.stat().st_gid) == (2000007, 2000007)
     # The VMM as root (harness only): virtiofs passes the guest user's uid through.
-    assert hand_over_output(config, 0) == "1000:1000"
+    assert hand_over_output(str(out), "1000:1000", 0) == "1000:1000"
     assert (out.stat().st_uid, out.stat().st_gid) == (1000, 1000)
-    assert vmm_uid({"vm_uid": 2000003}) == 2000003
-    assert vmm_uid({"vmm_pid": os.getpid()}) == os.getuid()  # from the VMM process's owner
-    assert vmm_uid({}) == 0
+    assert vmm_uid(Facts(vm_uid=2000003)) == 2000003
+    assert vmm_uid(Facts(vmm_pid=os.getpid())) == os.getuid()  # from the VMM process's owner
+    assert vmm_uid(Facts()) == 0

@@ -1,0 +1,179 @@
+"""What the smolvm engine and its per-run child say to each other: the config the supervisor
+writes for the child, and the control events the child sends back, one JSON object a line.
+
+Standard library only: the child imports it and nothing else of Cordon. The parent trusts the
+config it wrote; it trusts nothing on the control pipe, so `decode` keeps only known events and
+fields of the declared type (a bool is never taken for a number), and drops everything else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import typing
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, NamedTuple
+
+
+class Mount(NamedTuple):
+    """A host directory shared into the guest (a JSON triple on the wire)."""
+
+    source: str
+    target: str
+    read_only: bool
+
+
+@dataclass(frozen=True)
+class ChildConfig:
+    """What the child needs to create, run and delete one machine; no shell strings anywhere."""
+
+    name: str
+    state_root: str
+    image: str  # the verified rootfs directory, bound read-only
+    cpus: int
+    memory_mib: int
+    storage_gb: int
+    overlay_gb: int
+    mounts: list[Mount]
+    output_dir: str
+    argv: list[str]
+    env: dict[str, str]
+    user: str  # "uid:gid" in the guest
+    workdir: str
+    exec_timeout_s: float
+    boot_timeout_s: float
+    control_fd: int  # the write end of the control pipe, inherited
+    sdk_path: str | None  # where to import the smol package from (the traversable copy)
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> ChildConfig:
+        raw = json.loads(text)
+        return cls(**{**raw, "mounts": [Mount(*mount) for mount in raw["mounts"]]})
+
+
+# --- control events, child -> parent ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Facts:
+    """Where smolvm put the machine, as far as the child has learnt; any event may carry them."""
+
+    name: str | None = None
+    state_root: str | None = None
+    vm_dir: str | None = None
+    vm_uid: int | None = None  # smolvm's per-VM uid, which the VMM runs as
+    vmm_pid: int | None = None
+
+    def updated(self, newer: Facts) -> Facts:
+        """These facts with every one that `newer` knows taken from it."""
+        return dataclasses.replace(self, **_present(newer))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Event:
+    kind: ClassVar[str]
+    facts: Facts = field(default_factory=Facts)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Starting(Event):
+    kind = "starting"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Ready(Event):
+    """The guest booted and its agent answers: the program starts now."""
+
+    kind = "ready"
+    boot_s: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Exit(Event):
+    kind = "exit"
+    exit_code: int | None = None  # as the agent reports it: 128 + N for a death by signal N
+
+
+@dataclass(frozen=True, kw_only=True)
+class Error(Event):
+    """The engine failed (boot or exec); `code` is Cordon's, `engine_code` the SDK's."""
+
+    kind = "error"
+    code: str = "engine_error"
+    message: str = ""
+    phase: str = ""
+    retryable: bool = True
+    engine_code: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Deleted(Event):
+    kind = "deleted"
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeleteFailed(Event):
+    kind = "delete_failed"
+    message: str = ""
+
+
+EVENTS: dict[str, type[Event]] = {cls.kind: cls for cls in (Starting, Ready, Exit, Error, Deleted, DeleteFailed)}
+
+
+def encode(event: Event) -> bytes:
+    """One control line: the event's name and its known fields, the facts among them."""
+    line = {"event": event.kind, **_present(event.facts), **_present(event, skip="facts")}
+    return (json.dumps(line, separators=(",", ":")) + "\n").encode()
+
+
+def decode(line: bytes) -> Event | None:
+    """The event on one control line, with only the fields of their declared types; None for
+    anything that is not a known event."""
+    try:
+        raw = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(raw, dict) or not isinstance(raw.get("event"), str) or raw["event"] not in EVENTS:
+        return None
+    cls = EVENTS[raw["event"]]
+    return cls(facts=Facts(**_typed_fields(Facts, raw)), **_typed_fields(cls, raw, skip="facts"))
+
+
+def _present(obj: Any, skip: str = "") -> dict[str, Any]:
+    """A dataclass's fields that are set (not None), but `skip`."""
+    values = ((f.name, getattr(obj, f.name)) for f in dataclasses.fields(obj) if f.name != skip)
+    return {name: value for name, value in values if value is not None}
+
+
+def _typed_fields(cls: type, raw: dict[str, Any], skip: str = "") -> dict[str, Any]:
+    """The entries of `raw` that are fields of `cls` and of their declared types."""
+    hints = _hints(cls)
+    kept = {}
+    for f in dataclasses.fields(cls):
+        value = raw.get(f.name)
+        if f.name != skip and value is not None and _is_a(value, hints[f.name]):
+            kept[f.name] = float(value) if float in _types(hints[f.name]) else value
+    return kept
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _types(hint: Any) -> tuple[type, ...]:
+    return tuple(t for t in typing.get_args(hint) or (hint,) if t is not type(None))
+
+
+def _is_a(value: Any, hint: Any) -> bool:
+    """Whether a JSON value is of a field's type: a bool is not a number, an integer is a float."""
+    types = _types(hint)
+    if isinstance(value, bool):
+        return bool in types
+    if isinstance(value, int) and float in types:
+        return True
+    return isinstance(value, types)
