@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from runner.cgroups import CgroupLayout
+from runner.cgroups import CgroupLayout, favors_dynmods
 from runner.images import ImageStore, recipe_names
 from runner.registry import canary_age_s, canary_record, canary_verdict, smolvm_installed
 from runner.seccomp import bpf_program
@@ -84,7 +84,14 @@ def _cgroups() -> Check:
     except RuntimeError as exc:
         return Check("cgroups", False, str(exc))
     kill = "cgroup.kill" if layout.version == 2 or layout.hybrid_v2 else "freezer (no cgroup.kill)"
-    return Check("cgroups", True, f"{layout.describe()}; stop method {kill}")
+    favor = favors_dynmods(layout)
+    joins = {
+        True: "cgroup2 mounted with favordynmods (cheap cgroup joins)",
+        False: "cgroup2 without favordynmods: every run waits an RCU grace period to join its cgroups "
+        "(make cgroup-tuning)",
+        None: "no cgroup2 mount",
+    }[favor]
+    return Check("cgroups", True, f"{layout.describe()}; stop method {kill}; {joins}")
 
 
 def _seccomp() -> Check:

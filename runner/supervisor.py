@@ -184,7 +184,8 @@ class Supervisor:
             ready_at, cpu_at_ready = self._supervise(engine, ctx, streams, evidence, emit, cancelled, t_start)
             if ready_at is not None:
                 result.wall_s = round(time.monotonic() - ready_at, 4)
-                result.timings["boot_s"] = round(ready_at - t_start, 4)
+                if engine.has_boot_phase:  # a VM's boot: guest kernel and agent, until the program ran
+                    result.timings["boot_s"] = round(ready_at - t_start, 4)
             stop_method = engine.stop(ctx, grace_s=self.settings.stop_grace_s)
             result.evidence["stop"] = stop_method
             collected = engine.collect(ctx)

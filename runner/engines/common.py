@@ -292,13 +292,12 @@ def cgroup_checks(cgroup: RunCgroup, strays: Callable[[], list[int]], who: str) 
 def mounts_check(ctx: RunContext) -> CleanupCheck:
     """Unmount everything below the run's view and staging directories, then remove the view."""
     errors = []
-    for directory in (ctx.view_dir, ctx.run_dir):
-        for mount in hostfs.mounts_under(directory):
-            try:
-                hostfs.unmount(mount)
-            except OSError as exc:
-                errors.append(str(exc))
-    mounted = hostfs.mounts_under(ctx.view_dir) + hostfs.mounts_under(ctx.run_dir)
+    for mount in hostfs.mounts_under(ctx.view_dir, ctx.run_dir):
+        try:
+            hostfs.unmount(mount)
+        except OSError as exc:
+            errors.append(str(exc))
+    mounted = hostfs.mounts_under(ctx.view_dir, ctx.run_dir)
     if not mounted and ctx.view_dir.exists():
         shutil.rmtree(ctx.view_dir)  # only once nothing is mounted below: never recurse into a mount
     ok = not mounted and not ctx.view_dir.exists()

@@ -15,6 +15,7 @@ import shutil
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 
 from runner import hostfs
 from runner.cgroups import CgroupLayout
@@ -52,8 +53,13 @@ class NamespaceEngine(CgroupEngine[NamespaceState]):
         self.bwrap = shutil.which("bwrap") or "/usr/bin/bwrap"
 
     def version(self) -> str:
-        out = subprocess.run([self.bwrap, "--version"], capture_output=True, text=True, check=False).stdout
-        return out.strip() or "bubblewrap (unknown version)"
+        # Asked once per binary, not once per run (it cost a fork and exec each time); keyed by
+        # the file's identity, so a bwrap upgraded under a running worker is asked again.
+        try:
+            st = os.stat(self.bwrap)
+        except OSError:
+            return "bubblewrap (unknown version)"
+        return _bwrap_version(self.bwrap, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
     def cgroup_limits(self, limits: Limits) -> CgroupLimits:
         # The run's memory cgroup also carries its tmpfs areas, so they are added on top.
@@ -112,6 +118,12 @@ class NamespaceEngine(CgroupEngine[NamespaceState]):
 
     def strays_described(self, ctx: RunContext) -> str:
         return f"as uid {ctx.uid}"
+
+
+@lru_cache(maxsize=4)
+def _bwrap_version(path: str, *identity: int) -> str:
+    out = subprocess.run([path, "--version"], capture_output=True, text=True, check=False).stdout
+    return out.strip() or "bubblewrap (unknown version)"
 
 
 def bwrap_argv(bwrap: str, fds: dict[str, int], program: list[str]) -> list[str]:
