@@ -12,7 +12,6 @@ from django.contrib.auth.admin import UserAdmin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from playground import services
 from playground.models import (
     ApiToken,
     CleanupCheck,
@@ -23,6 +22,9 @@ from playground.models import (
     RuntimeImage,
     WorkerHost,
 )
+from playground.services.errors import ServiceError
+from playground.services.retention import purge_user_data
+from playground.services.runs import run_cancel, run_rerun
 
 admin.site.site_header = "Cordon audit console"
 admin.site.site_title = "Cordon"
@@ -101,7 +103,7 @@ class RunAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     @admin.action(description="Cancel the selected runs")
     def cancel_runs(self, request: HttpRequest, queryset: QuerySet[Run]) -> None:
-        done = [run for run in queryset if services.run_cancel(run=run, by=request.user).cancel_requested]  # type: ignore[arg-type]
+        done = [run for run in queryset if run_cancel(run=run, by=request.user).cancel_requested]  # type: ignore[arg-type]
         self.message_user(request, f"cancel requested for {len(done)} of {queryset.count()} runs", messages.SUCCESS)
 
     @admin.action(description="Re-run the selected runs (as their owners)")
@@ -109,15 +111,15 @@ class RunAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         created = []
         for run in queryset:
             try:
-                created.append(str(services.run_rerun(run=run, by=request.user).id))  # type: ignore[arg-type]
-            except services.ServiceError as exc:
+                created.append(str(run_rerun(run=run, by=request.user).id))  # type: ignore[arg-type]
+            except ServiceError as exc:
                 self.message_user(request, f"run {run.id}: {exc.message}", messages.WARNING)
         self.message_user(request, f"{len(created)} runs queued: {', '.join(created)}", messages.SUCCESS)
 
     @admin.action(description="Purge the owners' data (datasets, logs, outputs; metadata stays)")
     def purge_owner_data(self, request: HttpRequest, queryset: QuerySet[Run]) -> None:
         for owner in {run.owner for run in queryset}:
-            counts = services.purge_user_data(user=owner)
+            counts = purge_user_data(user=owner)
             self.message_user(request, f"{owner}: purged {counts}", messages.SUCCESS)
 
 

@@ -19,7 +19,7 @@ from ninja.params.functions import Query
 from ninja.security import HttpBearer, SessionAuth
 from ninja.throttling import AuthRateThrottle
 
-from playground import selectors, services, throttle
+from playground import throttle
 from playground.apierrors import error_payload
 from playground.bodies import JSON_INT_MAX, BodyTooLarge, MalformedJson, StrictJsonParser
 from playground.limits import (
@@ -34,7 +34,14 @@ from playground.limits import (
     limits_set,
 )
 from playground.models import Dataset, Run, RunOutputFile
-from playground.services import ServiceError
+from playground.selectors import datasets as dataset_selectors
+from playground.selectors import notebooks as notebook_selectors
+from playground.selectors import runs as run_selectors
+from playground.services import accounts as account_services
+from playground.services import datasets as dataset_services
+from playground.services import notebooks as notebook_services
+from playground.services import runs as run_services
+from playground.services.errors import ServiceError
 from playground.uploads import refused_upload_names
 from runner.images import read_lock
 
@@ -48,7 +55,7 @@ class BearerToken(HttpBearer):
     def authenticate(self, request: HttpRequest, token: str) -> Any:
         # Before the lookup: a flood of guesses from a locked-out address costs no query.
         throttle.check_token_address(request)
-        user = services.token_user(token=token)
+        user = account_services.token_user(token=token)
         if user is None:
             throttle.token_failed(request)
             return None
@@ -248,8 +255,22 @@ class RunOut(Schema):
     finished_at: datetime | None
 
 
+class TimingsOut(Schema):
+    """Where a finished run's time went, in seconds on the worker host's clock (null until it
+    finished, and where not measured)."""
+
+    start_s: float | None = Field(
+        None, description="from the worker's start on the run (admission, image check, staging) to the sandbox's start"
+    )
+    boot_s: float | None = Field(
+        None, description="the microVM's boot, until the program ran; only for an engine with a boot phase (smolvm)"
+    )
+    total_s: float | None = Field(None, description="the whole supervised run, teardown included")
+
+
 class RunDetailOut(RunOut):
     code: str
+    timings: TimingsOut
     events: list[EventOut]
     cleanup: list[CheckOut]
     samples: list[Any]
@@ -283,6 +304,7 @@ def _run_out(run: Run, *, detail: bool = False) -> dict[str, Any]:
         out["events"] = [{"state": e.state, "at": e.at, "detail": e.detail} for e in run.events.all()]
         out["cleanup"] = [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in run.cleanup_checks.all()]
         out["samples"] = run.samples
+        out["timings"] = run.timings
     return out
 
 
@@ -306,30 +328,30 @@ def dataset_upload(request: HttpRequest, file: UploadedFile | None = File(None))
             "file_required", "send the dataset as a multipart file field named 'file', with a file name",
             field="file", status=422,
         )  # fmt: skip
-    return Status(201, services.dataset_create(user=request.user, upload=file))  # type: ignore[arg-type]
+    return Status(201, dataset_services.dataset_create(user=request.user, upload=file))  # type: ignore[arg-type]
 
 
 @api.get("/datasets", response=_answers({200: list[DatasetOut]}), tags=["datasets"])
 def dataset_list(request: HttpRequest) -> Any:
-    return selectors.dataset_list_for_user(user=request.user)  # type: ignore[arg-type]
+    return dataset_selectors.dataset_list_for_user(user=request.user)  # type: ignore[arg-type]
 
 
 @api.get("/datasets/{dataset_id}", response=_answers({200: DatasetOut}, 404, 422), tags=["datasets"])
 def dataset_get(request: HttpRequest, dataset_id: UUID) -> Dataset:
-    return selectors.dataset_get_for_user(user=request.user, dataset_id=dataset_id)  # type: ignore[arg-type]
+    return dataset_selectors.dataset_get_for_user(user=request.user, dataset_id=dataset_id)  # type: ignore[arg-type]
 
 
 @api.delete("/datasets/{dataset_id}", response=_answers({204: None}, 404, 422), tags=["datasets"])
 def dataset_delete(request: HttpRequest, dataset_id: UUID) -> Status[Any]:
-    dataset = selectors.dataset_get_for_user(user=request.user, dataset_id=dataset_id)  # type: ignore[arg-type]
-    services.dataset_delete(dataset=dataset)
+    dataset = dataset_selectors.dataset_get_for_user(user=request.user, dataset_id=dataset_id)  # type: ignore[arg-type]
+    dataset_services.dataset_delete(dataset=dataset)
     return Status(204, None)
 
 
 @api.get("/datasets/{dataset_id}/preview", response=_answers({200: dict[str, str]}, 404, 422), tags=["datasets"])
 def dataset_preview(request: HttpRequest, dataset_id: UUID) -> dict[str, str]:
-    dataset = selectors.dataset_get_for_user(user=request.user, dataset_id=dataset_id)  # type: ignore[arg-type]
-    return {"text": selectors.dataset_preview(dataset=dataset)}
+    dataset = dataset_selectors.dataset_get_for_user(user=request.user, dataset_id=dataset_id)  # type: ignore[arg-type]
+    return {"text": dataset_selectors.dataset_preview(dataset=dataset)}
 
 
 # --- runs -------------------------------------------------------------------------------
@@ -337,7 +359,7 @@ def dataset_preview(request: HttpRequest, dataset_id: UUID) -> dict[str, str]:
 
 @api.post("/runs", response=_answers({201: RunOut}, 404, 422, 503), tags=["runs"])
 def run_create(request: HttpRequest, payload: RunIn) -> Status[Any]:
-    run = services.run_create(
+    run = run_services.run_create(
         user=request.user,  # type: ignore[arg-type]
         runtime=payload.runtime,
         code=payload.code,
@@ -354,25 +376,25 @@ def run_list(
     request: HttpRequest, state: str | None = None, outcome: str | None = None, runtime: str | None = None,
     limit: int = Query(50, ge=1, le=500),
 ) -> list[dict[str, Any]]:  # fmt: skip
-    runs = selectors.run_list_for_user(user=request.user, state=state, outcome=outcome, runtime=runtime)  # type: ignore[arg-type]
+    runs = run_selectors.run_list_for_user(user=request.user, state=state, outcome=outcome, runtime=runtime)  # type: ignore[arg-type]
     return [_run_out(r) for r in runs[:limit]]
 
 
 @api.get("/runs/{run_id}", response=_answers({200: RunDetailOut}, 404, 422), tags=["runs"])
 def run_get(request: HttpRequest, run_id: UUID) -> dict[str, Any]:
-    return _run_out(selectors.run_get_for_user(user=request.user, run_id=run_id), detail=True)  # type: ignore[arg-type]
+    return _run_out(run_selectors.run_get_for_user(user=request.user, run_id=run_id), detail=True)  # type: ignore[arg-type]
 
 
 @api.post("/runs/{run_id}/cancel", response=_answers({200: RunOut}, 404, 422), tags=["runs"])
 def run_cancel(request: HttpRequest, run_id: UUID) -> dict[str, Any]:
-    run = selectors.run_get_for_user(user=request.user, run_id=run_id)  # type: ignore[arg-type]
-    return _run_out(services.run_cancel(run=run, by=request.user))  # type: ignore[arg-type]
+    run = run_selectors.run_get_for_user(user=request.user, run_id=run_id)  # type: ignore[arg-type]
+    return _run_out(run_services.run_cancel(run=run, by=request.user))  # type: ignore[arg-type]
 
 
 @api.post("/runs/{run_id}/rerun", response=_answers({201: RunOut}, 404, 422, 503), tags=["runs"])
 def run_rerun(request: HttpRequest, run_id: UUID) -> Status[Any]:
-    run = selectors.run_get_for_user(user=request.user, run_id=run_id)  # type: ignore[arg-type]
-    return Status(201, _run_out(services.run_rerun(run=run, by=request.user)))  # type: ignore[arg-type]
+    run = run_selectors.run_get_for_user(user=request.user, run_id=run_id)  # type: ignore[arg-type]
+    return Status(201, _run_out(run_services.run_rerun(run=run, by=request.user)))  # type: ignore[arg-type]
 
 
 @api.get("/runs/{run_id}/log", response=_answers({200: LogOut}, 404, 422), tags=["runs"])
@@ -380,8 +402,8 @@ def run_log(
     request: HttpRequest, run_id: UUID, stream: Literal["stdout", "stderr"] = "stdout",
     offset: int = Query(0, ge=0, le=LOG_OFFSET_MAX), limit: int = Query(65536, ge=1, le=LOG_READ_MAX),
 ) -> dict[str, Any]:  # fmt: skip
-    run = selectors.run_get_for_user(user=request.user, run_id=run_id)  # type: ignore[arg-type]
-    data, next_offset, complete = selectors.run_log_read(run=run, stream=stream, offset=offset, limit=limit)
+    run = run_selectors.run_get_for_user(user=request.user, run_id=run_id)  # type: ignore[arg-type]
+    data, next_offset, complete = run_selectors.run_log_read(run=run, stream=stream, offset=offset, limit=limit)
     return {"data": data.decode("utf-8", errors="replace"), "offset": offset, "next_offset": next_offset,
             "complete": complete}  # fmt: skip
 
@@ -395,7 +417,7 @@ def run_log(
                                                                                              "format": "binary"}}}}}},
 )  # fmt: skip
 def run_output(request: HttpRequest, run_id: UUID, name: str) -> FileResponse:
-    output = selectors.output_get_for_user(user=request.user, run_id=run_id, name=name)  # type: ignore[arg-type]
+    output = run_selectors.output_get_for_user(user=request.user, run_id=run_id, name=name)  # type: ignore[arg-type]
     response = FileResponse(output.file.open("rb"), as_attachment=True, filename=output.name.rsplit("/", 1)[-1],
                             content_type="application/octet-stream")  # fmt: skip
     return response  # nosniff, as on every response, from Django's SecurityMiddleware
@@ -416,11 +438,11 @@ class CellIO(Schema):
 
 
 class NotebookIO(Schema):
-    cells: list[CellIO] = Field(max_length=services.MAX_CELLS)
+    cells: list[CellIO] = Field(max_length=notebook_services.MAX_CELLS)
 
 
 class CellOut(CellIO):
-    limits: LimitsSet  # type: ignore[assignment]
+    limits: LimitsSet
 
 
 class NotebookOut(Schema):
@@ -429,13 +451,13 @@ class NotebookOut(Schema):
 
 @api.get("/notebook", response=_answers({200: NotebookOut}), tags=["notebook"])
 def notebook_get(request: HttpRequest) -> dict[str, Any]:
-    return {"cells": selectors.notebook_for_user(user=request.user).cells}  # type: ignore[arg-type]
+    return {"cells": notebook_selectors.notebook_for_user(user=request.user).cells}  # type: ignore[arg-type]
 
 
 @api.put("/notebook", response=_answers({200: NotebookOut}, 422), tags=["notebook"])
 def notebook_put(request: HttpRequest, payload: NotebookIO) -> dict[str, Any]:
     cells = [{**cell.model_dump(), "limits": limits_set(cell.limits)} for cell in payload.cells]
-    return {"cells": services.notebook_save(user=request.user, cells=cells).cells}  # type: ignore[arg-type]
+    return {"cells": notebook_services.notebook_save(user=request.user, cells=cells).cells}  # type: ignore[arg-type]
 
 
 # --- limits, images and health ----------------------------------------------------------

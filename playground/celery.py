@@ -23,17 +23,17 @@ app.autodiscover_tasks()
 
 def engines_here() -> tuple[list[str], dict[str, Any]]:
     """The engines this host can serve, from checks that are quick (no canary boot here)."""
-    from runner.engines.namespace import check_available
-    from runner.supervisor import Supervisor
+    from runner.config import paths_from_env
+    from runner.registry import Registry
+    from runner.supervisor import SupervisorSettings
 
-    supervisor = Supervisor()
-    namespace_ok, namespace_why = check_available()
-    canary = supervisor.read_canary() or {}
-    engines = [name for name, ok in (("namespace", namespace_ok), ("smolvm", bool(canary.get("ok")))) if ok]
-    report = {"namespace": namespace_why, "smolvm_canary": canary, "require_vm": supervisor.settings.require_vm}
-    if supervisor.settings.require_vm:
-        engines = [e for e in engines if e == "smolvm"]
-    return engines, report
+    registry = Registry(SupervisorSettings.from_env(), paths_from_env().host_state_dir)
+    report = {
+        "namespace": registry.available("namespace").why,
+        "smolvm_canary": registry.read_canary() or {},
+        "require_vm": registry.settings.require_vm,
+    }
+    return registry.serves(), report
 
 
 @signals.celeryd_init.connect
@@ -57,7 +57,7 @@ def _register_and_sweep(sender: Any = None, **kwargs: Any) -> None:
 
 
 def _register() -> None:
-    from playground.services import worker_register
+    from playground.services.hosts import worker_register
 
     engines, report = engines_here()
     worker_register(name=socket.gethostname(), engines=engines, doctor=report)

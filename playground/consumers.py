@@ -1,10 +1,8 @@
 """Live run output over websockets: /ws/runs/<id>/?stdout=N&stderr=N.
 
-On connect: the user must own the run (staff: any); the socket joins `run.<id>`, then sends
-the stored log from the client's byte offsets, then whatever the worker publishes. Messages
-are typed (`chunk` with stream, offset and data; `state`; `final`) and the client keeps the
-highest offset it has per stream, so a chunk seen twice is dropped and a gap is refilled
-over the log API. The stored, capped log is the truth; the socket is best effort.
+On connect: the user must own the run (staff: any); the socket joins the run's group, then
+sends the stored log from the client's byte offsets, then whatever the worker publishes. The
+messages (`chunk`, `state`, `final`) are typed and described in playground/live.py.
 """
 
 from __future__ import annotations
@@ -16,9 +14,9 @@ from urllib.parse import parse_qs
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from playground import selectors
+from playground.live import chunk_message, final_message, run_group, state_message
 from playground.models import ACTIVE_STATES, Run
-from playground.tasks import final_message
+from playground.selectors.runs import run_log_read
 
 REPLAY_CHUNK = 64 * 1024
 
@@ -33,14 +31,14 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         if run is None:
             await self.close(code=4404)
             return
-        self.run, self.group = run, f"run.{run.id}"
+        self.run, self.group = run, run_group(run.id)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
         query = parse_qs(self.scope.get("query_string", b"").decode())
         for stream in ("stdout", "stderr"):
             await self._replay(stream, _offset(query, stream))
         run = await database_sync_to_async(Run.objects.get)(id=run.id)
-        await self.send_json({"type": "state", "state": run.state})
+        await self.send_json(state_message(run.state))
         if run.state not in ACTIVE_STATES:
             await self.send_json(final_message(run))
 
@@ -52,19 +50,20 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         """Clients only listen; anything they send is ignored."""
 
     async def run_message(self, event: dict[str, Any]) -> None:
+        """A message the worker published to the group (live.GROUP_EVENT), passed on as it is."""
         await self.send_json(event["message"])
 
     async def _replay(self, stream: str, offset: int) -> None:
         # run_log_read ends each read on a whole character (but at the end of a finished log),
         # so the text never splits one and `length` counts exactly the bytes it decodes from.
         while True:
-            data, next_offset, _ = await database_sync_to_async(selectors.run_log_read)(
+            data, next_offset, _ = await database_sync_to_async(run_log_read)(
                 run=self.run, stream=stream, offset=offset, limit=REPLAY_CHUNK
             )
             if not data:
                 return
-            await self.send_json({"type": "chunk", "stream": stream, "offset": offset,
-                                  "data": data.decode("utf-8", errors="replace"), "length": len(data)})  # fmt: skip
+            text = data.decode("utf-8", errors="replace")
+            await self.send_json(chunk_message(stream=stream, offset=offset, data=text, length=len(data)))
             offset = next_offset
 
     @database_sync_to_async

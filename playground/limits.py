@@ -52,7 +52,7 @@ def limits_schema(maxima: Limits) -> type[Schema]:
         whole = _is_int(f.name)
         maximum, default = getattr(maxima, f.name), getattr(_DEFAULTS, f.name)
         unit = f.metadata["unit"]
-        kind = Annotated[
+        kind: Any = Annotated[
             int if whole else float,
             Field(
                 strict=True, gt=0, le=maximum, allow_inf_nan=False, title=f"{f.name} ({unit})",

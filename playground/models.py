@@ -1,5 +1,6 @@
 """Cordon's records: datasets, runs and their audit trail (events, outputs, cleanup checks),
-images, worker hosts and API tokens. Writes go through services.py, reads through selectors.py.
+images, worker hosts and API tokens. Writes go through playground/services/, reads through
+playground/selectors/, one module per domain in each.
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from typing import Any
 
 from django.conf import settings
 from django.db import models
+
+from runner.spec import Phase
 
 
 class Dataset(models.Model):
@@ -30,15 +33,25 @@ class Dataset(models.Model):
 
 
 class RunState(models.TextChoices):
-    QUEUED = "queued"
-    ADMITTED = "admitted"
-    STARTING = "starting"
-    RUNNING = "running"
-    EXPORTING = "exporting"
-    FINISHED = "finished"
+    """A run's state, in order: the web's own (queued, claimed, finished) around the supervisor's
+    phases (runner.spec.Phase), which it announces as they begin and which are recorded as they come."""
+
+    QUEUED = "queued"  # a row, sent to its engine's queue
+    CLAIMED = "claimed"  # a worker took it and waits for admission on its host
+    ADMITTED = Phase.ADMITTED.value
+    STARTING = Phase.STARTING.value
+    RUNNING = Phase.RUNNING.value
+    EXPORTING = Phase.EXPORTING.value
+    FINISHED = "finished"  # the final record is written
+
+    @classmethod
+    def of(cls, phase: Phase) -> RunState:
+        return cls(phase.value)
 
 
-ACTIVE_STATES = (RunState.QUEUED, RunState.ADMITTED, RunState.STARTING, RunState.RUNNING, RunState.EXPORTING)
+# The states a worker holds a run in (renewing its lease), and every state of a run not yet finished.
+WORKER_STATES = (RunState.CLAIMED, RunState.ADMITTED, RunState.STARTING, RunState.RUNNING, RunState.EXPORTING)
+ACTIVE_STATES = (RunState.QUEUED, *WORKER_STATES)
 
 
 class Run(models.Model):
@@ -71,6 +84,10 @@ class Run(models.Model):
     stderr_truncated = models.BooleanField(default=False)
     # Resource samples over time, compactly: [[t_s, cpu_s, memory_bytes], ...]
     samples = models.JSONField(default=list, blank=True)
+    # Where the time went, from the supervisor (RunResult.timings), in seconds: start_s (until the
+    # sandbox started: admission, image check, staging), boot_s (a microVM's boot; only for an
+    # engine with a boot phase), total_s (the whole run, teardown included).
+    timings = models.JSONField(default=dict, blank=True)
 
     image_name = models.CharField(max_length=64, blank=True)
     image_digest = models.CharField(max_length=80, blank=True, db_index=True)

@@ -10,7 +10,7 @@ from django.contrib.auth.models import User
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
-from playground import selectors
+from playground.selectors.runs import run_get_for_user, run_list_for_user
 
 
 def home(request: HttpRequest) -> HttpResponse:
@@ -31,13 +31,13 @@ def datasets(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def runs(request: HttpRequest) -> HttpResponse:
-    history = selectors.run_list_for_user(user=request.user)[:200]  # type: ignore[arg-type]
+    history = run_list_for_user(user=request.user)[:200]  # type: ignore[arg-type]
     return render(request, "runs.html", {"runs": history})
 
 
 @login_required
 def run_detail(request: HttpRequest, run_id: UUID) -> HttpResponse:
-    run = selectors.run_get_for_user(user=request.user, run_id=run_id)  # type: ignore[arg-type]
+    run = run_get_for_user(user=request.user, run_id=run_id)  # type: ignore[arg-type]
     return render(request, "run_detail.html", {"run": run})
 
 

@@ -65,7 +65,9 @@ const Cordon = (() => {
     return new TextDecoder().decode(new TextEncoder().encode(text).subarray(count));
   }
 
-  const STATES = ["queued", "admitted", "starting", "running", "exporting", "finished"];
+  // A run's states in order (playground.models.RunState): claimed = a worker took it and waits for
+  // room on its host; admitted = the host's admission gave it room.
+  const STATES = ["queued", "claimed", "admitted", "starting", "running", "exporting", "finished"];
 
   function describe(run) {
     const figures = [];
@@ -78,7 +80,19 @@ const Cordon = (() => {
     return figures.join(" · ");
   }
 
+  // Where a finished run's time went (the run detail's `timings`); boot only for a microVM.
+  function describeTimings(timings) {
+    if (!timings) return "";
+    const parts = [];
+    for (const [name, label] of [["start_s", "start"], ["boot_s", "boot"], ["total_s", "total"]]) {
+      const seconds = timings[name];
+      if (seconds !== null && seconds !== undefined) parts.push(`${label} ${seconds.toFixed(2)} s`);
+    }
+    return parts.join(" · ");
+  }
+
   // The live view of one run: state progress, output panes, outcome and figures, outputs.
+  // Its socket's messages (chunk, state, final) are described in playground/live.py.
   class RunView {
     constructor(root, { onOutputs } = {}) {
       this.root = root;
@@ -89,9 +103,10 @@ const Cordon = (() => {
       this.out = el("pre", { class: "stream stdout", "aria-label": "standard output" });
       this.err = el("pre", { class: "stream stderr", "aria-label": "standard error" });
       this.figures = el("p", { class: "figures" }, "");
+      this.timings = el("p", { class: "figures timings" }, "");
       this.outputs = el("ul", { class: "outputs" });
       root.replaceChildren(this.progress, el("p", {}, this.badge, " ", this.reason), this.out, this.err,
-                           this.figures, this.outputs);
+                           this.figures, this.timings, this.outputs);
     }
 
     async follow(runId) {
@@ -104,6 +119,7 @@ const Cordon = (() => {
       this.badge.textContent = "";
       this.reason.textContent = "";
       this.figures.textContent = "";
+      this.timings.textContent = "";
       this.outputs.replaceChildren();
       this.setState("queued");
       return new Promise((resolve) => { this.resolve = resolve; this.connect(); });
@@ -166,6 +182,7 @@ const Cordon = (() => {
       this.badge.className = `badge outcome-${run.outcome}`;
       this.reason.textContent = run.reason;
       this.figures.textContent = describe(run);
+      this.timings.textContent = describeTimings(run.timings);
       this.root.dataset.outcome = run.outcome;
       for (const output of run.outputs) {
         const item = el("li", {}, el("a", { href: output.url, download: "" }, output.name), ` ${output.size} B`);
@@ -189,5 +206,5 @@ const Cordon = (() => {
     }
   }
 
-  return { api, el, RunView, describe };
+  return { api, el, RunView, describe, describeTimings };
 })();

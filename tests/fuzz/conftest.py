@@ -21,7 +21,7 @@ from celery import Celery
 from django.conf import settings
 from django.contrib.auth.models import User
 
-from playground.services import token_create
+from playground.services.accounts import token_create
 from runner.config import PROJECT_ROOT, paths_from_env
 from tests.conftest import child_env, free_port, web_server_argv
 from tests.playground.conftest import RedisServer

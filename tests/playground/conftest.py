@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -63,7 +64,10 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
 
 
 class Worker:
-    """`celery -A playground worker` with no queue flags, as an operator would start it."""
+    """`celery -A playground worker` with no queue flags, as an operator would start it.
+
+    A test that starts its own (to kill it, restart it or give it a beat) stops the session's
+    shared worker first, so that no other worker takes its runs."""
 
     def __init__(self, env: dict[str, str], beat: bool = False):
         self.env = env
@@ -71,6 +75,8 @@ class Worker:
         self.procs: list[subprocess.Popen[bytes]] = []
 
     def start(self) -> None:
+        if SharedWorker.current is not None and SharedWorker.current.worker is not self:
+            SharedWorker.current.stop()
         argv = [CELERY, "-A", "playground", "worker", "--loglevel=INFO", "--concurrency=4", "--without-mingle",
                 "--without-gossip"]  # fmt: skip
         self.procs.append(subprocess.Popen(argv, cwd=PROJECT_ROOT, env=self.env, start_new_session=True,
@@ -108,19 +114,66 @@ class Worker:
         self.kill(signal.SIGTERM)
 
 
-@pytest.fixture
-def worker_env(django_db_setup: None, redis_server: RedisServer) -> dict[str, str]:
+class SharedWorker:
+    """The session's one worker for the tests that only need a worker running: started when a test
+    first asks for it, stopped when a test starts workers of its own, started again when needed."""
+
+    current: SharedWorker | None = None
+
+    def __init__(self, env: dict[str, str]):
+        self.env = env
+        self.worker: Worker | None = None
+        self.host: tuple[list[str], dict[str, Any]] | None = None
+        SharedWorker.current = self
+
+    def ensure(self) -> Worker:
+        if self.worker is None:
+            self.worker = Worker(self.env)
+            self.worker.start()
+        return self.worker
+
+    def register_host(self) -> None:
+        """The worker's WorkerHost row, as it registers it: a transactional test's flush drops it."""
+        from playground.celery import engines_here
+        from playground.services.hosts import worker_register
+
+        if self.host is None:
+            self.host = engines_here()
+        engines, report = self.host
+        worker_register(name=socket.gethostname(), engines=engines, doctor=report)
+
+    def stop(self) -> None:
+        if self.worker is not None:
+            self.worker.stop()
+            self.worker = None
+
+
+@pytest.fixture(scope="session")
+def session_worker_env(django_db_setup: None, redis_server: RedisServer) -> dict[str, str]:
     test_db = settings.DATABASES["default"]["NAME"]
     return child_env(DATABASE_URL=f"sqlite:///{test_db}", REDIS_URL=redis_server.url,
                      CORDON_DATA_DIR=str(settings.DATA_DIR), CORDON_LEASE_S="6")  # fmt: skip
 
 
 @pytest.fixture
-def worker(worker_env: dict[str, str]) -> Iterator[Worker]:
-    started = Worker(worker_env)
-    started.start()
-    yield started
-    started.stop()
+def worker_env(session_worker_env: dict[str, str]) -> dict[str, str]:
+    return dict(session_worker_env)
+
+
+@pytest.fixture(scope="session")
+def shared_worker(session_worker_env: dict[str, str]) -> Iterator[SharedWorker]:
+    shared = SharedWorker(session_worker_env)
+    yield shared
+    shared.stop()
+    SharedWorker.current = None
+
+
+@pytest.fixture
+def worker(shared_worker: SharedWorker, transactional_db: None) -> Worker:
+    """A worker serving this host's engine queues (the session's shared one), its host registered."""
+    started = shared_worker.ensure()
+    shared_worker.register_host()
+    return started
 
 
 @contextmanager

@@ -10,7 +10,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client, override_settings
 
 from playground.models import Dataset, Run, RunOutputFile
-from playground.services import token_create
+from playground.services.accounts import token_create
 from tests.playground.conftest import multipart_upload
 from tests.playground.factories import UserFactory
 

@@ -14,9 +14,9 @@ from django.db import close_old_connections
 from django.test import Client, override_settings
 from django.utils import timezone
 
-from playground import services
 from playground.models import Dataset, Run, RunState, WorkerHost
-from playground.services import token_create
+from playground.services import runs as run_services
+from playground.services.accounts import token_create
 from tests.playground.conftest import multipart_upload
 from tests.playground.factories import UserFactory
 
@@ -230,10 +230,10 @@ def test_a_run_for_an_engine_no_live_host_serves_is_refused_at_submit(redis_serv
 
 def test_a_queued_run_no_live_host_serves_ends_rejected_capacity_after_the_wait_bound(redis_server: Any) -> None:
     user: Any = UserFactory()
-    run = services.run_create(user=user, runtime="python", code="1", dataset_ids=[])  # auto, nobody serves it
-    assert services.reject_unserved(older_than_s=60) == 0  # still within the bound
+    run = run_services.run_create(user=user, runtime="python", code="1", dataset_ids=[])  # auto, nobody serves it
+    assert run_services.reject_unserved(older_than_s=60) == 0  # still within the bound
     Run.objects.filter(id=run.id).update(created_at=timezone.now() - timedelta(seconds=61))
-    assert services.reject_unserved(older_than_s=60) == 1
+    assert run_services.reject_unserved(older_than_s=60) == 1
     run.refresh_from_db()
     assert (run.state, run.outcome, run.charged) == (RunState.FINISHED, "rejected_capacity", False)
     assert "namespace" in run.reason and run.events.last().detail["outcome"] == "rejected_capacity"  # type: ignore[union-attr]
@@ -241,6 +241,6 @@ def test_a_queued_run_no_live_host_serves_ends_rejected_capacity_after_the_wait_
 
 def test_a_queued_run_a_live_host_serves_waits_as_long_as_it_must(redis_server: Any) -> None:
     WorkerHost.objects.create(name="busy", engines=["namespace"], heartbeat_at=timezone.now())
-    run = services.run_create(user=cast(Any, UserFactory()), runtime="python", code="1", dataset_ids=[])
+    run = run_services.run_create(user=cast(Any, UserFactory()), runtime="python", code="1", dataset_ids=[])
     Run.objects.filter(id=run.id).update(created_at=timezone.now() - timedelta(hours=1))
-    assert services.reject_unserved(older_than_s=60) == 0
+    assert run_services.reject_unserved(older_than_s=60) == 0

@@ -11,7 +11,7 @@ import pytest
 from django.test import Client
 
 from playground.models import Run, RunState
-from playground.services import token_create
+from playground.services.accounts import token_create
 from tests.playground.conftest import RedisServer, Worker
 from tests.playground.factories import UserFactory
 

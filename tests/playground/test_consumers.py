@@ -9,9 +9,10 @@ import pytest
 from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 
-from playground import services
 from playground.asgi import application
 from playground.models import Run, RunState
+from playground.services import runs as run_services
+from runner.spec import Limits
 from tests.playground.conftest import session_cookie
 from tests.playground.factories import UserFactory
 
@@ -75,7 +76,7 @@ async def test_a_run_id_that_is_not_a_uuid_is_refused_like_another_users_run(is_
 async def test_reconnecting_with_an_offset_resumes_without_duplicates_or_gaps() -> None:
     user: Any = await sync_to_async(UserFactory)()
     code = "import time\nfor i in range(30):\n    print(f'line {i:02}', flush=True)\n    time.sleep(0.05)\n"
-    run = await sync_to_async(services.run_create)(user=user, runtime="python", code=code, dataset_ids=[])
+    run = await sync_to_async(run_services.run_create)(user=user, runtime="python", code=code, dataset_ids=[])
     first = await _connect(user, run.id)
     assert (await first.connect())[0]
     seen: list[dict[str, Any]] = []
@@ -96,7 +97,7 @@ async def test_reconnecting_with_an_offset_resumes_without_duplicates_or_gaps() 
 async def test_multi_byte_characters_printed_by_a_run_arrive_live_whole() -> None:
     user: Any = await sync_to_async(UserFactory)()
     code = "import time\ntime.sleep(1)\nprint('€' * 100000)\n"  # 300001 bytes, read in pieces
-    run = await sync_to_async(services.run_create)(user=user, runtime="python", code=code, dataset_ids=[])
+    run = await sync_to_async(run_services.run_create)(user=user, runtime="python", code=code, dataset_ids=[])
     communicator = await _connect(user, run.id)
     assert (await communicator.connect())[0]
     messages = await _collect(communicator)
@@ -111,9 +112,9 @@ async def test_multi_byte_characters_printed_by_a_run_arrive_live_whole() -> Non
 @pytest.mark.usefixtures("worker")
 async def test_a_stdout_flood_arrives_capped_and_ends_with_final_output_limit() -> None:
     user: Any = await sync_to_async(UserFactory)()
-    run = await sync_to_async(services.run_create)(
+    run = await sync_to_async(run_services.run_create)(
         user=user, runtime="python", code="while True:\n    print('flood ' * 50)\n", dataset_ids=[],
-        limits={"stdout_max_bytes": 65536, "wall_timeout_s": 30},
+        limits=Limits(stdout_max_bytes=65536, wall_timeout_s=30),
     )  # fmt: skip
     communicator = await _connect(user, run.id)
     assert (await communicator.connect())[0]

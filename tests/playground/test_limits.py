@@ -12,10 +12,10 @@ import pytest
 from django.conf import settings
 from django.test import Client, override_settings
 
-from playground import services
 from playground.limits import limits_from_record
 from playground.models import Run, RunEvent
-from playground.services import token_create
+from playground.services import runs as run_services
+from playground.services.accounts import token_create
 from runner.spec import Limits, Outcome
 from tests.playground.factories import UserFactory
 
@@ -101,11 +101,11 @@ def test_a_retry_is_refused_and_says_why_when_its_limits_are_now_over_the_maxima
     run = Run.objects.get(id=submit(api(user), {"memory_mib": 1024}).json()["id"])
     Run.objects.filter(id=run.id).update(state="finished", outcome=Outcome.SANDBOX_ERROR.value)
     with override_settings(CORDON_MAXIMA=replace(settings.CORDON_MAXIMA, memory_mib=512)):
-        assert services.retry_once(run=run) is None
+        assert run_services.retry_once(run=run) is None
     assert Run.objects.count() == 1
     refused = RunEvent.objects.get(run=run, state="retry_refused")
     assert "limits.memory_mib is over the maximum" in refused.detail["reason"]
-    assert services.retry_once(run=run) is not None  # within today's maxima it is retried
+    assert run_services.retry_once(run=run) is not None  # within today's maxima it is retried
 
 
 def test_a_notebook_cell_keeps_only_the_limits_set_for_it(redis_server: Any) -> None:

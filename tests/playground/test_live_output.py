@@ -1,5 +1,6 @@
-"""Live output over the socket: whole characters however the program's bytes were read, and a
-channel layer whose Redis connections stay few however many sockets come and go at once."""
+"""Live output from the worker's side to the socket: whole characters however the program's bytes
+were read, every byte in the stored log, and a channel layer whose Redis connections stay few
+however many sockets come and go at once. (The batching itself: test_live.py.)"""
 
 from __future__ import annotations
 
@@ -16,10 +17,11 @@ from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 
-from playground import services
 from playground.asgi import application
+from playground.live import LiveMessage, LivePublisher
 from playground.models import Run, RunState
-from playground.tasks import RunPublisher, whole_utf8
+from playground.services.execution import RunEvents
+from playground.services.logs import log_append, log_path
 from runner.config import PROJECT_ROOT
 from tests.conftest import free_port
 from tests.playground.conftest import RedisServer, session_cookie
@@ -32,54 +34,33 @@ SOCKETS = 200
 CHROMIUM = shutil.which("chromium")
 
 
-# --- the cut itself ----------------------------------------------------------------------
+# --- the worker's side ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("text", ["€", "😀", "ï"])
-def test_a_character_cut_by_a_read_is_held_back_until_the_rest_arrives(text: str) -> None:
-    encoded = ("ab" + text).encode()
-    for cut in range(3, len(encoded)):
-        assert whole_utf8(encoded[:cut]) == ("ab", 2)
-    assert whole_utf8(encoded) == ("ab" + text, len(encoded))
-
-
-def test_bytes_that_can_never_be_utf8_become_replacement_characters_without_waiting() -> None:
-    assert whole_utf8(b"a\xff") == ("a\ufffd", 2)
-    assert whole_utf8(b"a\x80") == ("a\ufffd", 2)
-    assert whole_utf8(b"\xe2(") == ("\ufffd(", 2)
-
-
-def test_at_the_end_a_cut_character_is_sent_as_the_stored_log_shows_it() -> None:
-    assert whole_utf8("a€".encode()[:-1], final=True) == ("a\ufffd", 3)
-
-
-# --- the publisher (worker side) ----------------------------------------------------------
-
-
-def _feed(publisher: RunPublisher, data: bytes, read: int = READ) -> None:
-    """Give `data` to the publisher as the supervisor does: in reads of `read` bytes, then the end."""
+def _feed(events: RunEvents, data: bytes, read: int = READ) -> None:
+    """Give `data` to the run's events as the supervisor does: in reads of `read` bytes, then the end."""
     for offset in range(0, len(data), read):
-        publisher({"type": "chunk", "stream": "stdout", "offset": offset, "data": data[offset : offset + read]})
-    publisher({"type": "final", "result": {}})
+        events({"type": "chunk", "stream": "stdout", "offset": offset, "data": data[offset : offset + read]})
+    events({"type": "final", "result": {}})
 
 
-class RecordingPublisher(RunPublisher):
+class RecordingPublisher(LivePublisher):
     """Keeps the chunk messages it would send to the channel layer."""
 
-    def __init__(self, run: Run):
-        super().__init__(run)
-        self.chunks: list[dict[str, Any]] = []
+    def __init__(self, run_id: Any):
+        super().__init__(run_id)
+        self.chunks: list[Any] = []
 
-    def send(self, message: dict[str, Any]) -> None:
+    def send(self, message: LiveMessage) -> None:
         if message["type"] == "chunk":
             self.chunks.append(message)
 
 
 def _publish(run: Run, data: bytes, read: int = READ) -> list[dict[str, Any]]:
-    """The chunk messages a RunPublisher sends for `data`."""
-    publisher = RecordingPublisher(run)
-    _feed(publisher, data, read)
-    return publisher.chunks
+    """The chunk messages a run's events send for `data`."""
+    live = RecordingPublisher(run.id)
+    _feed(RunEvents(run=run, live=live), data, read)
+    return live.chunks
 
 
 def _assert_whole_and_contiguous(chunks: list[dict[str, Any]], text: str, start: int = 0) -> None:
@@ -95,24 +76,27 @@ def _assert_whole_and_contiguous(chunks: list[dict[str, Any]], text: str, start:
 
 @pytest.mark.django_db
 @pytest.mark.parametrize("text", [EUROS, MIXED], ids=["euros", "mixed"])
-def test_the_publisher_never_splits_a_character_between_two_messages(text: str) -> None:
+def test_the_worker_never_splits_a_character_between_two_messages_and_logs_every_byte(text: str) -> None:
     user: Any = UserFactory()
     run = Run.objects.create(owner=user, runtime="python", code="1", state=RunState.RUNNING)
     _assert_whole_and_contiguous(_publish(run, text.encode()), text)
     _assert_whole_and_contiguous(_publish(run, text.encode(), read=4097), text)
+    assert log_path(run.id, "stdout").read_bytes() == text.encode()
 
 
 @pytest.mark.django_db
-def test_the_publisher_sends_a_character_cut_by_the_output_cap_at_the_end() -> None:
+def test_a_phase_sends_what_is_pending_first_and_the_cut_character_goes_at_the_end() -> None:
     user: Any = UserFactory()
     run = Run.objects.create(owner=user, runtime="python", code="1", state=RunState.RUNNING)
-    publisher = RecordingPublisher(run)
-    publisher({"type": "chunk", "stream": "stdout", "offset": 0, "data": b"ab\xe2"})
-    publisher({"type": "state", "state": "exporting"})  # sends what is pending: the whole part
-    publisher({"type": "chunk", "stream": "stdout", "offset": 3, "data": b"\x82"})  # the cap cut the rest
-    publisher({"type": "final", "result": {}})
-    chunks = [(m["offset"], m["data"], m["length"]) for m in publisher.chunks]
+    live = RecordingPublisher(run.id)
+    events = RunEvents(run=run, live=live)
+    events({"type": "chunk", "stream": "stdout", "offset": 0, "data": b"ab\xe2"})
+    events({"type": "state", "state": "exporting"})  # sends what is pending: the whole part
+    events({"type": "chunk", "stream": "stdout", "offset": 3, "data": b"\x82"})  # the cap cut the rest
+    events({"type": "final", "result": {}})
+    chunks = [(m["offset"], m["data"], m["length"]) for m in live.chunks]
     assert chunks == [(0, "ab", 2), (2, "\ufffd", 2)]  # one U+FFFD for the cut character, as the log API
+    assert Run.objects.get(id=run.id).state == RunState.EXPORTING
 
 
 # --- through the socket -------------------------------------------------------------------
@@ -171,7 +155,9 @@ async def test_live_text_through_the_socket_never_splits_a_character(layer_redis
     assert (await socket.connect())[0]
     assert (await socket.receive_json_from())["type"] == "state"
     data = MIXED.encode()
-    await sync_to_async(_feed)(RunPublisher(run), data)  # the worker's side, through the layer
+    await sync_to_async(_feed)(
+        RunEvents(run=run, live=LivePublisher(run.id)), data
+    )  # the worker's side, through the layer
     _assert_whole_and_contiguous(await _chunks_until(socket, len(data)), MIXED)
     await socket.disconnect()
 
@@ -182,7 +168,7 @@ async def test_live_text_through_the_socket_never_splits_a_character(layer_redis
 async def test_the_replay_of_the_stored_log_never_splits_a_character(layer_redis: RedisServer) -> None:
     user, run = await _new_run(RunState.FINISHED)
     data = MIXED.encode()
-    await sync_to_async(services.log_append)(run_id=run.id, stream="stdout", offset=0, data=data)
+    await sync_to_async(log_append)(run_id=run.id, stream="stdout", offset=0, data=data)
     socket = await _socket(user, run.id, "?stdout=5")  # resuming after "naïv"
     assert (await socket.connect())[0]
     _assert_whole_and_contiguous(await _chunks_until(socket, len(data)), MIXED.encode()[5:].decode(), start=5)

@@ -62,3 +62,10 @@ def test_the_static_assets_are_vendored_not_fetched() -> None:
         assert (PROJECT_ROOT / "static" / "vendor" / name).stat().st_size > 1000
     for script in (PROJECT_ROOT / "static" / "js").glob("*.js"):
         assert "innerHTML" not in script.read_text(), f"{script.name} must render user output as text"
+
+
+def test_the_pages_progress_shows_every_run_state_in_order() -> None:
+    script = (PROJECT_ROOT / "static" / "js" / "cordon.js").read_text()
+    declared = re.search(r"const STATES = \[([^\]]*)\];", script)
+    assert declared is not None
+    assert re.findall(r'"([a-z_]+)"', declared.group(1)) == [state.value for state in RunState]

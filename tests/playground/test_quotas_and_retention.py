@@ -11,8 +11,11 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import override_settings
 from django.utils import timezone
 
-from playground import services
 from playground.models import CleanupCheck, Dataset, Run, RunState
+from playground.services import datasets as dataset_services
+from playground.services import logs, retention
+from playground.services import runs as run_services
+from playground.services.errors import ServiceError
 from tests.playground.factories import UserFactory
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis]
@@ -23,33 +26,33 @@ def test_the_concurrent_run_quota_names_its_limit(redis_server: Any) -> None:
     user: Any = UserFactory()
     for _ in range(2):
         Run.objects.create(owner=user, runtime="python", code="1", state=RunState.RUNNING)
-    with pytest.raises(services.ServiceError) as refused:
-        services.run_create(user=user, runtime="python", code="1", dataset_ids=[])
+    with pytest.raises(ServiceError) as refused:
+        run_services.run_create(user=user, runtime="python", code="1", dataset_ids=[])
     assert refused.value.status == 429 and "at most 2 at once" in refused.value.message
 
 
 @override_settings(CORDON_QUOTA_STORAGE_BYTES=10)
 def test_the_storage_quota_counts_existing_data(redis_server: Any) -> None:
     user: Any = UserFactory()
-    services.dataset_create(user=user, upload=SimpleUploadedFile("a.csv", b"12345678"))
-    with pytest.raises(services.ServiceError) as refused:
-        services.dataset_create(user=user, upload=SimpleUploadedFile("b.csv", b"12345"))
+    dataset_services.dataset_create(user=user, upload=SimpleUploadedFile("a.csv", b"12345678"))
+    with pytest.raises(ServiceError) as refused:
+        dataset_services.dataset_create(user=user, upload=SimpleUploadedFile("b.csv", b"12345"))
     assert refused.value.status == 413 and "8 of 10 bytes used" in refused.value.message
     assert Dataset.objects.filter(owner=user).count() == 1
 
 
 def test_retention_purges_old_data_but_keeps_metadata_and_audits(redis_server: Any) -> None:
     user: Any = UserFactory()
-    old = services.dataset_create(user=user, upload=SimpleUploadedFile("old.csv", b"x"))
+    old = dataset_services.dataset_create(user=user, upload=SimpleUploadedFile("old.csv", b"x"))
     Dataset.objects.filter(id=old.id).update(created_at=timezone.now() - timedelta(days=40))
     run = Run.objects.create(owner=user, runtime="python", code="secret()", state=RunState.FINISHED,
                              outcome="succeeded", finished_at=timezone.now() - timedelta(days=40))  # fmt: skip
     CleanupCheck.objects.create(run=run, name="processes", ok=True)
-    services.log_append(run_id=run.id, stream="stdout", offset=0, data=b"user data")
-    counts = services.purge_expired(days=30)
+    logs.log_append(run_id=run.id, stream="stdout", offset=0, data=b"user data")
+    counts = retention.purge_expired(days=30)
     assert counts["datasets"] == 1 and counts["logs"] == 1
     assert not Dataset.objects.filter(id=old.id).exists()
     run.refresh_from_db()
     assert run.outcome == "succeeded" and run.logs_purged and run.code == ""
     assert run.cleanup_checks.count() == 1
-    assert not services.log_path(run.id, "stdout").exists()
+    assert not logs.log_path(run.id, "stdout").exists()

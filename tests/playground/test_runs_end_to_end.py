@@ -10,7 +10,7 @@ import pytest
 from django.test import Client
 
 from playground.models import Run
-from playground.services import token_create
+from playground.services.accounts import token_create
 from runner.images import read_lock
 from tests.playground.factories import UserFactory
 
@@ -66,8 +66,17 @@ def test_a_submitted_run_is_executed_recorded_and_its_log_served_from_an_offset(
     assert run["engine"] == "namespace" and run["isolation"] == "namespace"
     assert run["cpu_s"] is not None and run["peak_memory_bytes"] > 0 and run["wall_s"] > 0
     assert run["cleanup_ok"] is True and all(check["ok"] for check in run["cleanup"])
-    assert [e["state"] for e in run["events"]] == ["queued", "admitted", "starting", "running", "exporting", "finished"]
+    assert [e["state"] for e in run["events"]] == [
+        "queued",
+        "claimed",
+        "admitted",
+        "starting",
+        "running",
+        "exporting",
+        "finished",
+    ]
     assert run["stdout_bytes"] == len("total 3\n") + 101
+    assert run["timings"]["start_s"] > 0 and run["timings"]["total_s"] >= run["timings"]["start_s"]
     [output] = run["outputs"]
     assert output["name"] == "sum.txt" and output["size"] == 1
     download = client.get(output["url"])

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from playground.services import token_create
+from playground.services.accounts import token_create
 from tests.playground.conftest import serve_web
 from tests.playground.factories import UserFactory
 

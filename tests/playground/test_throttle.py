@@ -9,8 +9,8 @@ import pytest
 import redis as redis_client
 from django.test import Client
 
-from playground import services
-from playground.services import token_create
+from playground.services import accounts as account_services
+from playground.services.accounts import token_create
 from tests.playground.factories import UserFactory
 
 pytestmark = [pytest.mark.django_db, pytest.mark.redis]
@@ -61,13 +61,13 @@ def test_a_locked_out_address_is_refused_before_any_token_lookup(monkeypatch: py
     for _ in range(20):
         attacker.get("/api/runs")
     lookups: list[str] = []
-    real_lookup = services.token_user
+    real_lookup = account_services.token_user
 
     def counted_lookup(*, token: str) -> Any:
         lookups.append(token)
         return real_lookup(token=token)
 
-    monkeypatch.setattr(services, "token_user", counted_lookup)
+    monkeypatch.setattr(account_services, "token_user", counted_lookup)
     response = Client(REMOTE_ADDR="203.0.113.7", HTTP_AUTHORIZATION=f"Bearer {good}").get("/api/runs")
     assert response.status_code == 429 and "Retry-After" in response
     assert lookups == []

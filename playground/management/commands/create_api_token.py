@@ -5,7 +5,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from playground.services import token_create
+from playground.services.accounts import token_create
 
 
 class Command(BaseCommand):

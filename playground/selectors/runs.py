@@ -1,0 +1,56 @@
+"""A user's runs, their stored logs (read from a byte offset) and their output files."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.models import User
+from django.db.models import QuerySet
+from django.http import Http404
+
+from playground.live import whole_utf8
+from playground.models import ACTIVE_STATES, Run, RunOutputFile
+from playground.services.logs import log_path
+
+
+def run_list_for_user(
+    *, user: User, state: str | None = None, outcome: str | None = None, runtime: str | None = None
+) -> QuerySet[Run]:
+    runs = Run.objects.filter(owner=user).prefetch_related("outputs", "cleanup_checks")
+    if state:
+        runs = runs.filter(state=state)
+    if outcome:
+        runs = runs.filter(outcome=outcome)
+    if runtime:
+        runs = runs.filter(runtime=runtime)
+    return runs
+
+
+def run_get_for_user(*, user: User, run_id: Any) -> Run:
+    run = Run.objects.filter(owner=user, id=run_id).prefetch_related("outputs", "events", "cleanup_checks").first()
+    if run is None:
+        raise Http404("no such run")
+    return run
+
+
+def run_log_read(*, run: Run, stream: str, offset: int, limit: int) -> tuple[bytes, int, bool]:
+    """(bytes from `offset`, the next offset, whether the log is complete). Cut after a whole
+    character unless at the end, so a client never sees half a character between two reads."""
+    path = log_path(run.id, stream)
+    data = b""
+    if path.exists():
+        with open(path, "rb") as handle:
+            handle.seek(offset)
+            data = handle.read(limit)
+    complete = run.state not in ACTIVE_STATES
+    size = path.stat().st_size if path.exists() else 0
+    if offset + len(data) < size or not complete:
+        data = data[: whole_utf8(data)[1]]
+    return data, offset + len(data), complete and offset + len(data) >= size
+
+
+def output_get_for_user(*, user: User, run_id: Any, name: str) -> RunOutputFile:
+    output = RunOutputFile.objects.filter(run__owner=user, run_id=run_id, name=name).exclude(file="").first()
+    if output is None:
+        raise Http404("no such output")
+    return output

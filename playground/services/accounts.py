@@ -1,0 +1,35 @@
+"""API tokens: made once and shown once, stored only as their sha256, and looked up by it."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from datetime import timedelta
+
+from django.contrib.auth.models import User
+from django.utils import timezone
+
+from playground.models import ApiToken
+
+# A token's "last used" is kept to the minute: written on every request, it made each API call,
+# polls included, a write transaction queued behind the workers' writes.
+TOKEN_LAST_USED_RESOLUTION_S = 60
+
+
+def token_create(*, user: User, name: str = "") -> str:
+    token = "cdn_" + secrets.token_urlsafe(32)
+    ApiToken.objects.create(
+        user=user, name=name, prefix=token[:12], key_hash=hashlib.sha256(token.encode()).hexdigest()
+    )
+    return token
+
+
+def token_user(*, token: str) -> User | None:
+    digest = hashlib.sha256(token.encode()).hexdigest()
+    found = ApiToken.objects.select_related("user").filter(key_hash=digest, user__is_active=True).first()
+    if found is None:
+        return None
+    now = timezone.now()
+    if found.last_used_at is None or now - found.last_used_at >= timedelta(seconds=TOKEN_LAST_USED_RESOLUTION_S):
+        ApiToken.objects.filter(id=found.id).update(last_used_at=now)
+    return found.user

@@ -1,0 +1,87 @@
+"""Datasets: upload (name, size and storage quota checked; the content hashed and sniffed, never
+parsed) and deletion."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.core.files import File
+from django.core.files.uploadedfile import UploadedFile
+from django.db import IntegrityError, transaction
+from django.db.models import Sum
+
+from playground.models import Dataset, RunOutputFile
+from playground.services.errors import ServiceError
+from runner.files import SAFE_NAME
+
+
+def dataset_create(*, user: User, upload: UploadedFile) -> Dataset:
+    name = upload.name or ""
+    if "/" in name or "\\" in name or not SAFE_NAME.fullmatch(name):
+        raise ServiceError(
+            "unsafe_name", f"file name {name!r} is not allowed: letters, digits and ._+- only, no paths", field="file"
+        )
+    limit = settings.CORDON_DATASET_MAX_BYTES
+    if upload.size is None or upload.size > limit:
+        raise ServiceError(
+            "too_large", f"the file is {upload.size} bytes; the maximum is {limit}", field="file", status=413
+        )
+    _check_storage_quota(user, upload.size)
+    if Dataset.objects.filter(owner=user, name=name).exists():
+        raise ServiceError("duplicate_name", f"you already have a dataset named {name!r}", field="file", status=409)
+    digest = hashlib.sha256()
+    head = b""
+    for chunk in upload.chunks():
+        digest.update(chunk)
+        if len(head) < 4096:
+            head += chunk[: 4096 - len(head)]
+    upload.seek(0)
+    dataset = Dataset(owner=user, name=name, size=upload.size, sha256=digest.hexdigest(), sniffed_type=sniff(head))
+    dataset.file.save(secrets.token_hex(16), File(upload), save=False)
+    try:
+        with transaction.atomic():
+            dataset.save()
+    except IntegrityError:  # a parallel upload of the same name won the constraint
+        dataset.file.delete(save=False)
+        raise ServiceError(
+            "duplicate_name", f"you already have a dataset named {name!r}", field="file", status=409
+        ) from None
+    return dataset
+
+
+def sniff(head: bytes) -> str:
+    """A coarse type from the first bytes only; user files are never parsed on the host."""
+    if not head:
+        return "empty"
+    if b"\0" in head:
+        return "binary"
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError:
+        return "binary"
+    stripped = text.lstrip()
+    if stripped[:1] in ("{", "["):
+        return "json"
+    first = text.splitlines()[0] if text.splitlines() else ""
+    if "," in first or "\t" in first:
+        return "csv"
+    return "text"
+
+
+def dataset_delete(*, dataset: Dataset) -> None:
+    dataset.file.delete(save=False)
+    dataset.delete()
+
+
+def _check_storage_quota(user: User, adding: int) -> None:
+    used = (Dataset.objects.filter(owner=user).aggregate(total=Sum("size"))["total"] or 0) + (
+        RunOutputFile.objects.filter(run__owner=user).exclude(file="").aggregate(total=Sum("size"))["total"] or 0
+    )
+    quota = settings.CORDON_QUOTA_STORAGE_BYTES
+    if used + adding > quota:
+        raise ServiceError(
+            "quota_exceeded", f"storage quota: {used} of {quota} bytes used; this needs {adding} more", status=413
+        )

@@ -1,0 +1,113 @@
+"""Sending runs to their engine's queue: which queue (an engine some live worker host serves),
+the send itself once the row is committed, sending again while the broker is down, and the
+reaper's re-send of runs still queued long after they were sent."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from datetime import timedelta
+
+from django.db import transaction
+from django.utils import timezone
+
+from playground.limits import limits_from_record
+from playground.models import Run, RunState
+from playground.selectors.hosts import live_engines
+from playground.services.errors import ServiceError
+
+log = logging.getLogger(__name__)
+# The task's hard time limit is the run's own deadline plus this, for boot and teardown.
+TASK_TIME_MARGIN_S = 180
+
+
+def choose_queue(engine: str) -> str:
+    """The queue of an engine some live worker serves: auto prefers microVMs where a host has them.
+    An engine asked for by name that no live host serves is refused here, not queued for ever."""
+    live = live_engines()
+    if engine == "auto":
+        return "smolvm" if "smolvm" in live else "namespace"
+    if engine not in live:
+        serving = ", ".join(sorted(live)) or "none"
+        raise ServiceError(
+            "engine_unavailable", f"no live worker host serves the {engine} engine (served now: {serving}); "
+            "submit with engine 'auto' or ask the operator", field="engine", status=503,
+        )  # fmt: skip
+    return engine
+
+
+def enqueue(*, run: Run) -> None:
+    """Send the run to its engine's queue once the row is committed. If the broker is down, this
+    process sends it again every second until the broker takes it (and the reaper re-sends runs
+    still queued long after, should this process die); a duplicate is harmless (claims are atomic)."""
+    time_limit = int(limits_from_record(run.limits).wall_timeout_s + TASK_TIME_MARGIN_S)
+    run_id, queue = str(run.id), run.queue
+
+    def send() -> None:
+        Run.objects.filter(id=run_id).update(enqueued_at=timezone.now())
+        if not _send(run_id, queue, time_limit):
+            _unsent.add(run_id, queue, time_limit)
+
+    transaction.on_commit(send)
+
+
+def requeue_stale(*, older_than_s: float = 60.0) -> int:
+    """Send again the runs still queued long after they were sent (a lost message or broker)."""
+    cutoff = timezone.now() - timedelta(seconds=older_than_s)
+    stale = list(Run.objects.filter(state=RunState.QUEUED, cancel_requested=False, enqueued_at__lt=cutoff))
+    for run in stale:
+        enqueue(run=run)
+    return len(stale)
+
+
+def _send(run_id: str, queue: str, time_limit: int) -> bool:
+    from playground.tasks import execute_run
+
+    try:
+        execute_run.apply_async(args=(run_id,), queue=queue, time_limit=time_limit, retry=False)
+    except Exception:  # the broker is unreachable: sent again once it is back
+        log.warning("could not enqueue run %s; sending it again when the broker is back", run_id, exc_info=True)
+        return False
+    return True
+
+
+class _Unsent:
+    """Runs whose task the broker refused, sent again from this process every RESEND_S until it
+    takes them, so a run submitted while Redis is down starts as soon as Redis is back."""
+
+    RESEND_S = 1.0
+
+    def __init__(self) -> None:
+        self._pending: dict[str, tuple[str, int]] = {}
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def add(self, run_id: str, queue: str, time_limit: int) -> None:
+        with self._lock:
+            self._pending[run_id] = (queue, time_limit)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="cordon-resend", daemon=True)
+                self._thread.start()
+
+    def _loop(self) -> None:
+        from django.db import close_old_connections
+
+        while True:
+            time.sleep(self.RESEND_S)
+            with self._lock:
+                if not self._pending:
+                    # Decided under the lock that `add` takes: a run added now starts a new thread.
+                    self._thread = None
+                    return
+                pending = dict(self._pending)
+            ids = Run.objects.filter(id__in=list(pending), state=RunState.QUEUED).values_list("id", flat=True)
+            queued = {str(i) for i in ids}
+            for run_id, (queue, time_limit) in pending.items():
+                if run_id not in queued or _send(run_id, queue, time_limit):
+                    with self._lock:
+                        self._pending.pop(run_id, None)
+            close_old_connections()
+
+
+_unsent = _Unsent()

@@ -1,0 +1,205 @@
+"""The worker's side of a run: claim it (queued -> claimed; of several workers exactly one wins),
+run it through the supervisor, record what it announces as it comes (the stored log, a state
+row per phase, resource samples, live messages) and write the final record from its RunResult.
+The Celery task calls `run_execute` with the run's id and nothing else."""
+
+from __future__ import annotations
+
+import secrets
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.core.files import File
+from django.db import transaction
+from django.utils import timezone
+
+from playground.limits import limits_from_record
+from playground.live import ChunkBatcher, LivePublisher, final_message, state_message
+from playground.models import WORKER_STATES, CleanupCheck, Run, RunOutputFile, RunState
+from playground.services.logs import log_append
+from playground.services.runs import record_event, retry_once
+from runner.spec import Outcome, Phase, RunResult, RunSpec
+from runner.supervisor import Supervisor
+
+HEARTBEAT_S = 3.0
+CANCEL_POLL_S = 0.25
+Samples = list[list[float | None]]
+
+
+def run_execute(*, run_id: str, worker: str) -> Run | None:
+    """Claim the run and take it to its recorded end; None if it was not claimable (another
+    worker has it, it was cancelled or it is finished)."""
+    run = run_claim(run_id=run_id, worker=worker)
+    if run is None:
+        return None
+    events = RunEvents(run=run, live=LivePublisher(run.id))
+    with tempfile.TemporaryDirectory(prefix="cordon-export-") as exported:
+        # The events write every chunk to the stored log; the supervisor need not keep them.
+        result = Supervisor().run(
+            run_spec(run=run), on_event=events, cancelled=events.cancelled, output_dir=Path(exported),
+            run_id=run.id.hex[:16], keep_output=False,
+        )  # fmt: skip
+        final = run_finish(run=run, result=result, exported=Path(exported), samples=events.samples)
+    events.live.send(final_message(final))
+    return final
+
+
+def run_spec(*, run: Run) -> RunSpec:
+    """What the supervisor is asked to do, from the run's row."""
+    inputs = [(Path(d.file.path), d.name) for d in run.datasets.all()]
+    inputs += [(Path(o.file.path), o.name.rsplit("/", 1)[-1]) for o in run.input_outputs.all()]
+    return RunSpec(
+        runtime=run.runtime,
+        script=run.code.encode(),
+        limits=limits_from_record(run.limits),
+        inputs=tuple(path for path, _ in inputs),
+        input_names=tuple(name for _, name in inputs),
+        engine=run.engine_requested,
+    )
+
+
+# --- the run's state, from the worker -----------------------------------------------------
+
+
+def run_claim(*, run_id: str, worker: str) -> Run | None:
+    """queued -> claimed, by exactly one worker: a conditional update, and the row count decides.
+    The run becomes `admitted` only when the supervisor's admission on this host says so."""
+    now = timezone.now()
+    with transaction.atomic():  # the claim and its event row commit together: one commit, not two
+        claimed = Run.objects.filter(id=run_id, state=RunState.QUEUED, cancel_requested=False).update(
+            state=RunState.CLAIMED, worker_host=worker, started_at=now,
+            lease_expires_at=now + timedelta(seconds=settings.CORDON_LEASE_S),
+        )  # fmt: skip
+        if not claimed:
+            return None
+        run = Run.objects.get(id=run_id)
+        record_event(run=run, state=RunState.CLAIMED, detail={"worker": worker})
+    return run
+
+
+def run_advance(*, run: Run, state: RunState, detail: dict[str, Any] | None = None) -> bool:
+    """Record a phase the supervisor announced, if a worker still holds the run (a conditional
+    update: a run the reaper finished meanwhile stays finished)."""
+    with transaction.atomic():  # the state and its event row commit together
+        changed = Run.objects.filter(id=run.id, state__in=WORKER_STATES).exclude(state=state).update(state=state)
+        if changed:
+            record_event(run=run, state=state, detail=detail)
+    return bool(changed)
+
+
+def run_heartbeat(*, run: Run, samples: Samples | None = None) -> bool:
+    """Extend the lease; returns whether a cancel was requested."""
+    update: dict[str, Any] = {"lease_expires_at": timezone.now() + timedelta(seconds=settings.CORDON_LEASE_S)}
+    if samples is not None:
+        update["samples"] = samples
+    Run.objects.filter(id=run.id, state__in=WORKER_STATES).update(**update)
+    return Run.objects.filter(id=run.id, cancel_requested=True).exists()
+
+
+def run_finish(*, run: Run, result: RunResult, exported: Path | None, samples: Samples) -> Run:
+    """The one place a RunResult becomes rows: the run's final record, its cleanup checks and its
+    output files (only if a worker still holds it: the reaper may have finished it)."""
+    outcome = result.outcome
+    values: dict[str, Any] = {
+        "state": RunState.FINISHED,
+        "outcome": outcome.value,
+        "reason": result.reason[:500],
+        "charged": outcome.charged,
+        "exit_code": result.exit_code,
+        "signal": result.signal,
+        "wall_s": result.wall_s,
+        "cpu_s": result.cpu_s,
+        "peak_memory_bytes": result.peak_memory_bytes,
+        "stdout_bytes": result.stdout_bytes,
+        "stderr_bytes": result.stderr_bytes,
+        "stdout_truncated": result.stdout_truncated,
+        "stderr_truncated": result.stderr_truncated,
+        "samples": samples,
+        "timings": {name: round(seconds, 4) for name, seconds in result.timings.items()},
+        "image_name": result.image.name if result.image else "",
+        "image_digest": result.image.digest if result.image else "",
+        "engine": result.engine or "",
+        "engine_version": result.engine_version or "",
+        "engine_note": result.engine_note[:500],
+        "isolation": result.isolation or "",
+        "sandbox_id": result.sandbox_id or "",
+        "error_code": result.error.code if result.error else "",
+        "error_message": result.error.message if result.error else "",
+        "cleanup_ok": result.cleanup_ok,
+        "finished_at": timezone.now(),
+        "lease_expires_at": None,
+    }
+    with transaction.atomic():
+        if not Run.objects.filter(id=run.id, state__in=WORKER_STATES).update(**values):
+            return Run.objects.get(id=run.id)
+        CleanupCheck.objects.bulk_create(
+            [CleanupCheck(run=run, name=c.name, ok=c.ok, detail=c.detail[:1000]) for c in result.cleanup]
+        )
+        for output in result.outputs:
+            record = RunOutputFile(run=run, name=output.name, size=output.size, sha256=output.sha256)
+            source = exported / output.name if exported else None
+            if source is not None and source.is_file():
+                with open(source, "rb") as handle:
+                    record.file.save(secrets.token_hex(16), File(handle), save=False)
+            record.save()
+        record_event(run=run, state=RunState.FINISHED, detail={"outcome": outcome.value, "reason": result.reason[:200]})
+    run.refresh_from_db()
+    if outcome is Outcome.SANDBOX_ERROR and result.error is not None and result.error.retryable:
+        retry_once(run=run)
+    return run
+
+
+# --- the supervisor's events ----------------------------------------------------------------
+
+
+class RunEvents:
+    """The supervisor's events of one run, as they come: chunks to the stored log and, batched,
+    to the live group; phases to state rows and live `state` messages; samples kept for the
+    record. It also answers the supervisor's `cancelled` question (asked every round) from the
+    run's row, renewing the lease as it goes, and sends a batch whose time has come."""
+
+    def __init__(self, *, run: Run, live: LivePublisher, clock: Callable[[], float] = time.monotonic) -> None:
+        self.run, self.live, self.clock = run, live, clock
+        self.batcher = ChunkBatcher(clock=clock)
+        self.samples: Samples = []
+        self.cancel = False
+        self.next_heartbeat = 0.0
+        self.next_cancel_poll = 0.0
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        kind = event["type"]
+        if kind == "chunk":
+            log_append(run_id=self.run.id, stream=event["stream"], offset=event["offset"], data=event["data"])
+            self.live.send_all(self.batcher.add(event["stream"], event["offset"], event["data"]))
+        elif kind == "state":
+            self.live.send_all(self.batcher.flush())
+            state = RunState.of(Phase(event["state"]))
+            detail = {k: v for k, v in event.items() if k not in ("type", "state")}
+            if run_advance(run=self.run, state=state, detail=detail):
+                self.live.send(state_message(state, at=time.time()))
+        elif kind == "sample":
+            self.samples.append([event["t"], event["cpu_s"], event["memory_bytes"]])
+        elif kind == "final":
+            self.live.send_all(self.batcher.flush(final=True))
+        self._maybe_heartbeat()
+
+    def cancelled(self) -> bool:
+        self.live.send_all(self.batcher.due())
+        now = self.clock()
+        if not self.cancel and now >= self.next_cancel_poll:
+            self.next_cancel_poll = now + CANCEL_POLL_S
+            self.cancel = Run.objects.filter(id=self.run.id, cancel_requested=True).exists()
+            self._maybe_heartbeat()
+        return self.cancel
+
+    def _maybe_heartbeat(self) -> None:
+        now = self.clock()
+        if now >= self.next_heartbeat:
+            self.next_heartbeat = now + HEARTBEAT_S
+            self.cancel = run_heartbeat(run=self.run, samples=self.samples) or self.cancel
+            self.next_cancel_poll = now + CANCEL_POLL_S

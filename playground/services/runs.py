@@ -1,0 +1,196 @@
+"""Runs on the web's side: submission (checked against the limits, the quotas and the engines
+live hosts serve), the user's cancel and rerun, the retry of a sandbox error, and the reaper's
+decisions (lost workers, runs no live host serves). Every state change is a conditional update
+plus a RunEvent row; the worker's side of a run is services/execution.py."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.db import transaction
+from django.utils import timezone
+
+from playground.limits import limits_from_record, over_maximum
+from playground.models import ACTIVE_STATES, WORKER_STATES, Dataset, Run, RunEvent, RunOutputFile, RunState
+from playground.selectors.hosts import live_engines
+from playground.services.dispatch import choose_queue, enqueue, requeue_stale
+from playground.services.errors import ServiceError
+from runner.registry import REQUESTABLE
+from runner.spec import RUNTIMES, Limits, Outcome
+
+MAX_CODE_BYTES = 256 * 1024
+
+
+def run_create(
+    *,
+    user: User,
+    runtime: str,
+    code: str,
+    dataset_ids: list[Any],
+    output_ids: list[int] | None = None,
+    limits: Limits | None = None,
+    engine: str = "auto",
+) -> Run:
+    if runtime not in RUNTIMES:
+        raise ServiceError(
+            "unknown_runtime", f"runtime must be one of {', '.join(RUNTIMES)}", field="runtime", status=422
+        )
+    if len(code.encode()) > MAX_CODE_BYTES:
+        raise ServiceError("code_too_large", f"code is over {MAX_CODE_BYTES} bytes", field="code", status=422)
+    if engine not in REQUESTABLE:
+        allowed = f"{', '.join(REQUESTABLE[:-1])} or {REQUESTABLE[-1]}"
+        raise ServiceError("unknown_engine", f"engine must be {allowed}", field="engine", status=422)
+    limits = limits or Limits()
+    check_limits(limits=limits)
+    datasets = list(Dataset.objects.filter(owner=user, id__in=dataset_ids))
+    if len(datasets) != len(set(map(str, dataset_ids))):
+        raise ServiceError(
+            "dataset_not_found", "a dataset in dataset_ids does not exist", field="dataset_ids", status=404
+        )
+    outputs = list(RunOutputFile.objects.filter(run__owner=user, id__in=output_ids or []).exclude(file=""))
+    if len(outputs) != len(set(output_ids or [])):
+        raise ServiceError("output_not_found", "an output in output_ids does not exist", field="output_ids", status=404)
+    names = [d.name for d in datasets] + [o.name.rsplit("/", 1)[-1] for o in outputs]
+    if len(names) != len(set(names)):
+        raise ServiceError("duplicate_input_name", "two inputs have the same name", field="dataset_ids", status=422)
+    queue = choose_queue(engine)
+    with transaction.atomic():
+        # One submission of a user at a time, so the quota check and the insert cannot race:
+        # a row lock on PostgreSQL; on SQLite the IMMEDIATE transaction already serialises.
+        User.objects.select_for_update().get(pk=user.pk)
+        _check_run_quotas(user)
+        run = Run.objects.create(
+            owner=user, runtime=runtime, code=code, limits=limits.to_json(), engine_requested=engine, queue=queue
+        )
+        run.datasets.set(datasets)
+        run.input_outputs.set(outputs)
+        record_event(run=run, state=RunState.QUEUED)
+        enqueue(run=run)
+    return run
+
+
+def check_limits(*, limits: Limits) -> None:
+    """Every run's limits, new, rerun or retried, against the operator's maxima of today."""
+    for field, message in over_maximum(limits):
+        code = "invalid_limit" if "greater than 0" in message else "limit_over_maximum"
+        raise ServiceError(code, message, field=field, status=422)
+
+
+def _check_run_quotas(user: User) -> None:
+    active = Run.objects.filter(owner=user, state__in=ACTIVE_STATES).count()
+    if active >= settings.CORDON_QUOTA_CONCURRENT_RUNS:
+        raise ServiceError(
+            "quota_exceeded", f"{active} runs are active; at most {settings.CORDON_QUOTA_CONCURRENT_RUNS} at once",
+            status=429,
+        )  # fmt: skip
+    hour = Run.objects.filter(owner=user, created_at__gte=timezone.now() - timedelta(hours=1), retry_of=None).count()
+    if hour >= settings.CORDON_QUOTA_RUNS_PER_HOUR:
+        raise ServiceError(
+            "quota_exceeded", f"{hour} runs in the last hour; at most {settings.CORDON_QUOTA_RUNS_PER_HOUR}", status=429
+        )
+
+
+def run_cancel(*, run: Run, by: User) -> Run:
+    """Queued runs end at once; a claimed or running one is stopped by its worker within a poll
+    (one waiting for admission stops waiting)."""
+    finished = Run.objects.filter(id=run.id, state=RunState.QUEUED).update(
+        state=RunState.FINISHED, outcome=Outcome.CANCELLED.value, charged=False, cancel_requested=True,
+        reason="cancelled before it started", finished_at=timezone.now(),
+    )  # fmt: skip
+    if finished:
+        record_event(run=run, state=RunState.FINISHED, detail={"outcome": "cancelled", "by": by.get_username()})
+    else:
+        Run.objects.filter(id=run.id, state__in=ACTIVE_STATES).update(cancel_requested=True)
+        record_event(run=run, state="cancel_requested", detail={"by": by.get_username()})
+    run.refresh_from_db()
+    return run
+
+
+def run_rerun(*, run: Run, by: User) -> Run:
+    new = run_create(
+        user=run.owner, runtime=run.runtime, code=run.code, dataset_ids=[d.id for d in run.datasets.all()],
+        output_ids=[o.id for o in run.input_outputs.all()], limits=limits_from_record(run.limits),
+        engine=run.engine_requested,
+    )  # fmt: skip
+    Run.objects.filter(id=new.id).update(rerun_of=run)
+    new.refresh_from_db()
+    return new
+
+
+def retry_once(*, run: Run) -> Run | None:
+    """A sandbox error is not the user's: run it once more, as a new, linked run."""
+    if run.retry_count >= 1 or run.cancel_requested:
+        return None
+    try:  # the same check as a new run's: the maxima may have been lowered since
+        check_limits(limits=limits_from_record(run.limits))
+    except ServiceError as exc:
+        record_event(run=run, state="retry_refused", detail={"reason": exc.message})
+        return None
+    retry = Run.objects.create(
+        owner=run.owner, runtime=run.runtime, code=run.code, limits=run.limits, engine_requested=run.engine_requested,
+        queue=run.queue, retry_of=run, retry_count=run.retry_count + 1,
+    )  # fmt: skip
+    retry.datasets.set(run.datasets.all())
+    retry.input_outputs.set(run.input_outputs.all())
+    record_event(run=retry, state=RunState.QUEUED, detail={"retry_of": str(run.id)})
+    enqueue(run=retry)
+    return retry
+
+
+# --- the reaper ----------------------------------------------------------------------------
+
+
+def reap() -> int:
+    """The periodic reaper: finish the runs whose worker died, send again the runs still queued
+    long after they were sent, and reject those no live host serves. Returns the runs reaped."""
+    reaped = 0
+    for run in Run.objects.filter(state__in=WORKER_STATES, lease_expires_at__lt=timezone.now()):
+        reaped += run_fail_lost(run=run)
+    requeue_stale()
+    reject_unserved()
+    return reaped
+
+
+def run_fail_lost(*, run: Run) -> bool:
+    """Finish a run whose worker stopped renewing its lease (claimed, waiting for admission, or
+    further on): sandbox_error, not charged, retried once."""
+    now = timezone.now()
+    lost = Run.objects.filter(id=run.id, state__in=WORKER_STATES, lease_expires_at__lt=now).update(
+        state=RunState.FINISHED, outcome=Outcome.SANDBOX_ERROR.value, charged=False, error_code="lost_worker",
+        error_message=f"the worker on {run.worker_host or 'an unknown host'} stopped renewing its lease",
+        reason="lost_worker: the worker running it died", finished_at=now, lease_expires_at=None,
+    )  # fmt: skip
+    if lost:
+        record_event(run=run, state=RunState.FINISHED, detail={"outcome": "sandbox_error", "error": "lost_worker"})
+        run.refresh_from_db()
+        retry_once(run=run)
+    return bool(lost)
+
+
+def reject_unserved(*, older_than_s: float | None = None) -> int:
+    """Finish as rejected_capacity the runs queued longer than the wait bound on a queue that no
+    live worker host serves: nothing ran, nothing is charged, the quota slot is free again."""
+    wait_s = settings.CORDON_QUEUE_WAIT_S if older_than_s is None else older_than_s
+    live = live_engines()
+    cutoff = timezone.now() - timedelta(seconds=wait_s)
+    waiting = Run.objects.filter(state=RunState.QUEUED, created_at__lt=cutoff).exclude(queue__in=live)
+    rejected = 0
+    for run in waiting:
+        reason = f"no live worker host served the {run.queue} engine within {wait_s:g} s"
+        finished = Run.objects.filter(id=run.id, state=RunState.QUEUED).update(
+            state=RunState.FINISHED, outcome=Outcome.REJECTED_CAPACITY.value, charged=False, reason=reason,
+            error_code="engine_unavailable", error_message=reason, finished_at=timezone.now(),
+        )  # fmt: skip
+        if finished:
+            detail = {"outcome": Outcome.REJECTED_CAPACITY.value, "reason": reason}
+            record_event(run=run, state=RunState.FINISHED, detail=detail)
+            rejected += 1
+    return rejected
+
+
+def record_event(*, run: Run, state: str, detail: dict[str, Any] | None = None) -> RunEvent:
+    """The audit row of a state change (or of a request about the run, e.g. cancel_requested)."""
+    return RunEvent.objects.create(run=run, state=state, detail=detail or {})

@@ -1,0 +1,148 @@
+"""The worker's side of a run, without a worker: one claim wins, `claimed` until the host's
+admission says `admitted`, a claimed run can be cancelled or reaped, and a RunResult becomes
+the run's record (its timings too) in one place."""
+
+from __future__ import annotations
+
+import json
+import threading
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.db import close_old_connections
+from django.test import Client
+from django.utils import timezone
+
+from playground.live import LiveMessage, LivePublisher
+from playground.models import Run, RunEvent, RunState
+from playground.services import runs as run_services
+from playground.services.accounts import token_create
+from playground.services.execution import RunEvents, run_claim, run_finish, run_spec
+from runner.spec import CleanupCheck, Limits, Outcome, RunResult
+from tests.playground.factories import UserFactory
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+class RecordingPublisher(LivePublisher):
+    def __init__(self, run_id: Any):
+        super().__init__(run_id)
+        self.sent: list[LiveMessage] = []
+
+    def send(self, message: LiveMessage) -> None:
+        self.sent.append(message)
+
+
+def _queued_run(**fields: Any) -> Run:
+    user: Any = UserFactory()
+    return Run.objects.create(owner=user, runtime="python", code="print(1)", limits=Limits().to_json(), **fields)
+
+
+def _states(run: Run) -> list[str]:
+    return list(RunEvent.objects.filter(run=run).values_list("state", flat=True))
+
+
+def _claim_at_once(run_id: str, workers: int) -> list[str | None]:
+    """Each worker's claim of the run, all let go together, each thread on its own connection:
+    the worker's name where its claim won, None where it lost."""
+    barrier = threading.Barrier(workers)
+    won: list[str | None] = [None] * workers
+
+    def claim(index: int) -> None:
+        barrier.wait()
+        try:
+            claimed = run_claim(run_id=run_id, worker=f"worker-{index}")
+            won[index] = None if claimed is None else claimed.worker_host
+        finally:
+            close_old_connections()
+
+    threads = [threading.Thread(target=claim, args=(i,)) for i in range(workers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    return won
+
+
+def test_of_two_workers_claiming_one_run_at_once_exactly_one_wins() -> None:
+    for _ in range(5):
+        run = _queued_run()
+        winners = [w for w in _claim_at_once(str(run.id), 2) if w is not None]
+        assert len(winners) == 1, winners
+        run.refresh_from_db()
+        assert (run.state, run.worker_host) == (RunState.CLAIMED, winners[0])
+        assert _states(run) == ["claimed"]
+
+
+def test_a_claimed_run_is_admitted_only_when_the_supervisor_says_its_host_has_room() -> None:
+    run = _queued_run()
+    claimed = run_claim(run_id=str(run.id), worker="here")
+    assert claimed is not None and claimed.state == RunState.CLAIMED
+    assert run_claim(run_id=str(run.id), worker="there") is None  # claimed once only
+    live = RecordingPublisher(run.id)
+    events = RunEvents(run=claimed, live=live)
+    events({"type": "state", "state": "admitted", "slot": 3})
+    run.refresh_from_db()
+    assert run.state == RunState.ADMITTED
+    admitted = RunEvent.objects.get(run=run, state="admitted")
+    assert admitted.detail == {"slot": 3}
+    assert [(m["type"], m.get("state")) for m in live.sent] == [("state", "admitted")]
+
+
+def test_a_claimed_run_waiting_for_admission_is_cancelled_through_its_worker() -> None:
+    run = _queued_run()
+    claimed = run_claim(run_id=str(run.id), worker="here")
+    assert claimed is not None
+    events = RunEvents(run=claimed, live=RecordingPublisher(run.id))
+    assert events.cancelled() is False
+    after = run_services.run_cancel(run=claimed, by=claimed.owner)
+    assert (after.state, after.cancel_requested) == (RunState.CLAIMED, True)
+    events.next_cancel_poll = 0.0  # the next round asks the row again
+    assert events.cancelled() is True
+
+
+def test_a_claimed_run_whose_worker_stopped_renewing_its_lease_is_reaped(redis_server: Any) -> None:
+    run = _queued_run()
+    assert run_claim(run_id=str(run.id), worker="gone") is not None
+    assert run_services.reap() == 0  # the lease still runs
+    Run.objects.filter(id=run.id).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    assert run_services.reap() == 1
+    run.refresh_from_db()
+    assert (run.state, run.outcome, run.error_code, run.charged) == (RunState.FINISHED, "sandbox_error",
+                                                                     "lost_worker", False)  # fmt: skip
+    [retry] = run.retries.all()  # and retried once, as a new run
+    assert retry.retry_count == 1
+
+
+def test_the_result_becomes_the_record_with_its_timings_shown_in_the_run_detail(redis_server: Any) -> None:
+    run = _queued_run()
+    claimed = run_claim(run_id=str(run.id), worker="here")
+    assert claimed is not None
+    result = RunResult(
+        outcome=Outcome.SUCCEEDED, run_id="r", exit_code=0, wall_s=0.5, cpu_s=0.25, stdout_bytes=2,
+        cleanup=[CleanupCheck("staging", True, "removed")], engine="smolvm", isolation="vm",
+        timings={"start_s": 0.123456, "boot_s": 1.5, "total_s": 2.25},
+    )  # fmt: skip
+    finished = run_finish(run=claimed, result=result, exported=None, samples=[[0.5, 0.25, 1024]])
+    assert (finished.state, finished.outcome, finished.cleanup_ok) == (RunState.FINISHED, "succeeded", True)
+    assert finished.timings == {"start_s": 0.1235, "boot_s": 1.5, "total_s": 2.25}
+    assert run_finish(run=claimed, result=result, exported=None, samples=[]).samples == [[0.5, 0.25, 1024]]
+    assert _states(run) == ["claimed", "finished"]  # written once: the second finish changed nothing
+    client = Client(HTTP_AUTHORIZATION=f"Bearer {token_create(user=run.owner)}")
+    shown = client.get(f"/api/runs/{run.id}").json()
+    assert shown["timings"] == {"start_s": 0.1235, "boot_s": 1.5, "total_s": 2.25}
+    Run.objects.filter(id=run.id).update(timings={"start_s": 0.1, "total_s": 0.4})  # no boot phase
+    assert client.get(f"/api/runs/{run.id}").json()["timings"] == {"start_s": 0.1, "boot_s": None, "total_s": 0.4}
+    schema = client.get("/api/openapi.json").json()["components"]["schemas"]["TimingsOut"]
+    assert set(schema["properties"]) == {"start_s", "boot_s", "total_s"}
+    assert json.dumps(shown)
+
+
+def test_the_spec_takes_the_runs_limits_through_the_record_and_an_old_record_gets_todays_defaults() -> None:
+    run = _queued_run(engine_requested="namespace")
+    Run.objects.filter(id=run.id).update(limits={"wall_timeout_s": 3.0, "memory_mib": 128})
+    run.refresh_from_db()
+    spec = run_spec(run=run)
+    assert spec.limits == Limits(wall_timeout_s=3.0, memory_mib=128)
+    assert (spec.runtime, spec.script, spec.engine) == ("python", b"print(1)", "namespace")
