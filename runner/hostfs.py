@@ -52,14 +52,15 @@ def unmount(target: Path) -> None:
         raise OSError(err, f"umount {target}: {os.strerror(err)}")
 
 
-def mounts_under(directory: Path) -> list[Path]:
-    """Mount points at or below `directory`, deepest first (the order to unmount them)."""
-    prefix = str(directory).rstrip("/") + "/"
+def mounts_under(*directories: Path) -> list[Path]:
+    """Mount points at or below any of `directories`, deepest first (the order to unmount them).
+    One read of the mount table however many directories are asked about."""
+    tops = [str(d).rstrip("/") for d in directories]
     found = []
     with open("/proc/self/mountinfo") as handle:
         for line in handle:
             point = _unescape(line.split()[4])
-            if point == prefix.rstrip("/") or point.startswith(prefix):
+            if any(point == top or point.startswith(top + "/") for top in tops):
                 found.append(Path(point))
     return sorted(set(found), key=lambda p: len(p.parts), reverse=True)
 
