@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 ENGINES = ("namespace", "smolvm")
 # What a run may ask for: an engine by name, or `auto` (smolvm when its canary passed here).
 REQUESTABLE = ("auto", *ENGINES)
+# What `auto` prefers, strongest isolation first; the last one is the fallback.
+AUTO_PREFERENCE = ("smolvm", "namespace")
 # Harness-only smolvm switches a supervisor passes on when its environment sets them.
 SMOLVM_PASSTHROUGH = frozenset({"SMOLVM_VM_UID_DROP"})
 CANARY_FILE = "smolvm-canary.json"
@@ -54,6 +56,11 @@ def build(name: str, settings: SupervisorSettings, *, environ: Mapping[str, str]
             extra_env={k: v for k, v in environ.items() if k in SMOLVM_PASSTHROUGH},
         )
     raise ValueError(f"no engine is called {name!r}; the engines are {', '.join(ENGINES)}")
+
+
+def auto_choice(usable: Collection[str]) -> str:
+    """The engine `auto` picks among those usable (here, or on some live worker host)."""
+    return next((name for name in AUTO_PREFERENCE if name in usable), AUTO_PREFERENCE[-1])
 
 
 def canary_verdict(canary: Mapping[str, Any] | None) -> Availability:
@@ -170,7 +177,7 @@ class Registry:
 
     def conclusion(self, usable: Mapping[str, bool]) -> tuple[str, str]:
         """What `auto` picks given which engines proved usable here, and what that means for runs."""
-        auto = "smolvm" if usable.get("smolvm") else "namespace"
+        auto = auto_choice([name for name, ok in usable.items() if ok])
         if self.settings.require_vm and auto != "smolvm":
             return auto, "require_vm is set and no microVM can boot here: runs are refused"
         if auto == "smolvm":

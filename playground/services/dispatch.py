@@ -16,6 +16,7 @@ from playground.limits import limits_from_record
 from playground.models import Run, RunState
 from playground.selectors.hosts import live_engines
 from playground.services.errors import ServiceError
+from runner.registry import auto_choice
 
 log = logging.getLogger(__name__)
 # The task's hard time limit is the run's own deadline plus this, for boot and teardown.
@@ -27,7 +28,7 @@ def choose_queue(engine: str) -> str:
     An engine asked for by name that no live host serves is refused here, not queued for ever."""
     live = live_engines()
     if engine == "auto":
-        return "smolvm" if "smolvm" in live else "namespace"
+        return auto_choice(live)
     if engine not in live:
         serving = ", ".join(sorted(live)) or "none"
         raise ServiceError(

@@ -211,3 +211,11 @@ def test_the_command_line_refuses_an_engine_the_registry_does_not_list(capsys: p
 
 def test_the_command_line_asks_for_auto_by_default() -> None:
     assert _parser().parse_args(["run", "--runtime", "python", "job.py"]).engine == "auto"
+
+
+def test_auto_prefers_the_strongest_isolation_usable_and_falls_back_to_namespace() -> None:
+    from runner.registry import auto_choice
+
+    assert auto_choice({"namespace", "smolvm"}) == "smolvm"
+    assert auto_choice({"namespace"}) == "namespace"
+    assert auto_choice(set()) == "namespace"
