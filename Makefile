@@ -50,9 +50,10 @@ kvm-access:
 cgroup-tuning: ## remount cgroup2 with favordynmods (cheap cgroup joins), where the kernel offers it
 	@if [ "$$(id -u)" = 0 ] && grep -qx favordynmods /sys/kernel/cgroup/features 2>/dev/null; then \
 		awk '{for (i = 7; i < NF; i++) if ($$i == "-") { \
-			if ($$(i+1) == "cgroup2" && $$(i+3) !~ /favordynmods/) print $$5; break }}' /proc/self/mountinfo | \
-		while read -r dir; do \
-			echo "remounting $$dir with favordynmods"; mount -o remount,favordynmods "$$dir"; \
+			if ($$(i+1) == "cgroup2" && $$(i+3) !~ /favordynmods/) print $$5, $$(i+3); break }}' /proc/self/mountinfo | \
+		while read -r dir opts; do \
+			echo "remounting $$dir with favordynmods (keeping $$opts)"; \
+			mount -o "remount,$$opts,favordynmods" "$$dir"; \
 		done; \
 	fi
 

@@ -23,6 +23,7 @@ from playground import throttle
 from playground.apierrors import error_payload
 from playground.bodies import JSON_INT_MAX, BodyTooLarge, MalformedJson, StrictJsonParser
 from playground.limits import (
+    CellLimitsIn,
     LimitOut,
     LimitsIn,
     LimitsOut,
@@ -431,7 +432,7 @@ class CellIO(Schema):
     runtime: str
     code: str = ""
     # Only the limits set for this cell (the others take their defaults when it runs).
-    limits: LimitsIn = Field(default_factory=LimitsIn)  # type: ignore[valid-type]
+    limits: CellLimitsIn = Field(default_factory=CellLimitsIn)  # type: ignore[valid-type]
     dataset_ids: list[UUID] = Field(default=[], max_length=MAX_IDS)
     output_ids: list[OutputId] = Field(default=[], max_length=MAX_IDS)
     last_run: UUID | None = None

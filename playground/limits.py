@@ -31,10 +31,10 @@ def _number(name: str, whole: bool) -> Any:
 
     def check(value: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ValueError(f"limits.{name} must be a number")
+            raise ValueError("must be a number")
         if whole and isinstance(value, float):
             if not value.is_integer():
-                raise ValueError(f"limits.{name} must be a whole number")
+                raise ValueError("must be a whole number")
             return int(value)
         return value
 
@@ -45,24 +45,28 @@ class _LimitsBase(Schema):
     model_config = ConfigDict(extra="forbid")
 
 
-def limits_schema(maxima: Limits) -> type[Schema]:
-    """The API's `limits` object: every Limits field, optional, with its unit, default and maximum."""
+def limits_schema(maxima: Limits | None, name: str = "LimitsIn") -> type[Schema]:
+    """The API's `limits` object: every Limits field, optional, with its unit, default and (for a
+    run) this service's maximum. Without maxima (a notebook cell's saved limits) only the range
+    and type are checked: a cell saved under higher maxima must stay editable; it is checked
+    against today's maxima when it runs."""
     definitions: dict[str, Any] = {}
     for f in LIMIT_FIELDS:
         whole = _is_int(f.name)
-        maximum, default = getattr(maxima, f.name), getattr(_DEFAULTS, f.name)
+        maximum, default = getattr(maxima, f.name) if maxima else None, getattr(_DEFAULTS, f.name)
         unit = f.metadata["unit"]
+        bound = f", at most {maximum:g} on this service" if maximum is not None else ""
         kind: Any = Annotated[
             int if whole else float,
             Field(
                 strict=True, gt=0, le=maximum, allow_inf_nan=False, title=f"{f.name} ({unit})",
-                description=f"{f.metadata['doc']}, in {unit}; default {default:g}, at most {maximum:g} on this service",
+                description=f"{f.metadata['doc']}, in {unit}; default {default:g}{bound}",
                 json_schema_extra={"x-unit": unit},
             ),
             _number(f.name, whole),
         ]  # fmt: skip
         definitions[f.name] = (kind, default)
-    model: type[Schema] = create_model("LimitsIn", __base__=_LimitsBase, **definitions)
+    model: type[Schema] = create_model(name, __base__=_LimitsBase, **definitions)
     model.__doc__ = "A run's limits; each one left out takes its default. Units are in the names."
     return model
 
@@ -78,6 +82,7 @@ def limits_out_schema() -> type[Schema]:
 
 
 LimitsIn = limits_schema(settings.CORDON_MAXIMA)
+CellLimitsIn = limits_schema(None, "CellLimitsIn")
 LimitsOut = limits_out_schema()
 # What a notebook cell stores and shows: only the limits set for it, by the names above.
 LimitsSet = dict[str, int | float]
@@ -118,18 +123,18 @@ def limits_from_record(data: dict[str, Any]) -> Limits:
     return Limits.from_json(data)
 
 
-def over_maximum(limits: Limits, maxima: Limits | None = None) -> list[tuple[str, str]]:
-    """(field, message) for each limit out of range or over the operator's maximum, as the API
-    words it (`limits.<name>`)."""
+def over_maximum(limits: Limits, maxima: Limits | None = None) -> list[tuple[str, str, str]]:
+    """(field, code, message) for each limit out of range or over the operator's maximum, as the
+    API words it (`limits.<name>`)."""
     maxima = maxima or settings.CORDON_MAXIMA
     problems = []
     for name, _ in limits.over(maxima):
-        value, maximum = getattr(limits, name), getattr(maxima, name)
+        value, maximum, field = getattr(limits, name), getattr(maxima, name), f"limits.{name}"
         if value <= 0:
-            problems.append((f"limits.{name}", f"limits.{name} must be greater than 0; got {value}"))
+            problems.append((field, "invalid_limit", f"{field} must be greater than 0; got {value}"))
         else:
-            problems.append((f"limits.{name}", f"limits.{name} is over the maximum on this service: {value} "
-                                               f"(maximum {maximum})"))  # fmt: skip
+            problems.append((field, "limit_over_maximum",
+                             f"{field} is over the maximum on this service: {value} (maximum {maximum})"))  # fmt: skip
     return problems
 
 
@@ -150,8 +155,7 @@ def describe_validation_error(error: dict[str, Any], field: str) -> tuple[str, s
     if kind == "finite_number":
         return "invalid_limit", f"{field} must be a finite number"
     if kind == "value_error":
-        return "invalid_limit", str(error.get("msg", "")).removeprefix("Value error, ")
-    if kind in ("int_type", "float_type", "model_type", "dict_type"):
-        what = "an object of limits" if name == "limits" else "a number"
-        return "invalid_limit", f"{field} must be {what}"
+        return "invalid_limit", f"{field} {str(error.get('msg', '')).removeprefix('Value error, ')}"
+    if kind in ("model_attributes_type", "model_type", "dict_type") and name == "limits":
+        return "invalid_limit", f"{field} must be an object of limits"
     return None

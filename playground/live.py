@@ -198,8 +198,16 @@ class LivePublisher:
         self.layer = get_channel_layer()
 
     def send(self, message: LiveMessage) -> None:
+        """Send from synchronous code (the worker). Async code awaits the layer's group_send itself:
+        from inside a running loop this would drop every message, so it refuses loudly."""
         if self.layer is None:
             return
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass  # no loop runs in this thread: the per-thread loop may run
+        else:
+            raise RuntimeError("LivePublisher.send is for synchronous code; await the channel layer instead")
         try:
             payload = {"type": GROUP_EVENT, "message": message}
             _send_loop().run_until_complete(self.layer.group_send(self.group, payload))

@@ -11,6 +11,7 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
+from dataclasses import fields
 from pathlib import Path
 from typing import NoReturn
 
@@ -56,9 +57,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--runtime", required=True, choices=RUNTIMES)
     run.add_argument("--engine", default="auto", choices=REQUESTABLE)
     defaults = Limits()
-    for flag, field_name, kind in LIMIT_FLAGS:
-        run.add_argument(flag, dest=field_name, type=kind, default=getattr(defaults, field_name),
-                         help=f"default {getattr(defaults, field_name)}")  # fmt: skip
+    for flag, field_name, kind, unit in LIMIT_FLAGS:
+        default = getattr(defaults, field_name)
+        run.add_argument(flag, *FLAG_ALIASES.get(field_name, ()), dest=field_name, type=kind, default=default,
+                         help=f"{unit}; default {default}")  # fmt: skip
     run.add_argument("--input", action="append", default=[], type=Path, help="a file to show under /input (repeat)")
     run.add_argument("--output-dir", type=Path, help="where files the job writes under /output are exported")
     run.add_argument("--json", action="store_true", help="print only the result object")
@@ -71,18 +73,12 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-LIMIT_FLAGS = (
-    ("--timeout-s", "wall_timeout_s", float),
-    ("--cpu-time-s", "cpu_time_s", float),
-    ("--memory-mib", "memory_mib", int),
-    ("--cpus", "cpus", float),
-    ("--max-processes", "max_processes", int),
-    ("--stdout-max-bytes", "stdout_max_bytes", int),
-    ("--stderr-max-bytes", "stderr_max_bytes", int),
-    ("--disk-mib", "disk_mib", int),
-    ("--output-max-bytes", "output_max_bytes", int),
-    ("--output-max-files", "output_max_files", int),
+# One flag per Limits field, named after it (`--wall-timeout-s`); `--timeout-s` is kept as an alias.
+LIMIT_FLAGS = tuple(
+    (f"--{f.name.replace('_', '-')}", f.name, type(getattr(Limits(), f.name)), f.metadata["unit"])
+    for f in fields(Limits)
 )
+FLAG_ALIASES = {"wall_timeout_s": ("--timeout-s",)}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -156,7 +152,7 @@ def _pin_state(result: BuildResult) -> str:
 
 def _run(args: argparse.Namespace) -> int:
     script = sys.stdin.buffer.read() if args.script == "-" else Path(args.script).read_bytes()
-    limits = Limits(**{name: getattr(args, name) for _, name, _ in LIMIT_FLAGS})
+    limits = Limits(**{name: getattr(args, name) for _, name, _, _ in LIMIT_FLAGS})
     spec = RunSpec(runtime=args.runtime, script=script, limits=limits, inputs=tuple(args.input), engine=args.engine)
     cancel = threading.Event()
     for signo in (signal.SIGINT, signal.SIGTERM):

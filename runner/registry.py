@@ -159,14 +159,15 @@ class Registry:
     def choose(self, requested: str) -> tuple[Engine, str]:
         """The engine for a run, and a note saying why it was chosen."""
         if requested == "auto":
-            smolvm = self.available("smolvm")
-            if smolvm.ok:
-                return self.engines["smolvm"], f"auto chose smolvm: {smolvm.why}"
+            smolvm = self.available("smolvm")  # auto's reason is always what is known of the microVM
+            name = auto_choice([n for n in AUTO_PREFERENCE[:-1] if self.available(n).ok])
+            if name == "smolvm":
+                return self.engines[name], f"auto chose smolvm: {smolvm.why}"
             if self.settings.require_vm:
                 raise RunnerError(
                     "vm_required", f"this site requires the microVM engine (require_vm), and {smolvm.why}"
                 )
-            return self.engines["namespace"], f"auto fell back to namespace: {smolvm.why}"
+            return self.engines[name], f"auto fell back to {name}: {smolvm.why}"
         if requested not in self.engines:
             raise RunnerError("engine_unavailable", f"engine {requested!r} is not available on this host")
         if requested != "smolvm" and self.settings.require_vm:

@@ -125,10 +125,6 @@ class Supervisor:
         """Every engine by name, from the registry (a test may put its own in this dict)."""
         return self.registry.engines
 
-    def read_canary(self) -> dict[str, Any] | None:
-        """The cached smolvm canary record (the registry's; kept here for the tests' fixture)."""
-        return self.registry.read_canary()
-
     # --- one run ------------------------------------------------------------------
 
     def run(

@@ -49,7 +49,7 @@ def canary() -> dict[str, object]:
     from runner.supervisor import Supervisor
 
     supervisor = Supervisor()
-    return supervisor.read_canary() or run_canary(supervisor)
+    return supervisor.registry.read_canary() or run_canary(supervisor)
 
 
 ENGINES = ("namespace", "smolvm")

@@ -74,8 +74,7 @@ def run_create(
 
 def check_limits(*, limits: Limits) -> None:
     """Every run's limits, new, rerun or retried, against the operator's maxima of today."""
-    for field, message in over_maximum(limits):
-        code = "invalid_limit" if "greater than 0" in message else "limit_over_maximum"
+    for field, code, message in over_maximum(limits):
         raise ServiceError(code, message, field=field, status=422)
 
 

@@ -4,6 +4,7 @@ way for a new run, a rerun and a retry."""
 
 from __future__ import annotations
 
+import importlib
 import json
 from dataclasses import fields, replace
 from typing import Any
@@ -118,3 +119,25 @@ def test_a_notebook_cell_keeps_only_the_limits_set_for_it(redis_server: Any) -> 
     cell["limits"] = {"timeout_s": 5}
     refused = client.put("/api/notebook", json.dumps({"cells": [cell]}), content_type="application/json")
     assert refused.status_code == 422 and refused.json()["code"] == "unknown_limit"
+
+
+def test_a_cell_saved_under_higher_maxima_stays_editable_and_is_checked_when_it_runs(redis_server: Any) -> None:
+    client = api(UserFactory())
+    cell = {"id": "c1", "runtime": "python", "code": "1", "limits": {"memory_mib": 1024}}
+    with override_settings(CORDON_MAXIMA=replace(settings.CORDON_MAXIMA, memory_mib=512)):
+        saved = client.put("/api/notebook", json.dumps({"cells": [cell]}), content_type="application/json")
+        assert saved.status_code == 200, saved.content
+        assert submit(client, {"memory_mib": 1024}).json()["code"] == "limit_over_maximum"
+
+
+def test_the_migration_renames_old_limit_names_and_drops_values_the_schema_would_refuse(redis_server: Any) -> None:
+    from django.apps import apps
+
+    from playground.models import Notebook
+
+    migration = importlib.import_module("playground.migrations.0003_notebook_limit_names")
+    limits = {"timeout_s": 5, "memory_mib": None, "cpus": True, "disk_mib": -1, "cpu_time_s": 2.5}
+    notebook = Notebook.objects.create(owner=UserFactory(), cells=[{"id": "c1", "runtime": "python", "limits": limits}])
+    migration.rename(apps, None)
+    notebook.refresh_from_db()
+    assert notebook.cells[0]["limits"] == {"wall_timeout_s": 5, "cpu_time_s": 2.5}

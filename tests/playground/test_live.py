@@ -156,3 +156,19 @@ def test_the_final_message_names_only_fields_a_run_has() -> None:
     names: dict[str, Any] = FinalMessage.__annotations__
     run_fields = {f.name for f in Run._meta.get_fields()}
     assert set(names) - {"type"} <= run_fields
+
+
+def test_the_publisher_refuses_to_send_from_inside_a_running_event_loop() -> None:
+    """Its per-thread loop cannot run inside another one: every message would be dropped quietly."""
+    import asyncio
+
+    from playground.live import LivePublisher
+
+    publisher = LivePublisher("00000000-0000-0000-0000-000000000000")
+    assert publisher.layer is not None
+
+    async def inside() -> None:
+        publisher.send(state_message("running"))
+
+    with pytest.raises(RuntimeError, match="synchronous code"):
+        asyncio.run(inside())

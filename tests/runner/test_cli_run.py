@@ -71,7 +71,7 @@ def test_without_json_the_output_streams_and_a_summary_follows(project_root: Pat
 
 @pytest.mark.parametrize(
     ("script", "extra", "status"),
-    [("import sys; sys.exit(3)", [], 1), ("while True: pass", ["--timeout-s", "0.5"], 1),
+    [("import sys; sys.exit(3)", [], 1), ("while True: pass", ["--wall-timeout-s", "0.5"], 1),
      ("print(1)", ["--memory-mib", "999999"], 2), ("print(1)", ["--timeout-s", "soon"], 64)],
 )  # fmt: skip
 def test_exit_status_follows_the_outcome(

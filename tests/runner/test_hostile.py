@@ -406,4 +406,4 @@ def test_hostile_cases_at_once_are_each_classified_with_clean_audits(
 
 
 def _flag(field: str) -> str:
-    return {"wall_timeout_s": "--timeout-s"}.get(field, "--" + field.replace("_", "-"))
+    return "--" + field.replace("_", "-")
