@@ -45,6 +45,8 @@ from playground.services import runs as run_services
 from playground.services.errors import ServiceError
 from playground.uploads import refused_upload_names
 from runner.images import read_lock
+from runner.registry import REQUESTABLE
+from runner.spec import RUNTIMES
 
 LOG_READ_MAX = 1 << 20
 # Offsets into a run's log: far beyond any cap, and within what a file seek takes.
@@ -188,15 +190,18 @@ class DatasetOut(Schema):
 
 
 OutputId = Annotated[int, Field(ge=1, le=JSON_INT_MAX)]
+# Documented as enums; the services check them and answer unknown_runtime / unknown_engine.
+RuntimeName = Annotated[str, Field(json_schema_extra={"enum": list(RUNTIMES)})]
+EngineName = Annotated[str, Field(json_schema_extra={"enum": list(REQUESTABLE)})]
 
 
 class RunIn(Schema):
-    runtime: str
+    runtime: RuntimeName
     code: str
     dataset_ids: list[UUID] = Field(default=[], max_length=MAX_IDS)
     output_ids: list[OutputId] = Field(default=[], max_length=MAX_IDS)
     limits: LimitsIn = Field(default_factory=LimitsIn)  # type: ignore[valid-type]
-    engine: str = "auto"
+    engine: EngineName = "auto"
 
 
 class OutputOut(Schema):
@@ -429,7 +434,7 @@ def run_output(request: HttpRequest, run_id: UUID, name: str) -> FileResponse:
 
 class CellIO(Schema):
     id: str = Field(default="", max_length=64)
-    runtime: str
+    runtime: RuntimeName
     code: str = ""
     # Only the limits set for this cell (the others take their defaults when it runs).
     limits: CellLimitsIn = Field(default_factory=CellLimitsIn)  # type: ignore[valid-type]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from django.contrib.auth.models import User
@@ -37,13 +38,16 @@ def run_log_read(*, run: Run, stream: str, offset: int, limit: int) -> tuple[byt
     """(bytes from `offset`, the next offset, whether the log is complete). Cut after a whole
     character unless at the end, so a client never sees half a character between two reads."""
     path = log_path(run.id, stream)
-    data = b""
-    if path.exists():
+    complete = run.state not in ACTIVE_STATES  # read before the log: what a finished run wrote is all
+    data, size = b"", 0
+    try:
         with open(path, "rb") as handle:
-            handle.seek(offset)
-            data = handle.read(limit)
-    complete = run.state not in ACTIVE_STATES
-    size = path.stat().st_size if path.exists() else 0
+            size = os.fstat(handle.fileno()).st_size
+            # Past the end there is nothing to read, and a seek that far may be refused (EINVAL).
+            if offset < size:
+                data = os.pread(handle.fileno(), limit, offset)
+    except FileNotFoundError:
+        pass
     if offset + len(data) < size or not complete:
         data = data[: whole_utf8(data)[1]]
     return data, offset + len(data), complete and offset + len(data) >= size

@@ -244,3 +244,17 @@ def test_a_queued_run_a_live_host_serves_waits_as_long_as_it_must(redis_server: 
     run = run_services.run_create(user=cast(Any, UserFactory()), runtime="python", code="1", dataset_ids=[])
     Run.objects.filter(id=run.id).update(created_at=timezone.now() - timedelta(hours=1))
     assert run_services.reject_unserved(older_than_s=60) == 0
+
+
+def test_a_log_read_far_past_the_end_is_empty_not_a_server_error(redis_server: Any) -> None:
+    """Found by the fuzz: a seek to 2**48 is refused (EINVAL) on ext4, whose files end at 16 TiB."""
+    from playground.services.logs import log_append
+
+    client = api(UserFactory())
+    run = client.post("/api/runs", json.dumps({"runtime": "python", "code": "1"}), content_type="application/json")
+    log_append(run_id=run.json()["id"], stream="stdout", offset=0, data=b"hello\n")
+    far = 1 << 48
+    response = client.get(f"/api/runs/{run.json()['id']}/log?stream=stdout&offset={far}")
+    assert response.status_code == 200, response.content
+    assert response.json()["data"] == "" and response.json()["next_offset"] == far
+    assert client.get(f"/api/runs/{run.json()['id']}/log?stream=stdout").json()["data"] == "hello\n"

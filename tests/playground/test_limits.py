@@ -137,7 +137,8 @@ def test_the_migration_renames_old_limit_names_and_drops_values_the_schema_would
 
     migration = importlib.import_module("playground.migrations.0003_notebook_limit_names")
     limits = {"timeout_s": 5, "memory_mib": None, "cpus": True, "disk_mib": -1, "cpu_time_s": 2.5}
-    notebook = Notebook.objects.create(owner=UserFactory(), cells=[{"id": "c1", "runtime": "python", "limits": limits}])
+    owner: Any = UserFactory()
+    notebook = Notebook.objects.create(owner=owner, cells=[{"id": "c1", "runtime": "python", "limits": limits}])
     migration.rename(apps, None)
     notebook.refresh_from_db()
     assert notebook.cells[0]["limits"] == {"wall_timeout_s": 5, "cpu_time_s": 2.5}
