@@ -10,11 +10,10 @@ check, what it removed and what survived. Before any of it, admission reserves t
 
 from __future__ import annotations
 
-import subprocess
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import IO, Any, ClassVar, Protocol
 
 from runner.images import ImageRef
 from runner.spec import MIB, CleanupCheck, Limits, RunnerError, RunSpec
@@ -57,6 +56,22 @@ class RunState:
     Private to the engine: each one keeps its own subclass, and nothing else reads it."""
 
 
+class Process(Protocol):
+    """The engine's process as the supervisor and the engines use it: a subprocess.Popen, or a
+    sandbox the spawner started (runner.spawner.Spawned)."""
+
+    pid: int
+    returncode: int | None
+    stdout: IO[bytes] | None
+    stderr: IO[bytes] | None
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+    def kill(self) -> None: ...
+
+
 @dataclass
 class RunContext:
     """Everything about one run that the supervisor and its engine share."""
@@ -76,7 +91,7 @@ class RunContext:
     uid: int
     image: ImageRef
     argv: list[str]
-    process: subprocess.Popen[bytes] | None = None
+    process: Process | None = None
     state: RunState | None = None  # the engine's own, made by it on first use
 
 
@@ -144,7 +159,7 @@ class Engine(ABC):
         """Create the run's host resources (cgroups, mounts, filters). Nothing runs yet."""
 
     @abstractmethod
-    def start(self, ctx: RunContext) -> subprocess.Popen[bytes]:
+    def start(self, ctx: RunContext) -> Process:
         """Start the program; its stdout and stderr are pipes the supervisor reads."""
 
     @abstractmethod

@@ -16,7 +16,8 @@ from typing import ClassVar, Generic, TypeVar
 
 from runner import hostfs
 from runner.cgroups import CgroupLayout, RunCgroup, run_names
-from runner.engines.base import Collected, Engine, RunContext, RunState, Sample
+from runner.engines.base import Collected, Engine, Process, RunContext, RunState, Sample
+from runner.spawner import Spawner, Steps
 from runner.spec import CleanupCheck, Limits
 
 # Room in the output area past the output cap. With none, ENOSPC would cut an oversize file off
@@ -44,9 +45,20 @@ class Launch:
 
     argv: list[str]
     env: dict[str, str]
-    # What the forked child does once it is in the run's cgroups, just before exec: plain
-    # syscalls only (no locks, no allocation-heavy work).
-    before_exec: Callable[[], None]
+    # Either: a sandbox launcher's steps as data (its limits and the slot's uid), done in the
+    # child of the small spawner process (runner.spawner) after it joined the run's cgroups...
+    drop: Drop | None = None
+    # ...or what a child forked from the supervisor itself does once it is in the run's cgroups,
+    # just before exec: plain syscalls only (no locks, no allocation-heavy work).
+    before_exec: Callable[[], None] | None = None
+
+
+@dataclass(frozen=True)
+class Drop:
+    """A sandbox launcher's last steps before exec: rlimits, then the slot's unprivileged uid."""
+
+    uid: int
+    rlimits: list[tuple[int, int]]
 
 
 class CgroupEngine(Engine, Generic[StateT]):
@@ -120,22 +132,25 @@ class CgroupEngine(Engine, Generic[StateT]):
         state.cgroup.create(memory_bytes=caps.memory_bytes, pids_max=caps.pids_max, cpus=caps.cpus)
         self.prepare_views(ctx)
 
-    def start(self, ctx: RunContext) -> subprocess.Popen[bytes]:
+    def start(self, ctx: RunContext) -> Process:
         state = self.state(ctx)
         control_read, control_write = os.pipe()
         fds = {"control": control_write}
         try:
             launch = self.launch(ctx, fds)
-            process = subprocess.Popen(
-                launch.argv,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                pass_fds=tuple(fds.values()),
-                preexec_fn=_in_cgroups(state.cgroup.procs_files, launch.before_exec),
-                env=launch.env,
-                cwd="/",
-            )
+            if launch.drop is not None:
+                process: Process = _spawn(launch, launch.drop, state.cgroup.procs_files, list(fds.values()))
+            else:
+                process = subprocess.Popen(
+                    launch.argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    pass_fds=tuple(fds.values()),
+                    preexec_fn=_in_cgroups(state.cgroup.procs_files, launch.before_exec or (lambda: None)),
+                    env=launch.env,
+                    cwd="/",
+                )
         except BaseException:
             os.close(control_read)
             raise
@@ -191,6 +206,30 @@ class CgroupEngine(Engine, Generic[StateT]):
 
     def _process_cap_hits(self, cgroup: RunCgroup) -> int:
         return cgroup.pids_max_hits() if self.process_cap_on_host else 0
+
+
+def _spawn(launch: Launch, drop: Drop, procs_files: list[str], passed: list[int]) -> Process:
+    """Start a sandbox launcher through this process's spawner: stdin from /dev/null, stdout and
+    stderr pipes the supervisor reads, `passed` at their own numbers, nothing else open."""
+    if any(fd <= 2 for fd in passed):
+        raise RuntimeError(f"an fd to pass collides with the standard streams: {passed}")
+    out_read, out_write = os.pipe2(os.O_CLOEXEC)
+    err_read, err_write = os.pipe2(os.O_CLOEXEC)
+    null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        steps = Steps(cgroup_procs=procs_files, uid=drop.uid, rlimits=drop.rlimits)
+        fds = {0: null, 1: out_write, 2: err_write, **{fd: fd for fd in passed}}
+        process = Spawner.here().spawn(launch.argv, env=launch.env, fds=fds, steps=steps)
+    except BaseException:
+        os.close(out_read)
+        os.close(err_read)
+        raise
+    finally:
+        for fd in (null, out_write, err_write):
+            os.close(fd)
+    process.stdout = open(out_read, "rb", buffering=0)  # noqa: SIM115 - closed with the run's pipes
+    process.stderr = open(err_read, "rb", buffering=0)  # noqa: SIM115
+    return process
 
 
 def _in_cgroups(procs_files: list[str], then: Callable[[], None]) -> Callable[[], None]:
@@ -345,7 +384,7 @@ def signal_quietly(pid: int, signo: int) -> None:
         pass
 
 
-def reap(process: subprocess.Popen[bytes] | None) -> None:
+def reap(process: Process | None) -> None:
     """Wait for the engine's own process after its cgroup was emptied; kill it if it lingers."""
     if process is None:
         return

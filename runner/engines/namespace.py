@@ -1,7 +1,8 @@
 """The `namespace` engine: bubblewrap + cgroups + rlimits + seccomp, on the host's kernel.
 
-Launch: the supervisor forks; the child joins the run's cgroups, sets rlimits, raises its
-OOM score and drops to the slot's unprivileged host uid, then execs bwrap, which builds
+Launch: the supervisor's spawner (runner.spawner, a small fork server) forks; the child joins
+the run's cgroups, keeps only the fds bwrap is given, sets rlimits, raises its OOM score and
+drops to the slot's unprivileged host uid, then execs bwrap, which builds
 fresh user/pid/ipc/uts/net namespaces around a read-only image rootfs. Every directory is
 handed to bwrap as an fd, so the sandbox uid needs no access to the host paths above them.
 """
@@ -13,7 +14,6 @@ import os
 import resource
 import shutil
 import subprocess
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -23,6 +23,7 @@ from runner.engines.base import GUEST_ENV, CgroupLimits, RunContext
 from runner.engines.common import (
     CgroupEngine,
     CgroupState,
+    Drop,
     Launch,
     bind_views,
     decode_exit_status,
@@ -87,7 +88,7 @@ class NamespaceEngine(CgroupEngine[NamespaceState]):
         return Launch(
             argv=bwrap_argv(self.bwrap, fds, ctx.argv),
             env={"PATH": "/usr/bin:/bin"},
-            before_exec=_drop_to(ctx.uid, rlimits(ctx)),
+            drop=Drop(uid=ctx.uid, rlimits=rlimits(ctx)),
         )
 
     def on_control(self, ctx: RunContext, fd: int, data: bytes) -> None:
@@ -169,23 +170,6 @@ def rlimits(ctx: RunContext) -> list[tuple[int, int]]:
         # backstop, so that the pids cgroup, which leaves evidence, always bites first.
         (resource.RLIMIT_NPROC, ctx.limits.max_processes * 4 + 256),
     ]
-
-
-def _drop_to(uid: int, limits: list[tuple[int, int]]) -> Callable[[], None]:
-    """Runs in the forked child, inside the run's cgroups, before exec: only plain syscalls, no
-    locks, no allocation-heavy work."""
-
-    def enter() -> None:
-        for which, value in limits:
-            resource.setrlimit(which, (value, value))
-        fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
-        os.write(fd, b"1000")
-        os.close(fd)
-        os.setgroups([])
-        os.setresgid(uid, uid, uid)
-        os.setresuid(uid, uid, uid)
-
-    return enter
 
 
 def parse_status(raw: bytes) -> dict[str, int]:
