@@ -108,9 +108,9 @@ def limits_described(maxima: Limits | None = None) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
-def limits_from_input(limits: Schema | None) -> Limits:
+def limits_from_input(limits: Schema) -> Limits:
     """The API's validated limits object -> Limits (what was left out takes its default)."""
-    return Limits() if limits is None else Limits(**limits.model_dump())
+    return Limits(**limits.model_dump())
 
 
 def limits_set(limits: Schema | None) -> dict[str, Any]:

@@ -159,8 +159,9 @@ class Registry:
     def choose(self, requested: str) -> tuple[Engine, str]:
         """The engine for a run, and a note saying why it was chosen."""
         if requested == "auto":
-            smolvm = self.available("smolvm")  # auto's reason is always what is known of the microVM
-            name = auto_choice([n for n in AUTO_PREFERENCE[:-1] if self.available(n).ok])
+            checked = {n: self.available(n) for n in AUTO_PREFERENCE[:-1]}  # the fallback needs no check
+            smolvm = checked["smolvm"]  # auto's reason is always what is known of the microVM
+            name = auto_choice([n for n, availability in checked.items() if availability.ok])
             if name == "smolvm":
                 return self.engines[name], f"auto chose smolvm: {smolvm.why}"
             if self.settings.require_vm:

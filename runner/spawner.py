@@ -45,9 +45,10 @@ class Steps:
     oom_score_adj: int = 1000
 
 
-def join_cgroups(steps: Steps) -> None:
-    """The forked child's first act: into the run's cgroups (plain syscalls only)."""
-    for path in steps.cgroup_procs:
+def join_cgroups(procs_files: list[str]) -> None:
+    """In a forked child before exec, its first act: into the run's cgroups (plain syscalls only),
+    so that nothing of the run ever executes outside them."""
+    for path in procs_files:
         fd = os.open(path, os.O_WRONLY)
         os.write(fd, b"0")
         os.close(fd)
@@ -138,7 +139,7 @@ def _child(argv: list[str], env: dict[str, str], fds: list[int], targets: list[i
            steps: Steps) -> None:  # fmt: skip
     """Between fork and exec: into the cgroups, the fds into place and nothing else open, the
     limits and the uid drop (last: /proc/self/fd is not readable once the uid has changed)."""
-    join_cgroups(steps)
+    join_cgroups(steps.cgroup_procs)
     for signo in (signal.SIGPIPE, signal.SIGXFSZ):  # as subprocess restores them for its children
         signal.signal(signo, signal.SIG_DFL)
     floor = max([*targets, failed]) + 1

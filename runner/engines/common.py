@@ -17,7 +17,7 @@ from typing import ClassVar, Generic, TypeVar
 from runner import hostfs
 from runner.cgroups import CgroupLayout, RunCgroup, run_names
 from runner.engines.base import Collected, Engine, Process, RunContext, RunState, Sample
-from runner.spawner import Spawner, Steps
+from runner.spawner import Spawner, Steps, join_cgroups
 from runner.spec import CleanupCheck, Limits
 
 # Room in the output area past the output cap. With none, ENOSPC would cut an oversize file off
@@ -251,15 +251,6 @@ def decode_exit_status(code: int | None) -> tuple[int | None, int | None]:
     if 128 < code <= 128 + 64:
         return None, code - 128
     return code, None
-
-
-def join_cgroups(procs_files: list[str]) -> None:
-    """In a forked child before exec: move this process into the run's cgroups (plain syscalls
-    only), so that nothing of the run ever executes outside them."""
-    for path in procs_files:
-        fd = os.open(path, os.O_WRONLY)
-        os.write(fd, b"0")
-        os.close(fd)
 
 
 def output_area_bytes(limits: Limits) -> int:
