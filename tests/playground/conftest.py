@@ -8,9 +8,10 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from typing import Any
 import pytest
 import redis as redis_client
 from django.conf import settings
+from django.db import close_old_connections
 
 from runner.config import PROJECT_ROOT
 from tests.conftest import child_env, free_port, web_server_argv
@@ -207,6 +209,27 @@ def serve_web(env: dict[str, str]) -> Iterator[str]:
 def web_server(worker_env: dict[str, str]) -> Iterator[str]:
     with serve_web(worker_env) as base:
         yield base
+
+
+def in_parallel(count: int, work: Callable[[int], Any], *, timeout_s: float = 120) -> list[Any]:
+    """`work(index)` in `count` threads let go together, each on its own database connection;
+    their results in order (None for one that did not finish within `timeout_s`)."""
+    results: list[Any] = [None] * count
+    barrier = threading.Barrier(count)
+
+    def one(index: int) -> None:
+        barrier.wait()
+        try:
+            results[index] = work(index)
+        finally:
+            close_old_connections()
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=timeout_s)
+    return results
 
 
 def multipart_upload(filename: str, data: bytes) -> tuple[bytes, str]:

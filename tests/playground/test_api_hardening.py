@@ -5,19 +5,17 @@ serves are refused or rejected in bounded time."""
 from __future__ import annotations
 
 import json
-import threading
 from datetime import timedelta
 from typing import Any, cast
 
 import pytest
-from django.db import close_old_connections
 from django.test import Client, override_settings
 from django.utils import timezone
 
 from playground.models import Dataset, Run, RunState, WorkerHost
 from playground.services import runs as run_services
 from playground.services.accounts import token_create
-from tests.playground.conftest import multipart_upload
+from tests.playground.conftest import in_parallel, multipart_upload
 from tests.playground.factories import UserFactory
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis]
@@ -167,25 +165,6 @@ def test_an_upload_without_a_file_name_is_told_what_to_send(redis_server: Any) -
     assert error["code"] == "file_required" and "file name" in error["message"]
 
 
-def _in_parallel(count: int, work: Any) -> list[Any]:
-    results: list[Any] = [None] * count
-    barrier = threading.Barrier(count)
-
-    def one(index: int) -> None:
-        barrier.wait()
-        try:
-            results[index] = work(index)
-        finally:
-            close_old_connections()
-
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(count)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=120)
-    return results
-
-
 def test_parallel_uploads_of_one_name_keep_one_and_refuse_the_rest_with_409(redis_server: Any) -> None:
     user: Any = UserFactory()
     token = token_create(user=user)
@@ -196,7 +175,7 @@ def test_parallel_uploads_of_one_name_keep_one_and_refuse_the_rest_with_409(redi
         response = client.post("/api/datasets", body, content_type=content_type)
         return int(response.status_code)
 
-    statuses = _in_parallel(8, upload)
+    statuses = in_parallel(8, upload)
     assert sorted(statuses) == [201] + [409] * 7, statuses
     assert Dataset.objects.filter(owner=user, name="same.csv").count() == 1
 
@@ -211,7 +190,7 @@ def test_parallel_submissions_never_pass_the_concurrent_run_quota(redis_server: 
         response = _post_json(client, "/api/runs", json.dumps({"runtime": "python", "code": f"print({index})"}))
         return int(response.status_code)
 
-    statuses = _in_parallel(30, submit)
+    statuses = in_parallel(30, submit)
     assert statuses.count(201) == 4 and statuses.count(429) == 26, statuses
     assert Run.objects.filter(owner=user, state=RunState.QUEUED).count() == 4
 

@@ -5,12 +5,10 @@ the run's record (its timings too) in one place."""
 from __future__ import annotations
 
 import json
-import threading
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.db import close_old_connections
 from django.test import Client
 from django.utils import timezone
 
@@ -20,6 +18,7 @@ from playground.services import runs as run_services
 from playground.services.accounts import token_create
 from playground.services.execution import RunEvents, run_claim, run_finish, run_spec
 from runner.spec import CleanupCheck, Limits, Outcome, RunResult
+from tests.playground.conftest import in_parallel
 from tests.playground.factories import UserFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -46,23 +45,12 @@ def _states(run: Run) -> list[str]:
 def _claim_at_once(run_id: str, workers: int) -> list[str | None]:
     """Each worker's claim of the run, all let go together, each thread on its own connection:
     the worker's name where its claim won, None where it lost."""
-    barrier = threading.Barrier(workers)
-    won: list[str | None] = [None] * workers
 
-    def claim(index: int) -> None:
-        barrier.wait()
-        try:
-            claimed = run_claim(run_id=run_id, worker=f"worker-{index}")
-            won[index] = None if claimed is None else claimed.worker_host
-        finally:
-            close_old_connections()
+    def claim(index: int) -> str | None:
+        claimed = run_claim(run_id=run_id, worker=f"worker-{index}")
+        return None if claimed is None else claimed.worker_host
 
-    threads = [threading.Thread(target=claim, args=(i,)) for i in range(workers)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
-    return won
+    return in_parallel(workers, claim, timeout_s=60)
 
 
 def test_of_two_workers_claiming_one_run_at_once_exactly_one_wins() -> None:
