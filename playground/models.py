@@ -77,12 +77,16 @@ class Run(models.Model):
     signal = models.IntegerField(null=True, blank=True)
     wall_s = models.FloatField(null=True, blank=True)
     cpu_s = models.FloatField(null=True, blank=True)
+    # The program's own memory at its peak (what the memory limit bounds), and apart from it the
+    # bytes its scratch and output files held at their peak (tmpfs pages, charged to the same cgroup).
     peak_memory_bytes = models.BigIntegerField(null=True, blank=True)
+    peak_file_bytes = models.BigIntegerField(null=True, blank=True)
     stdout_bytes = models.BigIntegerField(default=0)
     stderr_bytes = models.BigIntegerField(default=0)
     stdout_truncated = models.BooleanField(default=False)
     stderr_truncated = models.BooleanField(default=False)
-    # Resource samples over time, compactly: [[t_s, cpu_s, memory_bytes], ...]
+    # Resource samples over time, compactly: [[t_s, cpu_s, memory_bytes, file_bytes], ...] (the
+    # program's memory and its files' bytes apart; rows from before file_bytes have three values)
     samples = models.JSONField(default=list, blank=True)
     # Where the time went, from the supervisor (RunResult.timings), in seconds: start_s (until the
     # sandbox started: admission, image check, staging), boot_s (a microVM's boot; only for an

@@ -16,7 +16,7 @@ from __future__ import annotations
 import signal as signals
 from dataclasses import dataclass
 
-from runner.spec import Limits, Outcome, RunnerError
+from runner.spec import MIB, Limits, Outcome, RunnerError
 
 
 @dataclass
@@ -44,6 +44,9 @@ class Evidence:
     guest_oom_kill: bool = False
     process_cap_hits: int = 0
     scratch_full: bool = False
+    # What the program's files held at their peak where they count against the memory limit
+    # (a namespace sandbox's tmpfs areas); None where they do not.
+    memory_file_bytes: int | None = None
     exit_code: int | None = None
     signal: int | None = None
 
@@ -66,7 +69,7 @@ def classify(ev: Evidence, limits: Limits) -> tuple[Outcome, str]:
     if not succeeded and ev.output_area_full:
         return Outcome.OUTPUT_LIMIT, f"filled the {limits.output_max_bytes} byte output area"
     if ev.stopped_by == "oom" or ev.oom_kills > 0 or ev.runtime_heap_exhausted or ev.guest_oom_kill:
-        return Outcome.MEMORY_LIMIT, f"ran out of its {limits.memory_mib} MiB of memory"
+        return Outcome.MEMORY_LIMIT, _memory_reason(ev, limits)
     if ev.stopped_by == "process_cap" or (not succeeded and ev.process_cap_hits > 0):
         return Outcome.PROCESS_LIMIT, f"hit the cap of {limits.max_processes} processes and threads"
     if not succeeded and ev.scratch_full:
@@ -76,6 +79,15 @@ def classify(ev: Evidence, limits: Limits) -> tuple[Outcome, str]:
     if ev.signal is not None:
         return Outcome.FAILED, f"killed by its own signal {_signal_name(ev.signal)}"
     return Outcome.FAILED, f"exited with status {ev.exit_code}"
+
+
+def _memory_reason(ev: Evidence, limits: Limits) -> str:
+    """Say so when files held a good part of the memory (1/8 or more): the program alone looks small."""
+    reason = f"ran out of its {limits.memory_mib} MiB of memory"
+    files = ev.memory_file_bytes or 0
+    if files * 8 >= limits.memory_mib * MIB:
+        reason += f", {files / MIB:.1f} MiB of it held by its files in /tmp and /output"
+    return reason
 
 
 def _output_files_reason(ev: Evidence, limits: Limits) -> str:

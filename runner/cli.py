@@ -179,6 +179,10 @@ def _live_output(event: dict[str, object]) -> None:
         target.flush()
 
 
+def _mib(value: int | None) -> str:
+    return "unknown" if value is None else f"{value / (1 << 20):.1f} MiB"
+
+
 def _summary(result: RunResult) -> None:
     def figure(value: object, unit: str) -> str:
         return "unknown" if value is None else f"{value}{unit}"
@@ -187,7 +191,9 @@ def _summary(result: RunResult) -> None:
         f"outcome: {result.outcome.value} ({result.reason})",
         f"exit: code {result.exit_code} signal {result.signal}",
         f"wall {figure(result.wall_s, ' s')}, cpu {figure(result.cpu_s, ' s')}, "
-        f"peak memory {figure(result.peak_memory_bytes, ' bytes')}",
+        f"memory {_mib(result.peak_memory_bytes)}"
+        f"{f' of {result.limits.memory_mib} MiB' if result.limits else ''}, "
+        f"files {_mib(result.peak_file_bytes)}",
         f"stdout {result.stdout_bytes} bytes{' (truncated)' if result.stdout_truncated else ''}, "
         f"stderr {result.stderr_bytes} bytes{' (truncated)' if result.stderr_truncated else ''}",
         f"engine {result.engine} ({result.isolation}), image "

@@ -4,6 +4,10 @@ An image is a docker-save archive (its sha256 is the digest smolvm keys on) plus
 extracted rootfs keyed by that digest, which the namespace engine binds. The archive is the
 root of trust: `verify` re-derives the expected tree from it and compares path by path.
 
+A recipe (images/<name>/recipe.toml) names Debian packages, and may prune some that Debian makes
+a dependency but nothing in the image uses; files under images/<name>/rootfs/ are laid over the
+installed tree. Both are part of the recipe's hash, so changing either rebuilds the image.
+
 Two lock files, one format. The host's record ($CORDON_IMAGES_DIR/built.json) says what this
 host built; runs resolve and verify images by it. The tracked images/lock.json is the reference
 pin: a build compares with it and says whether it reproduced it, but only `images pin`, a
@@ -35,7 +39,8 @@ from typing import IO, Any
 from runner.config import PIN_PATH, PROJECT_ROOT, RECIPES_DIR, Paths, paths_from_env
 
 # Bump when the build procedure changes what ends up in the archive, so old builds are redone.
-BUILDER_VERSION = "2"
+# (3: the build host's /etc/resolv.conf and /etc/hostname no longer end up in an image.)
+BUILDER_VERSION = "3"
 
 MMDEBSTRAP_MERGED_USR_HOOK = "/usr/share/mmdebstrap/hooks/merged-usr"
 DPKG_EXCLUDES = (
@@ -49,6 +54,17 @@ DPKG_EXCLUDES = (
 # Mount points the engines bind over; they must exist in a read-only rootfs.
 MOUNT_POINTS = ("input", "output", "tmp", "proc", "dev", "sys")
 GUEST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# mmdebstrap copies the build host's /etc/resolv.conf and /etc/hostname into the tree (for apt's
+# network access). Neither belongs in an image: a guest has no network, and the host's resolver
+# address and name would make the digest depend on the machine that built it.
+HOST_FILES = {"etc/resolv.conf": b"", "etc/hostname": b"sandbox\n"}
+# Files mmdebstrap removes after its own install because they record when and where it ran; a
+# prune writes them again.
+UNREPRODUCIBLE_FILES = (
+    "var/log/dpkg.log", "var/log/alternatives.log", "var/log/apt/history.log", "var/log/apt/term.log",
+    "var/log/apt/eipp.log.xz", "var/cache/ldconfig/aux-cache",
+)  # fmt: skip
+OVERLAY_DIR = "rootfs"  # images/<name>/rootfs/: files laid over the installed tree
 _CHUNK = 1 << 20
 
 Log = Callable[[str], None]
@@ -56,6 +72,15 @@ Log = Callable[[str], None]
 
 class ImageError(RuntimeError):
     """A recipe, build or verification problem, with a message meant for the operator."""
+
+
+@dataclass(frozen=True)
+class OverlayFile:
+    """A file from images/<name>/rootfs/, laid over the installed tree at `path` (relative)."""
+
+    path: str
+    data: bytes
+    executable: bool
 
 
 @dataclass(frozen=True)
@@ -67,6 +92,9 @@ class Recipe:
     source_date_epoch: int
     command: tuple[str, ...]
     sha256: str
+    # Installed as a dependency, then removed with whatever was installed only for them.
+    prune: tuple[str, ...] = ()
+    overlay: tuple[OverlayFile, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -159,6 +187,7 @@ def load_recipe(name: str, recipes_dir: Path = RECIPES_DIR) -> Recipe:
         known = ", ".join(recipe_names(recipes_dir)) or "none"
         raise ImageError(f"no image recipe named {name!r} (known: {known})")
     raw = path.read_bytes()
+    overlay = _load_overlay(path.parent / OVERLAY_DIR)
     try:
         data = tomllib.loads(raw.decode())
         recipe = Recipe(
@@ -168,13 +197,40 @@ def load_recipe(name: str, recipes_dir: Path = RECIPES_DIR) -> Recipe:
             packages=tuple(str(p) for p in data["packages"]),
             source_date_epoch=int(data["source_date_epoch"]),
             command=tuple(str(c) for c in data["command"]),
-            sha256=hashlib.sha256(BUILDER_VERSION.encode() + b"\0" + raw).hexdigest(),
+            sha256=_recipe_sha256(raw, overlay),
+            prune=tuple(str(p) for p in data.get("prune", ())),
+            overlay=overlay,
         )
     except (KeyError, TypeError, ValueError, tomllib.TOMLDecodeError) as exc:
         raise ImageError(f"{path}: malformed recipe: {exc}") from exc
     if not recipe.packages or not all(_is_package_name(p) for p in recipe.packages):
         raise ImageError(f"{path}: packages must be a non-empty list of Debian package names")
+    if not all(_is_package_name(p) for p in recipe.prune) or set(recipe.prune) & set(recipe.packages):
+        raise ImageError(f"{path}: prune must list Debian package names that packages does not")
     return recipe
+
+
+def _load_overlay(root: Path) -> tuple[OverlayFile, ...]:
+    """The files under images/<name>/rootfs/, in a fixed order: regular files and directories only
+    (a link could point the build anywhere on the host)."""
+    if not root.is_dir():
+        return ()
+    files = []
+    for path in _walk(root):
+        st = path.lstat()
+        if stat.S_ISDIR(st.st_mode):
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            raise ImageError(f"{path}: an image overlay holds regular files and directories only")
+        files.append(OverlayFile(str(path.relative_to(root)), path.read_bytes(), bool(st.st_mode & 0o111)))
+    return tuple(files)
+
+
+def _recipe_sha256(raw: bytes, overlay: tuple[OverlayFile, ...]) -> str:
+    digest = hashlib.sha256(BUILDER_VERSION.encode() + b"\0" + raw)
+    for f in overlay:  # what lands in the tree: path, executable bit, content
+        digest.update(b"\0%s\0%d\0%s" % (f.path.encode(), f.executable, hashlib.sha256(f.data).digest()))
+    return digest.hexdigest()
 
 
 def _is_package_name(name: str) -> bool:
@@ -404,7 +460,13 @@ class ImageStore:
             tree = work / "rootfs"
             log(f"{recipe.name}: mmdebstrap {recipe.suite} {' '.join(recipe.packages)}")
             _mmdebstrap(recipe, tree, work / "mmdebstrap.log")
+            if recipe.prune:
+                pruned = _prune(recipe, tree, work / "prune.log")
+                log(f"{recipe.name}: pruned {len(pruned)} packages: {' '.join(pruned)}")
             packages = _package_manifest(tree)
+            _replace_host_files(tree)
+            _lay_overlay(recipe, tree)
+            _byte_compile_overlay(recipe, tree, work / "compile.log")
             _finish_tree(tree, recipe.source_date_epoch)
             archive_tmp = work / "image.tar"
             digest = _write_archive(recipe, tree, work, archive_tmp)
@@ -513,6 +575,135 @@ def _mmdebstrap(recipe: Recipe, target: Path, log_path: Path) -> None:
     if proc.returncode != 0:
         tail = log_path.read_text(errors="replace")[-2000:]
         raise ImageError(f"{recipe.name}: mmdebstrap failed with status {proc.returncode}:\n{tail}")
+
+
+def _prune(recipe: Recipe, tree: Path, log_path: Path) -> list[str]:
+    """Remove the recipe's pruned packages and whatever was installed only for them; return what
+    was removed. Debian declares some build tools as run-time dependencies (python3-scipy depends
+    on the pythran compiler, which brings g++, Boost's headers and a BLAS for development): dpkg
+    removes them with --force-depends, so the image's package database records their absence."""
+    installed = _dependency_graph(tree)
+    missing = sorted(set(recipe.prune) - set(installed))
+    if missing:
+        raise ImageError(f"{recipe.name}: the recipe prunes {', '.join(missing)}, which the build did not install")
+    essential = {name for name, pkg in installed.items() if pkg.essential}
+    if essential & set(recipe.prune):
+        raise ImageError(
+            f"{recipe.name}: the recipe prunes essential packages: {', '.join(essential & set(recipe.prune))}"
+        )
+    roots = set(recipe.packages) | essential
+    remove = sorted(set(installed) - _needed(roots, installed, excluded=set(recipe.prune)))
+    argv = ["chroot", str(tree), "dpkg", "--purge", "--force-depends", *remove]
+    env = {"PATH": GUEST_PATH, "LANG": "C.UTF-8", "DEBIAN_FRONTEND": "noninteractive",
+           "SOURCE_DATE_EPOCH": str(recipe.source_date_epoch)}  # fmt: skip
+    with open(log_path, "wb") as log:
+        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env)
+    if proc.returncode != 0:
+        tail = log_path.read_text(errors="replace")[-2000:]
+        raise ImageError(f"{recipe.name}: removing pruned packages failed with status {proc.returncode}:\n{tail}")
+    for name in UNREPRODUCIBLE_FILES:
+        (tree / name).unlink(missing_ok=True)
+    return remove
+
+
+@dataclass(frozen=True)
+class _Package:
+    essential: bool
+    depends: tuple[tuple[str, ...], ...]  # each a group of alternatives
+
+
+def _dependency_graph(tree: Path) -> dict[str, _Package]:
+    """The installed packages' dependencies (Depends and Pre-Depends), virtual names resolved to
+    the installed packages that provide them; versions are not needed (the tree is consistent)."""
+    fmt = "${db:Status-Abbrev}\t${Package}\t${Essential}\t${Provides}\t${Pre-Depends}, ${Depends}\n"
+    out = subprocess.run(
+        ["dpkg-query", f"--admindir={tree / 'var/lib/dpkg'}", "-W", "-f", fmt],
+        check=True, capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    rows = [line.split("\t")[1:] for line in out.splitlines() if line.startswith("ii")]
+    providers: dict[str, list[str]] = {name: [name] for name, *_ in rows}  # a real package first
+    for name, _, provides, _ in rows:
+        for virtual in _names(provides):
+            providers.setdefault(virtual, []).append(name)
+    graph = {}
+    for name, essential, _, depends in rows:
+        groups = tuple(
+            tuple(p for alternative in group.split("|") for p in providers.get(_names(alternative)[0], []))
+            for group in depends.split(",")
+            if group.strip()
+        )
+        graph[name] = _Package(essential == "yes", groups)
+    return graph
+
+
+def _names(field: str) -> list[str]:
+    """Package names from a dependency-style field ("a (>= 1), b:any" -> ["a", "b"])."""
+    return [item.split()[0].split(":")[0] for item in field.split(",") if item.strip()]
+
+
+def _needed(roots: set[str], graph: Mapping[str, _Package], *, excluded: set[str]) -> set[str]:
+    """Every package the roots need, each group of alternatives met by its first installed,
+    non-excluded choice (the one apt chose); a group left with no choice is what the prune breaks."""
+    needed: set[str] = set()
+    todo = [name for name in roots if name in graph]
+    while todo:
+        name = todo.pop()
+        if name in needed or name in excluded:
+            continue
+        needed.add(name)
+        for group in graph[name].depends:
+            choice = next((p for p in group if p not in excluded), None)
+            if choice is not None:
+                todo.append(choice)
+    return needed
+
+
+def _replace_host_files(tree: Path) -> None:
+    for name, content in HOST_FILES.items():
+        path = tree / name
+        if path.is_symlink() or path.exists():
+            path.unlink()
+        path.write_bytes(content)
+
+
+def _lay_overlay(recipe: Recipe, tree: Path) -> None:
+    """Write the recipe's overlay files into the tree. Each lands in a real directory of the tree
+    and replaces a regular file or a link (the link itself: nothing is written through one)."""
+    for f in recipe.overlay:
+        target = tree / f.path
+        for parent in reversed(target.relative_to(tree).parents[:-1]):
+            where = tree / parent
+            if where.is_symlink() or (where.exists() and not where.is_dir()):
+                raise ImageError(f"{recipe.name}: overlay file /{f.path}: /{parent} is not a directory in the image")
+            where.mkdir(exist_ok=True)
+        if target.exists() and not target.is_symlink() and not target.is_file():
+            raise ImageError(f"{recipe.name}: overlay file /{f.path} would replace a directory")
+        target.unlink(missing_ok=True)
+        target.write_bytes(f.data)
+        os.chmod(target, 0o755 if f.executable else 0o644)
+
+
+def _byte_compile_overlay(recipe: Recipe, tree: Path, log_path: Path) -> None:
+    """Byte-compile the overlay's Python files with the image's own python3 into checked-hash
+    .pyc files, as Debian's py3compile does for its packages (a read-only image can never cache
+    them, so an uncompiled module would be compiled again by every program that imports it)."""
+    sources = [f"/{f.path}" for f in recipe.overlay if f.path.endswith(".py")]
+    if not sources:
+        return
+    code = (
+        "import py_compile, sys\n"
+        "for path in sys.argv[1:]:\n"
+        "    py_compile.compile(path, doraise=True, invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)\n"
+    )
+    # -I -S -B: no site (neither the overlay's hook nor a .pth runs), and no other .pyc is written.
+    argv = ["chroot", str(tree), "/usr/bin/python3", "-I", "-S", "-B", "-c", code, *sources]
+    with open(log_path, "wb") as log:
+        proc = subprocess.run(
+            argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env={"PATH": GUEST_PATH}
+        )
+    if proc.returncode != 0:
+        tail = log_path.read_text(errors="replace")[-2000:]
+        raise ImageError(f"{recipe.name}: byte-compiling the overlay failed with status {proc.returncode}:\n{tail}")
 
 
 def _package_manifest(tree: Path) -> tuple[str, ...]:

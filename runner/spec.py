@@ -85,7 +85,9 @@ class Limits:
 
     wall_timeout_s: float = _limit(10.0, "s", "wall-clock deadline on the host's clock, from the program's start")
     cpu_time_s: float = _limit(10.0, "s", "CPU time of all the run's processes together")
-    memory_mib: int = _limit(256, "MiB", "memory of the program and its children")
+    memory_mib: int = _limit(
+        256, "MiB", "memory of the program and its children; where /tmp and /output are held in memory, their files too"
+    )
     cpus: float = _limit(1.0, "CPUs", "CPU bandwidth (0.5 = half of one CPU)")
     max_processes: int = _limit(64, "processes", "processes and threads alive at once")
     stdout_max_bytes: int = _limit(1 * MIB, "bytes", "stdout kept; the run is stopped when it passes this")
@@ -204,7 +206,11 @@ class RunResult:
     signal: int | None = None
     wall_s: float | None = None
     cpu_s: float | None = None
+    # The program's own memory at its peak, comparable to limits.memory_mib (None where the host
+    # cannot tell it from the sandbox's, as in a VM); the bytes its files in /tmp and /output held
+    # at their peak (in a namespace sandbox these are memory too, within the same limit).
     peak_memory_bytes: int | None = None
+    peak_file_bytes: int | None = None
     stdout_bytes: int = 0
     stderr_bytes: int = 0
     stdout_truncated: bool = False
@@ -240,6 +246,7 @@ class RunResult:
             "wall_s": self.wall_s,
             "cpu_s": self.cpu_s,
             "peak_memory_bytes": self.peak_memory_bytes,
+            "peak_file_bytes": self.peak_file_bytes,
             "stdout_bytes": self.stdout_bytes,
             "stderr_bytes": self.stderr_bytes,
             "stdout_truncated": self.stdout_truncated,

@@ -49,8 +49,18 @@ _READ_SIZE = 1 << 16
 # What of each stream the supervisor keeps even when it does not keep the streams: enough of
 # stderr for the sandbox's own start-up complaint and for the V8 heap-exhaustion line.
 TAIL_BYTES = 4096
+# The run's figures are read this often, to enforce the CPU limit and to see OOM kills and the
+# process cap; the first read waits as long, so a program that ends sooner costs none.
 SAMPLE_INTERVAL_S = 0.05
-EVENT_SAMPLE_INTERVAL_S = 0.5
+# How often a reading is also recorded (a `sample` event), by time since the program started:
+# densely at first, so that a half-second run has a curve, then ever more sparsely, so that a
+# five-minute run has some 360 rows, not 6000.
+RECORD_INTERVALS_S = ((2.0, 0.05), (10.0, 0.25), (float("inf"), 1.0))
+
+
+def record_interval(t: float) -> float:
+    """Seconds until the next recorded sample, `t` seconds after the program started."""
+    return next(interval for until, interval in RECORD_INTERVALS_S if t < until)
 
 
 @dataclass(frozen=True)
@@ -193,7 +203,7 @@ class Supervisor:
                     "sandbox_setup_failed", f"the sandbox did not start the program: {said}", retryable=True
                 )
             _announce(emit, Phase.EXPORTING)
-            self._record(result, collected, evidence)
+            self._record(result, collected, evidence, engine)
             if result.cpu_s is not None and cpu_at_ready is not None:
                 result.cpu_s = round(max(0.0, result.cpu_s - cpu_at_ready), 4)  # the boot is not the job's
             evidence.runtime_heap_exhausted = spec.runtime == "node" and _v8_heap_exhausted(collected, streams)
@@ -305,7 +315,8 @@ class Supervisor:
         ready_at: float | None = None
         cpu_at_ready: float | None = None
         deadline = float("inf")
-        next_sample = next_event_sample = t_start
+        next_sample = t_start + SAMPLE_INTERVAL_S
+        next_record = 0.0  # seconds after the program started
         exited_at: float | None = None
         try:
             while selector.get_map():
@@ -327,10 +338,11 @@ class Supervisor:
                     sample = engine.sample(ctx)
                     used = None if sample.cpu_s is None else sample.cpu_s - (cpu_at_ready or 0.0)
                     usage = Usage(used, sample.oom_kills, sample.process_cap_hits)
-                    if now >= next_event_sample and ready_at is not None:
-                        next_event_sample = now + EVENT_SAMPLE_INTERVAL_S
-                        emit({"type": "sample", "t": round(now - ready_at, 3), "cpu_s": used,
-                              "memory_bytes": sample.memory_bytes})  # fmt: skip
+                    if ready_at is not None and now - ready_at >= next_record:
+                        t = now - ready_at
+                        next_record = t + record_interval(t) - SAMPLE_INTERVAL_S / 2  # a reading's jitter
+                        emit({"type": "sample", "t": round(t, 3), "cpu_s": None if used is None else round(used, 4),
+                              "memory_bytes": sample.memory_bytes, "file_bytes": sample.file_bytes})  # fmt: skip
                 ready = ready_at is not None
                 self._enforce(engine, ctx, evidence, cancelled, usage, ready, now, boot_deadline, deadline)
                 if process.poll() is not None:
@@ -428,10 +440,13 @@ class Supervisor:
             handle.write(ctx.spec.script)
 
     @staticmethod
-    def _record(result: RunResult, collected: Collected, evidence: Evidence) -> None:
+    def _record(result: RunResult, collected: Collected, evidence: Evidence, engine: Engine) -> None:
         result.exit_code, result.signal = collected.exit_code, collected.signal
         result.cpu_s = None if collected.cpu_s is None else round(collected.cpu_s, 4)
         result.peak_memory_bytes = collected.peak_memory_bytes
+        result.peak_file_bytes = collected.peak_file_bytes
+        result.evidence["cgroup_peak_memory_bytes"] = collected.cgroup_peak_memory_bytes
+        evidence.memory_file_bytes = collected.peak_file_bytes if engine.files_in_memory_limit else None
         evidence.exit_code, evidence.signal = collected.exit_code, collected.signal
         evidence.oom_kills = collected.oom_kills
         evidence.process_cap_hits = collected.process_cap_hits

@@ -28,7 +28,10 @@ from runner.supervisor import Supervisor
 
 HEARTBEAT_S = 3.0
 CANCEL_POLL_S = 0.25
+# A run's stored resource samples: [[t_s, cpu_s, memory_bytes, file_bytes], ...] (Run.samples),
+# memory_bytes being the program's own and file_bytes what its files in /tmp and /output hold.
 Samples = list[list[float | None]]
+SAMPLES_MAX = 600
 
 
 def run_execute(*, run_id: str, worker: str) -> Run | None:
@@ -44,7 +47,7 @@ def run_execute(*, run_id: str, worker: str) -> Run | None:
             run_spec(run=run), on_event=events, cancelled=events.cancelled, output_dir=Path(exported),
             run_id=run.id.hex[:16], keep_output=False,
         )  # fmt: skip
-        final = run_finish(run=run, result=result, exported=Path(exported), samples=events.samples)
+        final = run_finish(run=run, result=result, exported=Path(exported), samples=events.samples.rows)
     events.live.send(final_message(final))
     return final
 
@@ -115,6 +118,7 @@ def run_finish(*, run: Run, result: RunResult, exported: Path | None, samples: S
         "wall_s": result.wall_s,
         "cpu_s": result.cpu_s,
         "peak_memory_bytes": result.peak_memory_bytes,
+        "peak_file_bytes": result.peak_file_bytes,
         "stdout_bytes": result.stdout_bytes,
         "stderr_bytes": result.stderr_bytes,
         "stdout_truncated": result.stdout_truncated,
@@ -157,6 +161,26 @@ def run_finish(*, run: Run, result: RunResult, exported: Path | None, samples: S
 # --- the supervisor's events ----------------------------------------------------------------
 
 
+class SampleRows:
+    """A run's samples as stored, at most `limit` rows however long it runs: when full, every
+    second row goes, and from then on every second new one is kept, so the rows stay spread over
+    the whole run (the supervisor's own spacing, dense at first, sparser later, is kept)."""
+
+    def __init__(self, limit: int = SAMPLES_MAX) -> None:
+        self.rows: Samples = []
+        self.limit = limit
+        self.stride = 1
+        self.seen = 0
+
+    def add(self, row: list[float | None]) -> None:
+        if self.seen % self.stride == 0:
+            self.rows.append(row)
+            if len(self.rows) > self.limit:
+                del self.rows[1::2]
+                self.stride *= 2
+        self.seen += 1
+
+
 class RunEvents:
     """The supervisor's events of one run, as they come: chunks to the stored log and, batched,
     to the live group; phases to state rows and live `state` messages; samples kept for the
@@ -166,7 +190,7 @@ class RunEvents:
     def __init__(self, *, run: Run, live: LivePublisher, clock: Callable[[], float] = time.monotonic) -> None:
         self.run, self.live, self.clock = run, live, clock
         self.batcher = ChunkBatcher(clock=clock)
-        self.samples: Samples = []
+        self.samples = SampleRows()
         self.cancel = False
         self.next_heartbeat = 0.0
         self.next_cancel_poll = 0.0
@@ -183,7 +207,7 @@ class RunEvents:
             if run_advance(run=self.run, state=state, detail=detail):
                 self.live.send(state_message(state, at=time.time()))
         elif kind == "sample":
-            self.samples.append([event["t"], event["cpu_s"], event["memory_bytes"]])
+            self.samples.add([event["t"], event["cpu_s"], event["memory_bytes"], event["file_bytes"]])
         elif kind == "final":
             self.live.send_all(self.batcher.flush(final=True))
         self._maybe_heartbeat()
@@ -201,5 +225,5 @@ class RunEvents:
         now = self.clock()
         if now >= self.next_heartbeat:
             self.next_heartbeat = now + HEARTBEAT_S
-            self.cancel = run_heartbeat(run=self.run, samples=self.samples) or self.cancel
+            self.cancel = run_heartbeat(run=self.run, samples=self.samples.rows) or self.cancel
             self.next_cancel_poll = now + CANCEL_POLL_S

@@ -10,6 +10,7 @@ check, what it removed and what survived. Before any of it, admission reserves t
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +27,18 @@ GUEST_ENV = {
     "LANG": "C.UTF-8",
     "PYTHONUNBUFFERED": "1",
     "PYTHONDONTWRITEBYTECODE": "1",
+    # The inputs are on the module path: `require('helper')` finds /input/helper.js, after Node's
+    # own modules and any node_modules. (The python image appends /input to sys.path itself, after
+    # the standard library and the installed packages; PYTHONPATH would put it before them.)
+    "NODE_PATH": "/input",
 }
+
+
+def guest_env(limits: Limits) -> dict[str, str]:
+    """GUEST_ENV for one run. OpenMP (scikit-learn's parallel loops) starts a thread for every CPU
+    it can see, and a namespace sandbox sees all of the host's: on a big host that is more than
+    the process cap, and libgomp gives up. A run gets the threads its CPU limit can keep busy."""
+    return {**GUEST_ENV, "OMP_NUM_THREADS": str(max(1, math.ceil(limits.cpus)))}
 
 
 # Host memory a run costs outside its cgroups (mounts, namespaces, pipes, the supervisor's
@@ -97,8 +109,13 @@ class RunContext:
 
 @dataclass(frozen=True)
 class Sample:
+    """The run's figures at one moment. `memory_bytes` is the program's own memory: what the run's
+    memory cgroup holds less its files' pages (None where the host cannot tell them apart, as in a
+    VM); `file_bytes`, what the files in its writable areas (/tmp, /output) hold."""
+
     cpu_s: float | None
     memory_bytes: int | None
+    file_bytes: int | None
     oom_kills: int
     process_cap_hits: int
 
@@ -108,7 +125,9 @@ class Collected:
     exit_code: int | None
     signal: int | None
     cpu_s: float | None
-    peak_memory_bytes: int | None
+    peak_memory_bytes: int | None  # the program's own, as in Sample.memory_bytes
+    peak_file_bytes: int | None
+    cgroup_peak_memory_bytes: int | None  # all the run's memory cgroup held at its peak (a VM: VMM and guest)
     oom_kills: int
     process_cap_hits: int
     scratch_full: bool
@@ -128,6 +147,11 @@ class Engine(ABC):
     # Whether a SIGKILL that the host did not send can only be the sandbox's own OOM killer (a
     # guest kernel's): nothing else inside kills the program with it.
     sigkill_means_guest_oom: ClassVar[bool] = False
+    # Whether the run's memory cgroup holds just the program and the files in its writable areas
+    # (tmpfs: memory), under the one limit memory_mib. Then the program's own memory is the
+    # cgroup's less its files' pages, and files count against the limit. Otherwise (a VM's cgroup
+    # holds the VMM and the guest's RAM) the host cannot see the program's share: it is unknown.
+    files_in_memory_limit: ClassVar[bool] = False
 
     @abstractmethod
     def cgroup_limits(self, limits: Limits) -> CgroupLimits:

@@ -10,7 +10,7 @@ import subprocess
 import time
 from abc import abstractmethod
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Generic, TypeVar
 
@@ -28,12 +28,38 @@ OUTPUT_AREA_SLACK_BYTES = 64 * 1024
 
 
 @dataclass
+class Peaks:
+    """The highest figures the samples saw. The kernel keeps the peak of the whole memory cgroup
+    only, not of the program's part of it, so the program's peak is worked out from both."""
+
+    memory: int | None = None  # the program's own, at a sample
+    files: int | None = None
+
+    def add(self, memory: int | None, files: int | None) -> None:
+        if memory is not None:
+            self.memory = memory if self.memory is None else max(self.memory, memory)
+        if files is not None:
+            self.files = files if self.files is None else max(self.files, files)
+
+    def program(self, cgroup_peak: int | None) -> int | None:
+        """The program's peak: the cgroup's own peak less the most its files ever held (at the
+        cgroup's peak they held no more), or the highest sample if that is higher. Neither counts
+        more than the program had; the first also sees a peak between two samples (an OOM kill's)."""
+        found = [m for m in (self.memory, program_bytes(cgroup_peak, self.files)) if m is not None]
+        return max(found) if found else None
+
+
+@dataclass
 class CgroupState(RunState):
     """What every cgroup-held run has: its cgroups, and the read end of the pipe on which the
     engine's process reports (bwrap's JSON status, the smolvm child's control events)."""
 
     cgroup: RunCgroup
     control_fd: int | None = None
+    # What the host itself put in the writable areas before the program started (the script):
+    # its pages are charged to the supervisor, not to the run, and are not the program's files.
+    files_at_start: int = 0
+    peaks: Peaks = field(default_factory=Peaks)
 
 
 StateT = TypeVar("StateT", bound=CgroupState)
@@ -134,6 +160,7 @@ class CgroupEngine(Engine, Generic[StateT]):
 
     def start(self, ctx: RunContext) -> Process:
         state = self.state(ctx)
+        state.files_at_start = areas_used_bytes(self.file_areas(ctx)) or 0
         control_read, control_write = os.pipe()
         fds = {"control": control_write}
         try:
@@ -165,8 +192,14 @@ class CgroupEngine(Engine, Generic[StateT]):
         return [] if fd is None else [fd]
 
     def sample(self, ctx: RunContext) -> Sample:
-        cgroup = self.state(ctx).cgroup
-        return Sample(cgroup.cpu_seconds(), cgroup.memory_bytes(), cgroup.oom_kills(), self._process_cap_hits(cgroup))
+        state = self.state(ctx)
+        cgroup = state.cgroup
+        files = self._file_bytes(ctx, state)
+        memory = None
+        if self.files_in_memory_limit:
+            memory = program_bytes(cgroup.memory_bytes(), files)
+        state.peaks.add(memory, files)
+        return Sample(cgroup.cpu_seconds(), memory, files, cgroup.oom_kills(), self._process_cap_hits(cgroup))
 
     def stop(self, ctx: RunContext, *, grace_s: float) -> str:
         if ctx.state is None:
@@ -177,13 +210,18 @@ class CgroupEngine(Engine, Generic[StateT]):
         return method
 
     def collect(self, ctx: RunContext) -> Collected:
-        cgroup = self.state(ctx).cgroup
+        state = self.state(ctx)
+        cgroup = state.cgroup
         exit_code, signo = self.exit_status(ctx)
+        state.peaks.add(None, self._file_bytes(ctx, state))  # the files as the program left them
+        cgroup_peak = cgroup.memory_peak_bytes()
         return Collected(
             exit_code=exit_code,
             signal=signo,
             cpu_s=cgroup.cpu_seconds(),
-            peak_memory_bytes=cgroup.memory_peak_bytes(),
+            peak_memory_bytes=state.peaks.program(cgroup_peak) if self.files_in_memory_limit else None,
+            peak_file_bytes=state.peaks.files,
+            cgroup_peak_memory_bytes=cgroup_peak,
             oom_kills=cgroup.oom_kills(),
             process_cap_hits=self._process_cap_hits(cgroup),
             scratch_full=area_full(ctx.scratch_dir) if self.scratch_on_host else False,
@@ -206,6 +244,14 @@ class CgroupEngine(Engine, Generic[StateT]):
 
     def _process_cap_hits(self, cgroup: RunCgroup) -> int:
         return cgroup.pids_max_hits() if self.process_cap_on_host else 0
+
+    def file_areas(self, ctx: RunContext) -> list[Path]:
+        """The run's writable areas that are host tmpfs mounts: their pages are the run's memory."""
+        return [ctx.scratch_dir, ctx.output_dir] if self.scratch_on_host else [ctx.output_dir]
+
+    def _file_bytes(self, ctx: RunContext, state: CgroupState) -> int | None:
+        held = areas_used_bytes(self.file_areas(ctx))
+        return None if held is None else max(0, held - state.files_at_start)
 
 
 def _spawn(launch: Launch, drop: Drop, procs_files: list[str], passed: list[int]) -> Process:
@@ -384,6 +430,26 @@ def reap(process: Process | None) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
+
+
+def program_bytes(charged: int | None, files: int | None) -> int | None:
+    """The program's own memory: what its memory cgroup holds, less its files' tmpfs pages."""
+    if charged is None or files is None:
+        return None
+    return max(0, charged - files)
+
+
+def areas_used_bytes(areas: list[Path]) -> int | None:
+    """Bytes the files in these tmpfs areas hold (whole pages, as they are charged); None if one
+    cannot be read. One statfs each: cheap enough for every sample."""
+    total = 0
+    for area in areas:
+        try:
+            stats = os.statvfs(area)
+        except OSError:
+            return None
+        total += (stats.f_blocks - stats.f_bfree) * stats.f_frsize
+    return total
 
 
 def area_full(path: Path) -> bool:

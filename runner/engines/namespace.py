@@ -19,7 +19,7 @@ from functools import lru_cache
 
 from runner import hostfs
 from runner.cgroups import CgroupLayout
-from runner.engines.base import GUEST_ENV, CgroupLimits, RunContext
+from runner.engines.base import CgroupLimits, RunContext, guest_env
 from runner.engines.common import (
     CgroupEngine,
     CgroupState,
@@ -28,7 +28,6 @@ from runner.engines.common import (
     bind_views,
     decode_exit_status,
     mount_output_area,
-    output_area_bytes,
     processes_of_uid,
 )
 from runner.seccomp import bpf_fd
@@ -48,6 +47,7 @@ class NamespaceEngine(CgroupEngine[NamespaceState]):
     name = "namespace"
     isolation = "namespace"
     state_type = NamespaceState
+    files_in_memory_limit = True  # see cgroup_limits
 
     def __init__(self, *, cgroup_parent: str = "cordon", layout: CgroupLayout | None = None):
         super().__init__(cgroup_parent=cgroup_parent, layout=layout)
@@ -63,10 +63,13 @@ class NamespaceEngine(CgroupEngine[NamespaceState]):
         return _bwrap_version(self.bwrap, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
     def cgroup_limits(self, limits: Limits) -> CgroupLimits:
-        # The run's memory cgroup also carries its tmpfs areas, so they are added on top.
-        memory = (limits.memory_mib + limits.disk_mib) * MIB + output_area_bytes(limits) + SHM_BYTES
+        # The limit holds everything the run keeps in memory: the program, and the files in its
+        # tmpfs areas (/tmp, /output, /dev/shm), whose pages are charged to the same cgroup. With
+        # the areas' sizes added on top, a program whose areas were empty had their room too (a
+        # 128 MiB memory bomb reached 216 MiB): the kernel cannot keep the two apart, so the
+        # figure the user set is the whole, and the files' share is reported beside the program's.
         return CgroupLimits(
-            memory_bytes=memory,
+            memory_bytes=limits.memory_mib * MIB,
             pids_max=limits.max_processes + 2,  # + bwrap and its init
             cpus=limits.cpus,
         )
@@ -86,7 +89,7 @@ class NamespaceEngine(CgroupEngine[NamespaceState]):
         fds["output"] = os.open(ctx.output_dir, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         fds["seccomp"] = bpf_fd()
         return Launch(
-            argv=bwrap_argv(self.bwrap, fds, ctx.argv),
+            argv=bwrap_argv(self.bwrap, fds, ctx.argv, guest_env(ctx.limits)),
             env={"PATH": "/usr/bin:/bin"},
             drop=Drop(uid=ctx.uid, rlimits=rlimits(ctx)),
         )
@@ -127,7 +130,7 @@ def _bwrap_version(path: str, *identity: int) -> str:
     return out.strip() or "bubblewrap (unknown version)"
 
 
-def bwrap_argv(bwrap: str, fds: dict[str, int], program: list[str]) -> list[str]:
+def bwrap_argv(bwrap: str, fds: dict[str, int], program: list[str], env: dict[str, str]) -> list[str]:
     """The bwrap command line, in a fixed, reviewed order. Directories come in as fds, and bwrap
     reports the program's pid and exit status as JSON on fds["control"]."""
     argv = [
@@ -145,7 +148,7 @@ def bwrap_argv(bwrap: str, fds: dict[str, int], program: list[str]) -> list[str]
         "--bind-fd", str(fds["output"]), "/output",
         "--clearenv",
     ]  # fmt: skip
-    for key, value in GUEST_ENV.items():
+    for key, value in env.items():
         argv += ["--setenv", key, value]
     argv += [
         "--chdir", "/tmp",

@@ -27,7 +27,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from runner.cgroups import CgroupLayout
-from runner.engines.base import GUEST_ENV, CgroupLimits, RunContext
+from runner.engines.base import CgroupLimits, RunContext, guest_env
 from runner.engines.common import (
     CgroupEngine,
     CgroupState,
@@ -176,7 +176,7 @@ def child_config(
         ],
         output_dir=str(ctx.output_dir),
         argv=guest_argv(ctx),
-        env=dict(GUEST_ENV),
+        env=guest_env(limits),
         user=GUEST_UID,
         workdir=GUEST_WORKDIR,
         # The guest's own timeout is a backstop; the supervisor's deadline on the host decides.
@@ -188,9 +188,9 @@ def child_config(
 
 def guest_argv(ctx: RunContext) -> list[str]:
     """The program with exactly Cordon's guest environment (the agent's container adds its own,
-    e.g. TERM; the namespace engine's job sees GUEST_ENV and PWD, so this one does too), under
+    e.g. TERM; the namespace engine's job sees guest_env and PWD, so this one does too), under
     an in-guest process cap (the guest kernel has no pids cgroup for it)."""
-    env = [f"{key}={value}" for key, value in sorted({**GUEST_ENV, "PWD": GUEST_WORKDIR}.items())]
+    env = [f"{key}={value}" for key, value in sorted({**guest_env(ctx.limits), "PWD": GUEST_WORKDIR}.items())]
     return [
         "/usr/bin/env", "-i", *env,
         "/usr/bin/prlimit", f"--nproc={ctx.limits.max_processes}", "--core=0", "--", *ctx.argv,
@@ -213,6 +213,10 @@ class SmolvmEngine(CgroupEngine[SmolvmState]):
     # guest's own OOM kills are inside the VM and reported through the exit status only.
     process_cap_on_host = False  # guest processes are capped inside; the host cap bounds VMM threads
     scratch_on_host = False  # the guest's disks are not visible from the host
+    # The host sees the VMM's memory (the guest's RAM as far as touched, its kernel and page cache
+    # included, and smolvm's own), never the program's share of it: that is unknown, not a guess.
+    # The guest's RAM is memory_mib; the output area is host memory beside it.
+    files_in_memory_limit = False
     # Stop kills the child and the VMM at once: the host cannot signal the guest's program, and a
     # graceful machine delete would let it run on past the deadline (seen: +2 s under emulated
     # KVM). Teardown deletes the machine record through smolvm's CLI.

@@ -4,6 +4,7 @@ the run's record (its timings too) in one place."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from datetime import timedelta
 from typing import Any
@@ -16,7 +17,7 @@ from playground.live import LiveMessage, LivePublisher
 from playground.models import Run, RunEvent, RunState
 from playground.services import runs as run_services
 from playground.services.accounts import token_create
-from playground.services.execution import RunEvents, run_claim, run_finish, run_spec
+from playground.services.execution import RunEvents, SampleRows, run_claim, run_finish, run_spec
 from runner.spec import CleanupCheck, Limits, Outcome, RunResult
 from tests.playground.conftest import in_parallel
 from tests.playground.factories import UserFactory
@@ -110,12 +111,13 @@ def test_the_result_becomes_the_record_with_its_timings_shown_in_the_run_detail(
     result = RunResult(
         outcome=Outcome.SUCCEEDED, run_id="r", exit_code=0, wall_s=0.5, cpu_s=0.25, stdout_bytes=2,
         cleanup=[CleanupCheck("staging", True, "removed")], engine="smolvm", isolation="vm",
-        timings={"start_s": 0.123456, "boot_s": 1.5, "total_s": 2.25},
+        timings={"start_s": 0.123456, "boot_s": 1.5, "total_s": 2.25}, peak_memory_bytes=None, peak_file_bytes=4096,
     )  # fmt: skip
-    finished = run_finish(run=claimed, result=result, exported=None, samples=[[0.5, 0.25, 1024]])
+    finished = run_finish(run=claimed, result=result, exported=None, samples=[[0.5, 0.25, None, 4096]])
     assert (finished.state, finished.outcome, finished.cleanup_ok) == (RunState.FINISHED, "succeeded", True)
     assert finished.timings == {"start_s": 0.1235, "boot_s": 1.5, "total_s": 2.25}
-    assert run_finish(run=claimed, result=result, exported=None, samples=[]).samples == [[0.5, 0.25, 1024]]
+    assert (finished.peak_memory_bytes, finished.peak_file_bytes) == (None, 4096)  # a VM's program: unknown
+    assert run_finish(run=claimed, result=result, exported=None, samples=[]).samples == [[0.5, 0.25, None, 4096]]
     assert _states(run) == ["claimed", "finished"]  # written once: the second finish changed nothing
     client = Client(HTTP_AUTHORIZATION=f"Bearer {token_create(user=run.owner)}")
     shown = client.get(f"/api/runs/{run.id}").json()
@@ -134,3 +136,29 @@ def test_the_spec_takes_the_runs_limits_through_the_record_and_an_old_record_get
     spec = run_spec(run=run)
     assert spec.limits == Limits(wall_timeout_s=3.0, memory_mib=128)
     assert (spec.runtime, spec.script, spec.engine) == ("python", b"print(1)", "namespace")
+
+
+def test_samples_are_stored_as_time_cpu_memory_and_file_bytes() -> None:
+    run = _queued_run()
+    claimed = run_claim(run_id=str(run.id), worker="here")
+    assert claimed is not None
+    events = RunEvents(run=claimed, live=RecordingPublisher(run.id))
+    events({"type": "sample", "t": 0.05, "cpu_s": 0.01, "memory_bytes": 5 << 20, "file_bytes": 100 << 20})
+    assert events.samples.rows == [[0.05, 0.01, 5 << 20, 100 << 20]]
+
+
+def test_a_long_runs_samples_are_thinned_evenly_to_at_most_the_limit() -> None:
+    rows = SampleRows(limit=600)
+    for second in range(5000):
+        rows.add([float(second), None, None, None])
+    times = [float(row[0] or 0) for row in rows.rows]
+    assert 300 <= len(times) <= 600
+    [gap] = {b - a for a, b in itertools.pairwise(times)}  # evenly spread
+    assert times[0] == 0.0 and times[-1] > 5000 - 1 - gap  # over the whole run, to its end
+
+
+def test_a_short_runs_samples_are_all_kept() -> None:
+    rows = SampleRows(limit=600)
+    for index in range(40):
+        rows.add([index * 0.05, None, None, None])
+    assert len(rows.rows) == 40

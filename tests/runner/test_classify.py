@@ -86,3 +86,17 @@ def test_exit_statuses_of_the_cli_follow_the_outcome() -> None:
     assert Outcome.SUCCEEDED.exit_status == 0
     assert {o.exit_status for o in (Outcome.FAILED, Outcome.TIMED_OUT, Outcome.MEMORY_LIMIT)} == {1}
     assert {o.exit_status for o in (Outcome.REJECTED_INPUT, Outcome.SANDBOX_ERROR, Outcome.CANCELLED)} == {2}
+
+
+def test_running_out_of_memory_says_how_much_of_it_files_held_when_that_was_a_good_part() -> None:
+    ev = Evidence(oom_kills=1, signal=9, memory_file_bytes=100 * 1024 * 1024)
+    assert classify(ev, LIMITS) == (
+        Outcome.MEMORY_LIMIT,
+        "ran out of its 128 MiB of memory, 100.0 MiB of it held by its files in /tmp and /output",
+    )
+
+
+@pytest.mark.parametrize("files", [None, 0, 4096])
+def test_running_out_of_memory_does_not_mention_files_that_held_little_or_do_not_count(files: int | None) -> None:
+    ev = Evidence(oom_kills=1, signal=9, memory_file_bytes=files)
+    assert classify(ev, LIMITS) == (Outcome.MEMORY_LIMIT, "ran out of its 128 MiB of memory")

@@ -22,7 +22,8 @@ from tests.conftest import child_env
 pytestmark = pytest.mark.images
 
 CONTRACT_KEYS = {
-    "outcome", "exit_code", "signal", "wall_s", "cpu_s", "peak_memory_bytes", "stdout_bytes", "stderr_bytes",
+    "outcome", "exit_code", "signal", "wall_s", "cpu_s", "peak_memory_bytes", "peak_file_bytes", "stdout_bytes",
+    "stderr_bytes",
     "stdout_truncated", "stderr_truncated", "stdout", "stderr", "outputs", "rejected_outputs", "engine",
     "engine_version", "isolation", "image", "cleanup", "error",
 }  # fmt: skip
@@ -58,6 +59,7 @@ def test_json_prints_the_result_object_with_the_image_digest_built_here(project_
         "staging",
     }
     assert result["outputs"] == [{"name": "r.txt", "size": 4, "sha256": hashlib.sha256(b"done").hexdigest()}]
+    assert result["peak_file_bytes"] == 4096  # r.txt's one page; the script the host wrote is not the program's
     assert (out_dir / "r.txt").read_text() == "done"
     assert result["cpu_s"] is not None and result["peak_memory_bytes"] is not None and result["error"] is None
 

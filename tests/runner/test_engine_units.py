@@ -15,7 +15,7 @@ from typing import Any, cast
 import pytest
 
 from runner.cgroups import CgroupLayout, RunCgroup
-from runner.engines.base import GUEST_ENV, RunContext
+from runner.engines.base import GUEST_ENV, RunContext, guest_env
 from runner.engines.common import decode_exit_status
 from runner.engines.namespace import NamespaceEngine, NamespaceState, bwrap_argv, parse_status, rlimits
 from runner.engines.smolvm import ControlChannel, SmolvmEngine, child_config, guest_argv
@@ -38,6 +38,7 @@ from runner.spec import Limits, RunSpec
 
 FDS = {"root": 3, "input": 4, "scratch": 5, "output": 6, "seccomp": 7, "control": 8}
 PROGRAM = ["/usr/bin/python3", "/tmp/main.py"]
+ENV = guest_env(Limits())
 
 
 def _layout(tmp_path: Path) -> CgroupLayout:
@@ -62,8 +63,8 @@ def _pairs(argv: list[str], option: str) -> list[str]:
 
 
 def test_the_bwrap_command_line_is_the_reviewed_one_in_its_fixed_order() -> None:
-    setenv = [word for key, value in GUEST_ENV.items() for word in ("--setenv", key, value)]
-    assert bwrap_argv("/usr/bin/bwrap", FDS, PROGRAM) == [
+    setenv = [word for key, value in ENV.items() for word in ("--setenv", key, value)]
+    assert bwrap_argv("/usr/bin/bwrap", FDS, PROGRAM, ENV) == [
         "/usr/bin/bwrap",
         "--unshare-user", "--uid", "1000", "--gid", "1000",
         "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net", "--unshare-cgroup-try",
@@ -85,7 +86,7 @@ def test_the_bwrap_command_line_is_the_reviewed_one_in_its_fixed_order() -> None
 
 
 def test_every_directory_reaches_bwrap_as_an_fd_never_as_a_host_path() -> None:
-    argv = bwrap_argv("/usr/bin/bwrap", FDS, PROGRAM)
+    argv = bwrap_argv("/usr/bin/bwrap", FDS, PROGRAM, ENV)
     binds = [(argv[i], argv[i + 1], argv[i + 2]) for i, arg in enumerate(argv) if arg.endswith("bind-fd")]
     assert binds == [("--ro-bind-fd", "3", "/"), ("--bind-fd", "5", "/tmp"),
                      ("--ro-bind-fd", "4", "/input"), ("--bind-fd", "6", "/output")]  # fmt: skip
@@ -93,16 +94,21 @@ def test_every_directory_reaches_bwrap_as_an_fd_never_as_a_host_path() -> None:
 
 
 def test_the_environment_is_cleared_before_exactly_the_guest_environment_is_set() -> None:
-    argv = bwrap_argv("/usr/bin/bwrap", FDS, PROGRAM)
+    argv = bwrap_argv("/usr/bin/bwrap", FDS, PROGRAM, ENV)
     first_setenv = argv.index("--setenv")
     assert argv.index("--clearenv") == first_setenv - 1
     set_keys = [argv[i + 1] for i, arg in enumerate(argv) if arg == "--setenv"]
     set_values = [argv[i + 2] for i, arg in enumerate(argv) if arg == "--setenv"]
-    assert dict(zip(set_keys, set_values, strict=True)) == GUEST_ENV
+    assert dict(zip(set_keys, set_values, strict=True)) == ENV == {**GUEST_ENV, "OMP_NUM_THREADS": "1"}
+
+
+@pytest.mark.parametrize(("cpus", "threads"), [(0.5, "1"), (1.0, "1"), (1.5, "2"), (4.0, "4")])
+def test_openmp_gets_the_threads_the_cpu_limit_can_keep_busy_not_one_per_host_cpu(cpus: float, threads: str) -> None:
+    assert guest_env(replace(Limits(), cpus=cpus))["OMP_NUM_THREADS"] == threads
 
 
 def test_the_seccomp_filter_and_the_status_pipe_come_as_the_engines_fds() -> None:
-    argv = bwrap_argv("/usr/bin/bwrap", FDS, PROGRAM)
+    argv = bwrap_argv("/usr/bin/bwrap", FDS, PROGRAM, ENV)
     assert _pairs(argv, "--seccomp") == ["7"]
     assert _pairs(argv, "--json-status-fd") == ["8"]
     assert argv.index("--seccomp") > argv.index("--clearenv")
@@ -110,7 +116,7 @@ def test_the_seccomp_filter_and_the_status_pipe_come_as_the_engines_fds() -> Non
 
 def test_the_program_comes_last_after_a_double_dash_even_when_it_looks_like_options() -> None:
     program = ["--bind", "/", "/host", "--setenv", "X", "1"]
-    argv = bwrap_argv("/usr/bin/bwrap", FDS, program)
+    argv = bwrap_argv("/usr/bin/bwrap", FDS, program, ENV)
     assert argv[argv.index("--") :] == ["--", *program]
     assert argv.index("--") == argv.index("--json-status-fd") + 2
 
@@ -138,7 +144,7 @@ def test_the_process_rlimit_is_a_wide_backstop_behind_the_pids_cgroup(tmp_path: 
 
 def test_the_guest_program_runs_with_exactly_the_guest_environment_under_a_process_cap(tmp_path: Path) -> None:
     argv = guest_argv(_ctx(tmp_path, max_processes=40))
-    env = sorted(f"{key}={value}" for key, value in {**GUEST_ENV, "PWD": "/tmp"}.items())
+    env = sorted(f"{key}={value}" for key, value in {**ENV, "PWD": "/tmp"}.items())
     assert argv == ["/usr/bin/env", "-i", *env, "/usr/bin/prlimit", "--nproc=40", "--core=0", "--", *PROGRAM]
 
 

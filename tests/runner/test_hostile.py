@@ -25,7 +25,7 @@ from runner.admission import Admission, Capacity
 from runner.cgroups import CgroupLayout
 from runner.config import PROJECT_ROOT, paths_from_env
 from runner.engines.namespace import check_available
-from runner.spec import Limits, Outcome, RunResult, RunSpec
+from runner.spec import MIB, Limits, Outcome, RunResult, RunSpec
 from runner.supervisor import Supervisor
 from tests.conftest import child_env
 
@@ -269,6 +269,10 @@ def assert_expected(case: Case, result: RunResult, inputs: Inputs, engine: str) 
 def _assert_evidence(result: RunResult, limits: Limits) -> None:
     """What the outcome claims must be backed by what the host measured."""
     ev = result.evidence
+    if result.isolation == "namespace" and result.error is None:
+        # The program's memory and its files' are measured apart, and held together to the limit.
+        assert result.peak_memory_bytes is not None and result.peak_memory_bytes <= limits.memory_mib * MIB, ev
+        assert result.peak_file_bytes is not None and result.peak_file_bytes <= limits.memory_mib * MIB
     match result.outcome:
         case Outcome.TIMED_OUT:
             assert ev["stopped_by"] == "deadline"
@@ -280,7 +284,10 @@ def _assert_evidence(result: RunResult, limits: Limits) -> None:
             # (a SIGKILL the host did not send).
             guest_oom = result.isolation == "vm" and ev["guest_oom_kill"]
             assert ev["oom_kills"] > 0 or ev["stopped_by"] == "oom" or result.signal == 6 or guest_oom, ev
-            assert result.peak_memory_bytes is not None and result.peak_memory_bytes > 32 * 1024 * 1024
+            if result.isolation == "vm":  # the host sees the VM's memory, not the program's share of it
+                assert result.peak_memory_bytes is None and ev["cgroup_peak_memory_bytes"] > 32 * MIB, ev
+            else:
+                assert result.peak_memory_bytes is not None and result.peak_memory_bytes > 32 * MIB
         case Outcome.PROCESS_LIMIT:
             assert ev["process_cap_hits"] > 0, ev
         case Outcome.DISK_LIMIT:

@@ -9,12 +9,24 @@ import os
 import shutil
 import stat
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from runner.config import PIN_PATH, Paths, paths_from_env
-from runner.images import ImageError, ImageStore, Recipe, load_recipe, read_lock, recipe_names
+from runner.images import (
+    ImageError,
+    ImageStore,
+    OverlayFile,
+    Recipe,
+    _lay_overlay,
+    _needed,
+    _Package,
+    load_recipe,
+    read_lock,
+    recipe_names,
+)
 from tests.conftest import PYTHON, child_env
 
 pytestmark = pytest.mark.images
@@ -40,6 +52,7 @@ def test_every_recipe_is_in_the_lock_with_its_packages(lock_path: Path | None, s
         assert entry.recipe_sha256 == load_recipe(name).sha256, f"{name}: {stale}"
         names = {p.split("=", 1)[0] for p in entry.packages}
         assert set(load_recipe(name).packages) <= names
+        assert not set(load_recipe(name).prune) & names, f"{name}: a pruned package is in the image"
         assert all("=" in p for p in entry.packages)
 
 
@@ -116,6 +129,109 @@ def test_a_second_build_with_unchanged_recipes_is_a_no_op_that_leaves_the_tracke
         if pin_state == "differs-from-pin":
             assert f"python -m runner images pin {name}" in result.stderr
     assert PIN_PATH.read_bytes() == pin_before
+
+
+@pytest.mark.parametrize("name", ["python", "node"])
+def test_an_image_holds_nothing_of_the_host_that_built_it(store: ImageStore, name: str) -> None:
+    etc = store.resolve(name).rootfs / "etc"
+    assert (etc / "resolv.conf").read_bytes() == b""
+    assert (etc / "hostname").read_bytes() == b"sandbox\n"
+
+
+def test_the_python_image_has_no_compiler_or_development_files_that_scipy_declared(store: ImageStore) -> None:
+    rootfs = store.resolve("python").rootfs
+    for path in ("usr/bin/gcc", "usr/bin/g++", "usr/bin/cc", "usr/bin/ld", "usr/include/boost", "usr/bin/pythran"):
+        assert not (rootfs / path).exists(), path
+    assert not list((rootfs / "usr/lib/x86_64-linux-gnu").glob("libopenblas*"))
+    assert not (rootfs / "usr/share/unicode").exists()
+
+
+def test_no_pth_file_in_the_python_image_runs_code_when_python_starts(store: ImageStore) -> None:
+    """A `.pth` line that starts with `import` runs at every interpreter start (matplotlib's
+    nspkg.pth cost ~3 ms a run); the image's own adds /input to the path and nothing else."""
+    rootfs = store.resolve("python").rootfs
+    pth_files = sorted(rootfs.glob("usr/lib/python3*/dist-packages/*.pth")) + sorted(
+        rootfs.glob("usr/local/lib/python3*/dist-packages/*.pth")
+    )
+    assert pth_files
+    for pth in pth_files:
+        lines = [line for line in pth.read_text().splitlines() if line.strip() and not line.startswith("#")]
+        assert not [line for line in lines if line.startswith(("import ", "import\t"))], pth
+    assert (rootfs / "usr/lib/python3/dist-packages/cordon-input.pth").read_text().splitlines()[-1] == "/input"
+
+
+def test_the_python_startup_hook_is_byte_compiled_so_no_program_compiles_it(store: ImageStore) -> None:
+    rootfs = store.resolve("python").rootfs
+    source = rootfs / "usr/lib/python3.11/sitecustomize.py"
+    assert source.is_file() and not source.is_symlink()
+    cached = (rootfs / "usr/lib/python3.11/__pycache__/sitecustomize.cpython-311.pyc").read_bytes()
+    flags = int.from_bytes(cached[4:8], "little")
+    assert flags == 0b11  # hash-based and checked, as Debian's own .pyc files
+    check = "import importlib.util as u, sys; sys.stdout.buffer.write(u.source_hash(open(sys.argv[1], 'rb').read()))"
+    argv = ["chroot", str(rootfs), "/usr/bin/python3", "-I", "-S", "-B", "-c", check, f"/{source.relative_to(rootfs)}"]
+    digest = subprocess.run(argv, capture_output=True, check=True, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}).stdout
+    assert cached[8:16] == digest
+
+
+# --- recipes' prune and overlay, without building ---------------------------------------
+
+
+def _recipe_dir(tmp_path: Path, overlay: dict[str, bytes]) -> Path:
+    (tmp_path / "img").mkdir()
+    (tmp_path / "img" / "recipe.toml").write_text(
+        'suite = "bookworm"\npackages = ["python3"]\nprune = ["python3-pythran"]\n'
+        'source_date_epoch = 1\ncommand = ["/usr/bin/python3"]\n'
+    )
+    for name, data in overlay.items():
+        path = tmp_path / "img" / "rootfs" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    return tmp_path
+
+
+def test_a_recipe_s_overlay_is_part_of_its_hash_and_holds_no_links(tmp_path: Path) -> None:
+    recipes = _recipe_dir(tmp_path, {"etc/hook.py": b"print(1)\n"})
+    recipe = load_recipe("img", recipes)
+    assert recipe.prune == ("python3-pythran",)
+    assert recipe.overlay == (OverlayFile("etc/hook.py", b"print(1)\n", False),)
+    (recipes / "img" / "rootfs" / "etc" / "hook.py").write_bytes(b"print(2)\n")
+    assert load_recipe("img", recipes).sha256 != recipe.sha256
+    (recipes / "img" / "rootfs" / "etc" / "passwd").symlink_to("/etc/passwd")
+    with pytest.raises(ImageError, match="regular files and directories only"):
+        load_recipe("img", recipes)
+
+
+def test_an_overlay_replaces_a_link_itself_and_never_writes_through_a_linked_directory(tmp_path: Path) -> None:
+    tree, elsewhere = tmp_path / "tree", tmp_path / "elsewhere"
+    (tree / "usr/lib").mkdir(parents=True)
+    elsewhere.mkdir()
+    (elsewhere / "target.py").write_text("theirs")
+    (tree / "usr/lib/hook.py").symlink_to(elsewhere / "target.py")
+    recipe = load_recipe("img", _recipe_dir(tmp_path, {}))
+    _lay_overlay(replace(recipe, overlay=(OverlayFile("usr/lib/hook.py", b"ours", False),)), tree)
+    assert (tree / "usr/lib/hook.py").read_bytes() == b"ours" and not (tree / "usr/lib/hook.py").is_symlink()
+    assert (elsewhere / "target.py").read_text() == "theirs"
+    (tree / "lib").symlink_to(elsewhere)
+    with pytest.raises(ImageError, match="/lib is not a directory in the image"):
+        _lay_overlay(replace(recipe, overlay=(OverlayFile("lib/x.py", b"ours", False),)), tree)
+    assert not (elsewhere / "x.py").exists()
+
+
+def test_pruning_keeps_what_anything_else_needs_and_follows_the_alternative_apt_chose() -> None:
+    graph = {
+        "scipy": _Package(False, (("numpy",), ("pythran",), ("libblas3", "libopenblas0"))),
+        "numpy": _Package(False, (("libblas3", "libopenblas0"),)),
+        "pythran": _Package(False, (("gcc",), ("libopenblas-dev",), ("numpy",))),
+        "libopenblas-dev": _Package(False, (("libopenblas0",),)),
+        "gcc": _Package(False, (("libc6",),)),
+        "libc6": _Package(True, ()),
+        "libblas3": _Package(False, ()),
+        "libopenblas0": _Package(False, ()),
+    }
+    roots = {"scipy"} | {name for name, pkg in graph.items() if pkg.essential}
+    kept = _needed(roots, graph, excluded={"pythran"})
+    assert kept == {"scipy", "numpy", "libblas3", "libc6"}
+    assert set(graph) - kept == {"pythran", "gcc", "libopenblas-dev", "libopenblas0"}
 
 
 @pytest.fixture

@@ -47,8 +47,8 @@ def test_the_child_config_keeps_the_guest_offline_and_bounded(tmp_path: Path) ->
         (str(tmp_path / "view" / "scratch"), "/job", True),
         (str(tmp_path / "view" / "out"), "/output", False),
     ]
-    env = ["HOME=/tmp", "LANG=C.UTF-8", "PATH=/usr/local/bin:/usr/bin:/bin", "PWD=/tmp",
-           "PYTHONDONTWRITEBYTECODE=1", "PYTHONUNBUFFERED=1", "TMPDIR=/tmp"]  # fmt: skip
+    env = ["HOME=/tmp", "LANG=C.UTF-8", "NODE_PATH=/input", "OMP_NUM_THREADS=2", "PATH=/usr/local/bin:/usr/bin:/bin",
+           "PWD=/tmp", "PYTHONDONTWRITEBYTECODE=1", "PYTHONUNBUFFERED=1", "TMPDIR=/tmp"]  # fmt: skip
     assert config.argv == [
         "/usr/bin/env", "-i", *env,
         "/usr/bin/prlimit", "--nproc=40", "--core=0", "--", "/usr/bin/python3", "/job/main.py",
@@ -56,7 +56,9 @@ def test_the_child_config_keeps_the_guest_offline_and_bounded(tmp_path: Path) ->
     assert config.user == "1000:1000" and config.workdir == "/tmp"
     assert config.exec_timeout_s > 7  # a backstop only: the host deadline decides
     assert config.control_fd == 9 and config.boot_timeout_s == 20
-    assert set(config.env) == {"PATH", "HOME", "TMPDIR", "LANG", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE"}
+    assert set(config.env) == {
+        "PATH", "HOME", "TMPDIR", "LANG", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE", "NODE_PATH", "OMP_NUM_THREADS",
+    }  # fmt: skip
 
 
 def test_the_child_environment_is_built_from_nothing_and_hardened(monkeypatch: pytest.MonkeyPatch) -> None:

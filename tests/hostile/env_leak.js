@@ -1,0 +1,2 @@
+// cordon: {"outcome": "succeeded", "stdout_has": ["env: HOME,LANG,NODE_PATH,OMP_NUM_THREADS,PATH,PWD,PYTHONDONTWRITEBYTECODE,PYTHONUNBUFFERED,TMPDIR"]}
+console.log("env: " + Object.keys(process.env).sort().join(","));
