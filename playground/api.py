@@ -12,6 +12,7 @@ from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.http.multipartparser import MultiPartParserError
+from django.utils.http import content_disposition_header
 from ninja import Field, File, NinjaAPI, Schema, Status
 from ninja.errors import AuthenticationError, HttpError, Throttled, ValidationError
 from ninja.files import UploadedFile
@@ -22,6 +23,7 @@ from ninja.throttling import AuthRateThrottle
 from playground import throttle
 from playground.apierrors import error_payload
 from playground.bodies import JSON_INT_MAX, BodyTooLarge, MalformedJson, StrictJsonParser
+from playground.ipynb import ipynb_from_cells
 from playground.limits import (
     CellLimitsIn,
     LimitOut,
@@ -34,7 +36,8 @@ from playground.limits import (
     limits_from_record,
     limits_set,
 )
-from playground.models import Dataset, Run, RunOutputFile
+from playground.models import Dataset, Notebook, Run, RunOutputFile
+from playground.previews import image_content_type, output_kind, table_preview
 from playground.selectors import datasets as dataset_selectors
 from playground.selectors import notebooks as notebook_selectors
 from playground.selectors import runs as run_selectors
@@ -189,6 +192,24 @@ class DatasetOut(Schema):
     created_at: datetime
 
 
+class PreviewColumnOut(Schema):
+    name: str
+    type: Literal["integer", "number", "boolean", "string", "empty"]
+
+
+class PreviewOut(Schema):
+    columns: list[PreviewColumnOut]
+    rows: list[list[Any]]
+    total_rows: int
+
+
+class DatasetPreviewOut(PreviewOut):
+    text: str = Field(description="the first bytes as text (for any dataset, a table or not)")
+
+
+PREVIEW_ROWS = Query(50, ge=1, le=500)
+
+
 OutputId = Annotated[int, Field(ge=1, le=JSON_INT_MAX)]
 # Documented as enums; the services check them and answer unknown_runtime / unknown_engine.
 RuntimeName = Annotated[str, Field(json_schema_extra={"enum": list(RUNTIMES)})]
@@ -209,7 +230,9 @@ class OutputOut(Schema):
     name: str
     size: int
     sha256: str
-    url: str | None
+    url: str | None = Field(description="the file, as a download")
+    kind: Literal["image", "table", "file"] = Field(description="image: shown inline; table: has a preview")
+    inline_url: str | None = Field(description="an image, served to be shown in the page (never as a document)")
 
 
 class ImageOut(Schema):
@@ -239,7 +262,8 @@ class RunOut(Schema):
     signal: int | None
     wall_s: float | None
     cpu_s: float | None
-    peak_memory_bytes: int | None
+    peak_memory_bytes: int | None = Field(description="the program's own memory at its peak (what memory_mib bounds)")
+    peak_file_bytes: int | None = Field(description="bytes its scratch and output files held at their peak")
     stdout_bytes: int
     stderr_bytes: int
     stdout_truncated: bool
@@ -293,7 +317,8 @@ def _run_out(run: Run, *, detail: bool = False) -> dict[str, Any]:
     out: dict[str, Any] = {
         "id": run.id, "state": run.state, "outcome": run.outcome, "reason": run.reason, "runtime": run.runtime,
         "exit_code": run.exit_code, "signal": run.signal, "wall_s": run.wall_s, "cpu_s": run.cpu_s,
-        "peak_memory_bytes": run.peak_memory_bytes, "stdout_bytes": run.stdout_bytes,
+        "peak_memory_bytes": run.peak_memory_bytes, "peak_file_bytes": run.peak_file_bytes,
+        "stdout_bytes": run.stdout_bytes,
         "stderr_bytes": run.stderr_bytes, "stdout_truncated": run.stdout_truncated,
         "stderr_truncated": run.stderr_truncated, "engine": run.engine, "engine_version": run.engine_version,
         "engine_note": run.engine_note, "isolation": run.isolation,
@@ -315,8 +340,13 @@ def _run_out(run: Run, *, detail: bool = False) -> dict[str, Any]:
 
 
 def _output_out(output: RunOutputFile) -> dict[str, Any]:
-    url = f"/api/runs/{output.run_id}/outputs/{output.name}" if output.file else None
-    return {"id": output.id, "name": output.name, "size": output.size, "sha256": output.sha256, "url": url}
+    stored = bool(output.file)
+    kind = output_kind(output.name)
+    return {
+        "id": output.id, "name": output.name, "size": output.size, "sha256": output.sha256, "kind": kind,
+        "url": f"/api/runs/{output.run_id}/outputs/{output.name}" if stored else None,
+        "inline_url": f"/api/runs/{output.run_id}/images/{output.name}" if stored and kind == "image" else None,
+    }  # fmt: skip
 
 
 # --- datasets ---------------------------------------------------------------------------
@@ -354,10 +384,11 @@ def dataset_delete(request: HttpRequest, dataset_id: UUID) -> Status[Any]:
     return Status(204, None)
 
 
-@api.get("/datasets/{dataset_id}/preview", response=_answers({200: dict[str, str]}, 404, 422), tags=["datasets"])
-def dataset_preview(request: HttpRequest, dataset_id: UUID) -> dict[str, str]:
+@api.get("/datasets/{dataset_id}/preview", response=_answers({200: DatasetPreviewOut}, 404, 422), tags=["datasets"])
+def dataset_preview(request: HttpRequest, dataset_id: UUID, rows: int = PREVIEW_ROWS) -> dict[str, Any]:
+    """The first bytes as text and, for a CSV, TSV or JSON table, its first rows typed (else no columns)."""
     dataset = dataset_selectors.dataset_get_for_user(user=request.user, dataset_id=dataset_id)  # type: ignore[arg-type]
-    return {"text": dataset_selectors.dataset_preview(dataset=dataset)}
+    return dataset_selectors.dataset_preview(dataset=dataset, rows=rows)
 
 
 # --- runs -------------------------------------------------------------------------------
@@ -414,11 +445,25 @@ def run_log(
             "complete": complete}  # fmt: skip
 
 
+# Registered ahead of the download below, whose `path:` name would take ".../preview" as a file name.
+@api.get("/runs/{run_id}/outputs/{path:name}/preview", response=_answers({200: PreviewOut}, 404, 422),
+         tags=["runs"])  # fmt: skip
+def run_output_preview(request: HttpRequest, run_id: UUID, name: str, rows: int = PREVIEW_ROWS) -> Any:
+    """The first rows of a CSV, TSV or JSON output as a typed table (422 not_tabular otherwise)."""
+    try:
+        output = run_selectors.output_get_for_user(user=request.user, run_id=run_id, name=name)  # type: ignore[arg-type]
+    except Http404:
+        # An output that is itself named ".../preview" is a download, as its URL says.
+        return run_output(request, run_id, f"{name}/preview")
+    with output.file.open("rb") as handle:
+        return table_preview(handle, output.name, max_rows=rows)
+
+
 @api.get(
     "/runs/{run_id}/outputs/{path:name}",
     response=_answers({200: None}, 404, 422),
     tags=["runs"],
-    openapi_extra={"responses": {"200": {"description": "the file, as an attachment",
+    openapi_extra={"responses": {200: {"description": "the file, as an attachment",
                                          "content": {"application/octet-stream": {"schema": {"type": "string",
                                                                                              "format": "binary"}}}}}},
 )  # fmt: skip
@@ -429,41 +474,210 @@ def run_output(request: HttpRequest, run_id: UUID, name: str) -> FileResponse:
     return response  # nosniff, as on every response, from Django's SecurityMiddleware
 
 
-# --- notebook ---------------------------------------------------------------------------
+# What an image output is served with: shown by an <img> of this site, never run as a document. A
+# sandboxed, script-less policy (an SVG opened on its own gets a unique origin and runs nothing),
+# readable only by this origin's pages.
+IMAGE_HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; img-src data:; style-src 'unsafe-inline'; sandbox",
+    "Cross-Origin-Resource-Policy": "same-origin",
+    "Cache-Control": "private, max-age=3600",
+}
 
 
-class CellIO(Schema):
-    id: str = Field(default="", max_length=64)
-    runtime: RuntimeName
-    code: str = ""
+@api.get(
+    "/runs/{run_id}/images/{path:name}",
+    response=_answers({200: None}, 404, 422),
+    tags=["runs"],
+    openapi_extra={"responses": {200: {"description": "a PNG, JPEG, GIF, WebP or SVG output, inline",
+                                         "content": {"image/*": {"schema": {"type": "string", "format": "binary"}}}}}},
+)  # fmt: skip
+def run_output_image(request: HttpRequest, run_id: UUID, name: str) -> FileResponse:
+    output = run_selectors.output_get_for_user(user=request.user, run_id=run_id, name=name)  # type: ignore[arg-type]
+    content_type = image_content_type(output.name)
+    if content_type is None:
+        raise ServiceError("not_an_image", f"{output.name!r} is not an image; download it instead", status=422)
+    response = FileResponse(output.file.open("rb"), content_type=content_type)
+    response["Content-Disposition"] = "inline"
+    for header, value in IMAGE_HEADERS.items():
+        response[header] = value
+    return response
+
+
+# --- notebooks --------------------------------------------------------------------------
+
+
+CellId = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+
+
+class DatasetRef(Schema):
+    kind: Literal["dataset"]
+    id: UUID
+
+
+class OutputRef(Schema):
+    kind: Literal["output"]
+    id: OutputId
+
+
+class CellIn(Schema):
+    id: CellId
+    kind: Literal["code", "markdown"] = "code"
+    runtime: RuntimeName = "python"
+    source: str = ""
+    inputs: list[Annotated[DatasetRef | OutputRef, Field(discriminator="kind")]] = Field(
+        default=[], max_length=notebook_services.MAX_INPUTS
+    )
     # Only the limits set for this cell (the others take their defaults when it runs).
     limits: CellLimitsIn = Field(default_factory=CellLimitsIn)  # type: ignore[valid-type]
-    dataset_ids: list[UUID] = Field(default=[], max_length=MAX_IDS)
-    output_ids: list[OutputId] = Field(default=[], max_length=MAX_IDS)
-    last_run: UUID | None = None
+    last_run_id: UUID | None = Field(None, description="read-only: set by running the cell, emptied by clearing it")
 
 
-class NotebookIO(Schema):
-    cells: list[CellIO] = Field(max_length=notebook_services.MAX_CELLS)
+NotebookName = Annotated[str, Field(min_length=1, max_length=100)]
+Cells = Annotated[list[CellIn], Field(max_length=notebook_services.MAX_CELLS)]
 
 
-class CellOut(CellIO):
+class NotebookCreateIn(Schema):
+    name: NotebookName
+    cells: Cells | None = None
+
+
+class NotebookPutIn(Schema):
+    name: NotebookName
+    version: int = Field(ge=1, le=JSON_INT_MAX, description="the version this page read; a stale one is refused (409)")
+    cells: Cells
+
+
+class InputFixOut(Schema):
+    kind: str
+    id: UUID
+    name: str
+
+
+class InputOut(Schema):
+    kind: str
+    id: UUID | int
+    name: str
+    broken: bool = Field(description="its dataset or output no longer exists")
+    fix: InputFixOut | None = Field(description="when broken: your current dataset of the same name, if any")
+
+
+class CellOut(Schema):
+    id: str
+    kind: str
+    runtime: str
+    source: str
+    inputs: list[InputOut]
     limits: LimitsSet
+    last_run_id: UUID | None
+    html: str | None = Field(description="a markdown cell, rendered and sanitised on the server")
 
 
 class NotebookOut(Schema):
+    id: UUID
+    name: str
+    version: int
+    created_at: datetime
+    updated_at: datetime
     cells: list[CellOut]
 
 
-@api.get("/notebook", response=_answers({200: NotebookOut}), tags=["notebook"])
-def notebook_get(request: HttpRequest) -> dict[str, Any]:
-    return {"cells": notebook_selectors.notebook_for_user(user=request.user).cells}  # type: ignore[arg-type]
+class NotebookSummaryOut(Schema):
+    id: UUID
+    name: str
+    cell_count: int
+    created_at: datetime
+    updated_at: datetime
 
 
-@api.put("/notebook", response=_answers({200: NotebookOut}, 422), tags=["notebook"])
-def notebook_put(request: HttpRequest, payload: NotebookIO) -> dict[str, Any]:
-    cells = [{**cell.model_dump(), "limits": limits_set(cell.limits)} for cell in payload.cells]
-    return {"cells": notebook_services.notebook_save(user=request.user, cells=cells).cells}  # type: ignore[arg-type]
+def _notebook(request: HttpRequest, notebook_id: UUID) -> Notebook:
+    return notebook_selectors.notebook_get_for_user(user=request.user, notebook_id=notebook_id)  # type: ignore[arg-type]
+
+
+def _cells(cells: list[CellIn]) -> list[dict[str, Any]]:
+    return [{**cell.model_dump(), "limits": limits_set(cell.limits)} for cell in cells]
+
+
+@api.get("/notebooks", response=_answers({200: list[NotebookSummaryOut]}), tags=["notebooks"])
+def notebook_list(request: HttpRequest) -> list[dict[str, Any]]:
+    notebooks = notebook_selectors.notebook_list_for_user(user=request.user)  # type: ignore[arg-type]
+    return [{"id": n.id, "name": n.name, "cell_count": len(n.cells), "created_at": n.created_at,
+             "updated_at": n.updated_at} for n in notebooks]  # fmt: skip
+
+
+@api.post("/notebooks", response=_answers({201: NotebookOut}, 404, 409, 422), tags=["notebooks"])
+def notebook_create(request: HttpRequest, payload: NotebookCreateIn) -> Status[Any]:
+    cells = None if payload.cells is None else _cells(payload.cells)
+    notebook = notebook_services.notebook_create(user=request.user, name=payload.name, cells=cells)  # type: ignore[arg-type]
+    return Status(201, notebook_selectors.notebook_view(notebook=notebook))
+
+
+@api.post("/notebooks/import", response=_answers({201: NotebookOut}, 409, 422), tags=["notebooks"])
+def notebook_import(request: HttpRequest, file: UploadedFile | None = File(None)) -> Status[Any]:  # type: ignore[type-arg]  # noqa: B008
+    """A .ipynb notebook (its code and markdown cells) or a .py or .js script (one code cell)."""
+    if file is None:
+        raise ServiceError("file_required", "send the file as a multipart field named 'file'", field="file", status=422)
+    notebook = notebook_services.notebook_import(user=request.user, upload=file)  # type: ignore[arg-type]
+    return Status(201, notebook_selectors.notebook_view(notebook=notebook))
+
+
+@api.get("/notebooks/{notebook_id}", response=_answers({200: NotebookOut}, 404, 422), tags=["notebooks"])
+def notebook_get(request: HttpRequest, notebook_id: UUID) -> dict[str, Any]:
+    return notebook_selectors.notebook_view(notebook=_notebook(request, notebook_id))
+
+
+@api.put("/notebooks/{notebook_id}", response=_answers({200: NotebookOut}, 404, 409, 422), tags=["notebooks"])
+def notebook_put(request: HttpRequest, notebook_id: UUID, payload: NotebookPutIn) -> dict[str, Any]:
+    """Replace the name and cells (the page's autosave). `last_run_id` is not changed by a save."""
+    notebook = notebook_services.notebook_save(
+        notebook=_notebook(request, notebook_id), name=payload.name, version=payload.version,
+        cells=_cells(payload.cells),
+    )  # fmt: skip
+    return notebook_selectors.notebook_view(notebook=notebook)
+
+
+@api.delete("/notebooks/{notebook_id}", response=_answers({204: None}, 404, 422), tags=["notebooks"])
+def notebook_delete(request: HttpRequest, notebook_id: UUID) -> Status[Any]:
+    notebook_services.notebook_delete(notebook=_notebook(request, notebook_id))
+    return Status(204, None)
+
+
+@api.post("/notebooks/{notebook_id}/duplicate", response=_answers({201: NotebookOut}, 404, 409, 422),
+          tags=["notebooks"])  # fmt: skip
+def notebook_duplicate(request: HttpRequest, notebook_id: UUID) -> Status[Any]:
+    copy = notebook_services.notebook_duplicate(notebook=_notebook(request, notebook_id))
+    return Status(201, notebook_selectors.notebook_view(notebook=copy))
+
+
+@api.post("/notebooks/{notebook_id}/cells/{cell_id}/run", response=_answers({201: RunOut}, 404, 422, 503),
+          tags=["notebooks"])  # fmt: skip
+def notebook_cell_run(request: HttpRequest, notebook_id: UUID, cell_id: CellId) -> Status[Any]:
+    """Run a code cell as it is stored (save first) and record the run as the cell's last."""
+    run = notebook_services.cell_run(notebook=_notebook(request, notebook_id), cell_id=cell_id)
+    return Status(201, _run_out(run))
+
+
+@api.post("/notebooks/{notebook_id}/cells/{cell_id}/clear", response=_answers({200: NotebookOut}, 404, 422),
+          tags=["notebooks"])  # fmt: skip
+def notebook_cell_clear(request: HttpRequest, notebook_id: UUID, cell_id: CellId) -> dict[str, Any]:
+    notebook = notebook_services.cell_clear(notebook=_notebook(request, notebook_id), cell_id=cell_id)
+    return notebook_selectors.notebook_view(notebook=notebook)
+
+
+@api.get(
+    "/notebooks/{notebook_id}/ipynb",
+    response=_answers({200: None}, 404, 422),
+    tags=["notebooks"],
+    openapi_extra={"responses": {200: {"description": "the notebook as a Jupyter .ipynb file (nbformat 4)",
+                                         "content": {"application/x-ipynb+json": {"schema": {"type": "object"}}}}}},
+)  # fmt: skip
+def notebook_export(request: HttpRequest, notebook_id: UUID) -> HttpResponse:
+    notebook = _notebook(request, notebook_id)
+    document = ipynb_from_cells(
+        notebook.name, notebook.cells, lambda run_id: run_selectors.run_stdout_text(user=notebook.owner, run_id=run_id)
+    )
+    response = HttpResponse(document, content_type="application/x-ipynb+json")
+    response["Content-Disposition"] = content_disposition_header(True, f"{notebook.name}.ipynb") or "attachment"
+    return response
 
 
 # --- limits, images and health ----------------------------------------------------------

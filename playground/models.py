@@ -196,9 +196,19 @@ class ApiToken(models.Model):
 
 
 class Notebook(models.Model):
-    """A user's notebook: ordered cells, autosaved from the playground page."""
+    """A user's named notebook: ordered cells (services/notebooks.py has their shape), saved
+    whole by the page with the version it read, so that a stale tab cannot overwrite newer work."""
 
-    owner = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="notebook")
-    # [{"id", "runtime", "code", "limits": {...}, "dataset_ids": [...], "output_ids": [...], "last_run": id}]
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="notebooks")
+    name = models.CharField(max_length=100)
     cells = models.JSONField(default=list)
-    updated_at = models.DateTimeField(auto_now=True)
+    version = models.PositiveIntegerField(default=1)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True, db_index=True)
+
+    class Meta:
+        ordering = ["-updated_at"]
+
+    def __str__(self) -> str:
+        return self.name

@@ -80,6 +80,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "channels",
+    "ninja",  # its Swagger UI assets, served from here: /api/docs works under the site's CSP
     "playground",
 ]
 

@@ -9,9 +9,11 @@ from playground.throttle import throttled_login
 urlpatterns = [
     path("", views.home, name="home"),
     path("playground/", views.playground, name="playground"),
+    path("notebooks/<uuid:notebook_id>/", views.notebook, name="notebook"),
     path("datasets/", views.datasets, name="datasets"),
     path("runs/", views.runs, name="runs"),
     path("runs/<uuid:run_id>/", views.run_detail, name="run_detail"),
+    path("images/", views.images, name="images"),
     path("accounts/login/", throttled_login(auth_views.LoginView.as_view()), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("accounts/signup/", views.signup, name="signup"),

@@ -10,7 +10,10 @@ from django.contrib.auth.models import User
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
+from playground.selectors.images import image_list_built
+from playground.selectors.notebooks import notebook_get_for_user
 from playground.selectors.runs import run_get_for_user, run_list_for_user
+from playground.services import notebooks as notebook_services
 
 
 def home(request: HttpRequest) -> HttpResponse:
@@ -21,7 +24,15 @@ def home(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def playground(request: HttpRequest) -> HttpResponse:
-    return render(request, "playground.html")
+    """The user's most recently changed notebook (a first one is made for a new user)."""
+    notebook = notebook_services.notebook_default(user=request.user)  # type: ignore[arg-type]
+    return redirect("notebook", notebook_id=notebook.id)
+
+
+@login_required
+def notebook(request: HttpRequest, notebook_id: UUID) -> HttpResponse:
+    found = notebook_get_for_user(user=request.user, notebook_id=notebook_id)  # type: ignore[arg-type]
+    return render(request, "playground.html", {"notebook": found})
 
 
 @login_required
@@ -39,6 +50,11 @@ def runs(request: HttpRequest) -> HttpResponse:
 def run_detail(request: HttpRequest, run_id: UUID) -> HttpResponse:
     run = run_get_for_user(user=request.user, run_id=run_id)  # type: ignore[arg-type]
     return render(request, "run_detail.html", {"run": run})
+
+
+@login_required
+def images(request: HttpRequest) -> HttpResponse:
+    return render(request, "images.html", {"images": image_list_built()})
 
 
 def signup(request: HttpRequest) -> HttpResponse:

@@ -1,19 +1,32 @@
-// The editor Cordon's notebook uses: CodeMirror 6 with Python and JavaScript modes.
+// The editor Cordon's notebook uses: CodeMirror 6 with Python and JavaScript modes (markdown cells
+// are plain text). Ctrl/Cmd-Enter calls onRun, Shift-Enter onRunNext; both win over basicSetup's
+// own bindings of those keys (insert a blank line, a newline).
 import { EditorView, basicSetup } from "codemirror";
 import { keymap } from "@codemirror/view";
+import { Prec } from "@codemirror/state";
 import { python } from "@codemirror/lang-python";
 import { javascript } from "@codemirror/lang-javascript";
 
-export function create(parent, { doc, language, onRun, onChange }) {
-  const runKey = keymap.of([{ key: "Mod-Enter", run: () => { onRun(); return true; } }]);
+function language(name) {
+  if (name === "node") return [javascript()];
+  if (name === "python") return [python()];
+  return [];
+}
+
+export function create(parent, { doc, language: name, label, onRun, onRunNext, onChange }) {
+  const keys = Prec.highest(keymap.of([
+    { key: "Mod-Enter", run: () => { if (onRun) onRun(); return Boolean(onRun); } },
+    { key: "Shift-Enter", run: () => { if (onRunNext) onRunNext(); return Boolean(onRunNext); } },
+  ]));
   return new EditorView({
     doc,
     parent,
     extensions: [
-      runKey,
+      keys,
       basicSetup,
-      language === "node" ? javascript() : python(),
+      ...language(name),
       EditorView.lineWrapping,
+      EditorView.contentAttributes.of(label ? { "aria-label": label } : {}),
       EditorView.updateListener.of((update) => { if (update.docChanged) onChange(update.state.doc.toString()); }),
     ],
   });

@@ -58,3 +58,12 @@ def output_get_for_user(*, user: User, run_id: Any, name: str) -> RunOutputFile:
     if output is None:
         raise Http404("no such output")
     return output
+
+
+def run_stdout_text(*, user: User, run_id: Any, limit: int = 1 << 20) -> str | None:
+    """The first `limit` bytes of a run's stdout as text (a notebook's export), None for no such run."""
+    run = Run.objects.filter(owner=user, id=run_id).first()
+    if run is None:
+        return None
+    data, _, _ = run_log_read(run=run, stream="stdout", offset=0, limit=limit)
+    return data.decode("utf-8", errors="replace")

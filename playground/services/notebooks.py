@@ -1,46 +1,251 @@
-"""A user's notebook: its cells replaced as a whole on autosave, each checked first."""
+"""Notebooks: several per user, each saved whole by the page with the version it read (a stale tab
+gets notebook_conflict instead of overwriting newer work), cells checked before anything is stored.
+
+A stored cell is {"id", "kind", "runtime", "source", "inputs", "limits", "last_run_id"} (plus "html",
+the sanitised rendering of a markdown cell, made when it is saved). An input is a reference
+{"kind": "dataset"|"output", "id", "name"} that keeps the name it was made with, so one whose
+target is gone shows what it was. `last_run_id` is the server's: a cell's run sets it, clear
+empties it, a save never changes it (a save racing a run cannot undo the run's record).
+"""
 
 from __future__ import annotations
 
+from pathlib import PurePosixPath
 from typing import Any
 
 from django.contrib.auth.models import User
+from django.core.files.uploadedfile import UploadedFile
+from django.db import transaction
 
+from playground.ipynb import MAX_CELLS, cells_from_ipynb, cells_from_script
 from playground.limits import limits_from_record
-from playground.models import Notebook
+from playground.markdown import render_markdown
+from playground.models import Dataset, Notebook, Run, RunOutputFile
+from playground.services import runs as run_services
 from playground.services.errors import ServiceError
-from playground.services.runs import MAX_CODE_BYTES
 from runner.spec import RUNTIMES
 
-MAX_CELLS = 50
+MAX_NOTEBOOKS = 100
+MAX_INPUTS = 64
+MAX_SOURCE_BYTES = run_services.MAX_CODE_BYTES
+IMPORT_MAX_BYTES = 4 << 20
+KINDS = ("code", "markdown")
 
 
-def notebook_save(*, user: User, cells: list[dict[str, Any]]) -> Notebook:
-    """Replace the user's cells (autosave). Each cell is checked; nothing half-valid is stored."""
+def notebook_create(*, user: User, name: str, cells: list[dict[str, Any]] | None = None) -> Notebook:
+    with transaction.atomic():
+        User.objects.select_for_update().get(pk=user.pk)  # the count and the insert cannot race
+        if Notebook.objects.filter(owner=user).count() >= MAX_NOTEBOOKS:
+            raise ServiceError("too_many_notebooks", f"at most {MAX_NOTEBOOKS} notebooks; delete one first", status=409)
+        clean = _clean_cells(user, cells if cells is not None else [_starter_cell()], stored=[])
+        return Notebook.objects.create(owner=user, name=_clean_name(name), cells=clean)
+
+
+def notebook_default(*, user: User) -> Notebook:
+    """The notebook the playground opens: the user's most recently changed one, or a new one."""
+    notebook = Notebook.objects.filter(owner=user).first()
+    return notebook or notebook_create(user=user, name="Notebook 1")
+
+
+def notebook_save(*, notebook: Notebook, name: str, version: int, cells: list[dict[str, Any]]) -> Notebook:
+    """Replace the name and cells, if `version` is still the stored one."""
+    with transaction.atomic():
+        current = Notebook.objects.select_for_update().get(id=notebook.id)
+        if current.version != version:
+            raise ServiceError(
+                "notebook_conflict", f"this notebook was changed elsewhere (version {current.version}, this page "
+                f"had {version}); reload it to see the newer cells", field="version", status=409,
+            )  # fmt: skip
+        current.cells = _clean_cells(current.owner, cells, stored=current.cells)
+        current.name = _clean_name(name)
+        current.version += 1
+        current.save()
+        return current
+
+
+def notebook_delete(*, notebook: Notebook) -> None:
+    notebook.delete()  # its runs stay: they are the audit trail, listed under Runs
+
+
+def notebook_duplicate(*, notebook: Notebook) -> Notebook:
+    """A copy with the same cells and the same last runs (shown until the copy's cells run)."""
+    copy = notebook_create(user=notebook.owner, name=_copy_name(notebook.name), cells=[])
+    Notebook.objects.filter(id=copy.id).update(cells=notebook.cells)
+    copy.refresh_from_db()
+    return copy
+
+
+def notebook_import(*, user: User, upload: UploadedFile) -> Notebook:
+    """A .ipynb opens as a notebook of its code and markdown cells; a .py or .js script as a
+    notebook with one code cell of that runtime."""
+    name = PurePosixPath(upload.name or "").name
+    suffix = PurePosixPath(name).suffix.lower()
+    if suffix not in (".ipynb", ".py", ".js"):
+        raise ServiceError(
+            "unsupported_file", "import a .ipynb notebook or a .py or .js script", field="file", status=422
+        )
+    if upload.size is None or upload.size > IMPORT_MAX_BYTES:
+        raise ServiceError(
+            "too_large", f"the file is {upload.size} bytes; at most {IMPORT_MAX_BYTES}", field="file", status=413
+        )
+    data = upload.read()
+    if suffix == ".ipynb":
+        _, imported = cells_from_ipynb(data)
+    else:
+        _, imported = cells_from_script(name, data)
+    cells = [{**cell, "id": f"c{index + 1}", "inputs": [], "limits": {}} for index, cell in enumerate(imported)]
+    return notebook_create(user=user, name=PurePosixPath(name).stem or "Imported", cells=cells)
+
+
+def cell_run(*, notebook: Notebook, cell_id: str, engine: str = "auto") -> Run:
+    """Run a code cell as stored and record the run as the cell's last."""
+    with transaction.atomic():
+        current = Notebook.objects.select_for_update().get(id=notebook.id)
+        index, cell = _find_cell(current, cell_id)
+        if cell["kind"] != "code":
+            raise ServiceError("not_code", f"cell {index + 1} is a markdown cell; only code cells run",
+                               field="cell_id", status=422)  # fmt: skip
+        datasets, outputs = _resolve(current.owner, cell["inputs"])
+        for position, ref in enumerate(cell["inputs"]):
+            if (datasets if ref["kind"] == "dataset" else outputs).get(_key(ref)) is None:
+                raise ServiceError(
+                    "broken_input", f"cell {index + 1}: input {ref['name'] or ref['id']!r} no longer exists; "
+                    "use the current one or remove it", field=f"cells.{index}.inputs.{position}", status=422,
+                )  # fmt: skip
+        run = run_services.run_create(
+            user=current.owner, runtime=cell["runtime"], code=cell["source"],
+            dataset_ids=[ref["id"] for ref in cell["inputs"] if ref["kind"] == "dataset"],
+            output_ids=[ref["id"] for ref in cell["inputs"] if ref["kind"] == "output"],
+            limits=limits_from_record(cell["limits"]), engine=engine,
+        )  # fmt: skip
+        cell["last_run_id"] = str(run.id)
+        Notebook.objects.filter(id=current.id).update(cells=current.cells)  # not a new version
+    return run
+
+
+def cell_clear(*, notebook: Notebook, cell_id: str) -> Notebook:
+    with transaction.atomic():
+        current = Notebook.objects.select_for_update().get(id=notebook.id)
+        _, cell = _find_cell(current, cell_id)
+        cell["last_run_id"] = None
+        Notebook.objects.filter(id=current.id).update(cells=current.cells)
+    return current
+
+
+# --- cells ---------------------------------------------------------------------------------
+
+
+def _starter_cell() -> dict[str, Any]:
+    return {"id": "c1", "kind": "code", "runtime": "python", "source": "print('hello')", "inputs": [], "limits": {}}
+
+
+def _clean_name(name: str) -> str:
+    name = " ".join(name.split())
+    if not name or len(name) > 100:
+        raise ServiceError("invalid_name", "a notebook's name is 1 to 100 characters", field="name", status=422)
+    return name
+
+
+def _copy_name(name: str) -> str:
+    suffix = " (copy)"
+    return name[: 100 - len(suffix)] + suffix
+
+
+def _find_cell(notebook: Notebook, cell_id: str) -> tuple[int, dict[str, Any]]:
+    for index, cell in enumerate(notebook.cells):
+        if cell["id"] == cell_id:
+            return index, cell
+    raise ServiceError("cell_not_found", f"this notebook has no cell {cell_id!r}", field="cell_id", status=404)
+
+
+def _clean_cells(user: User, cells: list[dict[str, Any]], *, stored: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Check every cell; nothing half-valid is stored. References already stored are kept as
+    they are (a broken one stays, shown as broken); a new one must name the user's own dataset or
+    output, and takes its name."""
     if len(cells) > MAX_CELLS:
         raise ServiceError("too_many_cells", f"at most {MAX_CELLS} cells", field="cells", status=422)
-    notebook, _ = Notebook.objects.update_or_create(
-        owner=user, defaults={"cells": [_clean_cell(index, cell) for index, cell in enumerate(cells)]}
-    )
-    return notebook
+    ids = [str(cell.get("id", "")) for cell in cells]
+    if len(ids) != len(set(ids)):
+        raise ServiceError("duplicate_cell_id", "two cells have the same id", field="cells", status=422)
+    last_runs = {cell["id"]: cell.get("last_run_id") for cell in stored}
+    known = {_key(ref): ref for cell in stored for ref in cell.get("inputs", [])}
+    return [_clean_cell(user, index, cell, last_runs.get(cell["id"]), known) for index, cell in enumerate(cells)]
 
 
-def _clean_cell(index: int, cell: dict[str, Any]) -> dict[str, Any]:
+def _clean_cell(
+    user: User, index: int, cell: dict[str, Any], last_run_id: str | None, known: dict[tuple[str, str], Any]
+) -> dict[str, Any]:
+    where = f"cells.{index}"
+    kind = cell.get("kind", "code")
+    if kind not in KINDS:
+        raise ServiceError("invalid_cell", f"cell {index + 1}: kind must be code or markdown",
+                           field=f"{where}.kind", status=422)  # fmt: skip
     if cell.get("runtime") not in RUNTIMES:
         raise ServiceError("unknown_runtime", f"cell {index + 1}: runtime must be python or node",
-                           field=f"cells.{index}.runtime", status=422)  # fmt: skip
-    code = str(cell.get("code", ""))
-    if len(code.encode()) > MAX_CODE_BYTES:
-        raise ServiceError("code_too_large", f"cell {index + 1}: code is over {MAX_CODE_BYTES} bytes",
-                           field=f"cells.{index}.code", status=422)  # fmt: skip
+                           field=f"{where}.runtime", status=422)  # fmt: skip
+    source = str(cell.get("source", ""))
+    if len(source.encode()) > MAX_SOURCE_BYTES:
+        raise ServiceError("code_too_large", f"cell {index + 1}: source is over {MAX_SOURCE_BYTES} bytes",
+                           field=f"{where}.source", status=422)  # fmt: skip
     # Only the limits set for the cell are kept (checked for range and type by the API's schema,
     # and against today's maxima when the cell runs); the others take their defaults then.
     limits = limits_from_record(dict(cell.get("limits") or {}))  # refuses a name that is no limit
     set_names = set(cell.get("limits") or {})
-    limits_json = {k: v for k, v in limits.to_json().items() if k in set_names}
-    return {
-        "id": str(cell.get("id", ""))[:64], "runtime": cell["runtime"], "code": code, "limits": limits_json,
-        "dataset_ids": [str(x) for x in cell.get("dataset_ids") or []][:64],
-        "output_ids": [int(x) for x in cell.get("output_ids") or []][:64],
-        "last_run": str(cell["last_run"]) if cell.get("last_run") else None,
+    clean: dict[str, Any] = {
+        "id": cell["id"], "kind": kind, "runtime": cell["runtime"], "source": source,
+        "inputs": _clean_inputs(user, index, cell.get("inputs") or [], known),
+        "limits": {k: v for k, v in limits.to_json().items() if k in set_names}, "last_run_id": last_run_id,
     }  # fmt: skip
+    if kind == "markdown":
+        clean["html"] = render_markdown(source)
+    return clean
+
+
+def _clean_inputs(
+    user: User, index: int, refs: list[dict[str, Any]], known: dict[tuple[str, str], Any]
+) -> list[dict[str, Any]]:
+    if len(refs) > MAX_INPUTS:
+        raise ServiceError("too_many_inputs", f"cell {index + 1}: at most {MAX_INPUTS} inputs",
+                           field=f"cells.{index}.inputs", status=422)  # fmt: skip
+    unique = list({_key(ref): ref for ref in refs}.values())
+    datasets, outputs = _resolve(user, unique)
+    clean = []
+    for position, ref in enumerate(unique):
+        target = (datasets if ref["kind"] == "dataset" else outputs).get(_key(ref))
+        if target is not None:
+            clean.append({"kind": ref["kind"], "id": _id(ref), "name": _input_name(target)})
+        elif _key(ref) in known:  # stored before, gone since: kept, shown as broken
+            clean.append(known[_key(ref)])
+        else:
+            raise ServiceError(
+                "input_not_found", f"cell {index + 1}: no {ref['kind']} {ref['id']} of yours",
+                field=f"cells.{index}.inputs.{position}", status=404,
+            )  # fmt: skip
+    return clean
+
+
+def _key(ref: dict[str, Any]) -> tuple[str, str]:
+    return ref["kind"], str(ref["id"])
+
+
+def _id(ref: dict[str, Any]) -> Any:
+    return int(ref["id"]) if ref["kind"] == "output" else str(ref["id"])
+
+
+def _input_name(target: Dataset | RunOutputFile) -> str:
+    """The name the input has under /input (an output's last path part, as staging names it)."""
+    return target.name if isinstance(target, Dataset) else target.name.rsplit("/", 1)[-1]
+
+
+def _resolve(
+    user: User, refs: list[dict[str, Any]]
+) -> tuple[dict[tuple[str, str], Dataset], dict[tuple[str, str], RunOutputFile]]:
+    """The user's own datasets and (still stored) outputs that the references name."""
+    dataset_ids = [str(ref["id"]) for ref in refs if ref["kind"] == "dataset"]
+    output_ids = [int(ref["id"]) for ref in refs if ref["kind"] == "output"]
+    datasets = {("dataset", str(d.id)): d for d in Dataset.objects.filter(owner=user, id__in=dataset_ids)}
+    outputs = {
+        ("output", str(o.id)): o
+        for o in RunOutputFile.objects.filter(run__owner=user, id__in=output_ids).exclude(file="")
+    }
+    return datasets, outputs

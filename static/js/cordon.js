@@ -1,4 +1,5 @@
-// Shared browser code: API calls, safe ANSI rendering, and the live view of one run.
+// Shared browser code: API calls, figures in human units, safe ANSI rendering, table previews,
+// and the live view of one run (used by the notebook's cells and the run detail page).
 "use strict";
 
 const Cordon = (() => {
@@ -7,29 +8,108 @@ const Cordon = (() => {
     return match ? decodeURIComponent(match[1]) : "";
   }
 
-  async function api(method, path, body) {
-    const options = { method, headers: { "X-CSRFToken": csrf() }, credentials: "same-origin" };
+  // A JSON API call under /api. A 4xx/5xx throws an Error carrying `status` and the answer's
+  // {"code", "message", "field"} as `data` (null when the body was not JSON, e.g. a proxy's page).
+  async function api(method, path, body, { keepalive = false } = {}) {
+    const options = { method, headers: { "X-CSRFToken": csrf() }, credentials: "same-origin", keepalive };
     if (body instanceof FormData) options.body = body;
     else if (body !== undefined) {
       options.body = JSON.stringify(body);
       options.headers["Content-Type"] = "application/json";
     }
     const response = await fetch(`/api${path}`, options);
-    const data = response.status === 204 ? null : await response.json();
-    if (!response.ok) throw Object.assign(new Error(data && data.message ? data.message : response.statusText), { data });
+    let data = null;
+    if (response.status !== 204) {
+      try { data = await response.json(); } catch { data = null; }
+    }
+    if (!response.ok) {
+      const message = data && data.message ? data.message : `${response.status} ${response.statusText}`;
+      throw Object.assign(new Error(message), { status: response.status, data });
+    }
     return data;
   }
 
   function el(tag, attrs = {}, ...children) {
     const node = document.createElement(tag);
     for (const [key, value] of Object.entries(attrs)) {
+      if (value === null || value === undefined || value === false) continue;
       if (key === "class") node.className = value;
       else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
-      else node.setAttribute(key, value);
+      else node.setAttribute(key, value === true ? "" : value);
     }
-    for (const child of children) node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    for (const child of children) {
+      if (child === null || child === undefined) continue;
+      node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    }
     return node;
   }
+
+  // A path under /api with each part of a file name escaped (an output may sit in a folder).
+  function pathPart(name) {
+    return name.split("/").map(encodeURIComponent).join("/");
+  }
+
+  // A markdown cell as the server rendered and sanitised it (playground/markdown.py), as nodes.
+  // Parsed into an inert document (nothing in it runs or loads), and what could be active is
+  // dropped here as well, in case a sanitiser ever lets something through.
+  const ACTIVE = "script, style, iframe, frame, object, embed, form, input, button, base, meta, link, svg, math";
+  function markdownNodes(html) {
+    const parsed = new DOMParser().parseFromString(html, "text/html");
+    for (const node of parsed.body.querySelectorAll(ACTIVE)) node.remove();
+    for (const node of parsed.body.querySelectorAll("*")) {
+      for (const { name, value } of [...node.attributes]) {
+        const script = /^\s*(javascript|data|vbscript):/i.test(value) && /^(href|src|srcset|action|formaction|xlink:href)$/i.test(name);
+        if (/^on/i.test(name) || name === "style" || script) node.removeAttribute(name);
+      }
+    }
+    return [...parsed.body.childNodes];
+  }
+
+  // --- figures in human units ----------------------------------------------------------------
+
+  function known(value) { return value !== null && value !== undefined; }
+
+  function formatBytes(bytes) {
+    if (!known(bytes)) return "unknown";
+    if (bytes < 1024) return `${bytes} B`;
+    const units = ["KiB", "MiB", "GiB", "TiB"];
+    let value = bytes / 1024;
+    let unit = 0;
+    while (value >= 1024 && unit < units.length - 1) { value /= 1024; unit += 1; }
+    return `${value.toFixed(1)} ${units[unit]}`;
+  }
+
+  function formatSeconds(seconds) {
+    if (!known(seconds)) return "unknown";
+    if (seconds < 60) return `${seconds.toFixed(2)} s`;
+    const minutes = Math.floor(seconds / 60);
+    return `${minutes} min ${Math.round(seconds - minutes * 60)} s`;
+  }
+
+  // A finished run's figures. `peak_memory_bytes` is the program's own memory (what the memory
+  // limit bounds); `peak_file_bytes` what its scratch and output files held, shown apart.
+  function describe(run) {
+    const figures = [];
+    if (known(run.wall_s)) figures.push(`wall ${formatSeconds(run.wall_s)}`);
+    figures.push(`CPU ${formatSeconds(run.cpu_s)}`);
+    figures.push(`memory ${formatBytes(run.peak_memory_bytes)}`);
+    if (run.peak_file_bytes !== undefined) figures.push(`files ${formatBytes(run.peak_file_bytes)}`);
+    figures.push(`stdout ${formatBytes(run.stdout_bytes)}${run.stdout_truncated ? " (truncated)" : ""}`);
+    figures.push(`stderr ${formatBytes(run.stderr_bytes)}${run.stderr_truncated ? " (truncated)" : ""}`);
+    return figures.join(" · ");
+  }
+
+  // Where a finished run's time went (the run detail's `timings`); boot only for a microVM.
+  function describeTimings(timings) {
+    if (!timings) return "";
+    const parts = [];
+    for (const [name, label] of [["start_s", "start"], ["boot_s", "boot"], ["total_s", "total"]]) {
+      if (known(timings[name])) parts.push(`${label} ${formatSeconds(timings[name])}`);
+    }
+    return parts.join(" · ");
+  }
+
+  // --- ANSI colours ---------------------------------------------------------------------------
 
   // ANSI SGR colours become classes on spans; the text itself is only ever textContent.
   const ANSI = /\x1b\[([0-9;]*)m/g;
@@ -65,72 +145,163 @@ const Cordon = (() => {
     return new TextDecoder().decode(new TextEncoder().encode(text).subarray(count));
   }
 
+  // --- table previews -------------------------------------------------------------------------
+
+  const NUMERIC = new Set(["integer", "number"]);
+
+  // Typed order: numbers as numbers, booleans false first, text by the user's locale; an empty
+  // cell sorts last either way.
+  function compareCells(a, b, type) {
+    const emptyA = a === null || a === undefined || a === "";
+    const emptyB = b === null || b === undefined || b === "";
+    if (emptyA || emptyB) return emptyA === emptyB ? 0 : emptyA ? 1 : -1;
+    if (NUMERIC.has(type)) return Number(a) - Number(b);
+    if (type === "boolean") return Number(a === true || a === "true") - Number(b === true || b === "true");
+    return String(a).localeCompare(String(b), undefined, { numeric: true });
+  }
+
+  function cellText(value) {
+    if (value === null || value === undefined) return "";
+    return typeof value === "object" ? JSON.stringify(value) : String(value);
+  }
+
+  // A table preview ({"columns": [{"name", "type"}], "rows", "total_rows"}) as a table sorted by
+  // clicking a column's header (again: the other way). Every value is text, never HTML.
+  function tableView(preview) {
+    const columns = preview.columns || [];
+    const rows = (preview.rows || []).map((row, index) => ({ row, index }));
+    const body = el("tbody");
+    const headers = columns.map((column, position) => {
+      const button = el("button", { type: "button", class: "sort", "aria-label": `sort by ${column.name}` },
+        column.name, el("span", { class: "sort-mark", "aria-hidden": "true" }), el("span", { class: "col-type" }, column.type));
+      const th = el("th", { scope: "col", "aria-sort": "none", "data-type": column.type }, button);
+      button.addEventListener("click", () => sortBy(position, th));
+      return th;
+    });
+    let order = { position: -1, direction: 1 };
+
+    function fill() {
+      body.replaceChildren(...rows.map(({ row }) => el("tr", {}, ...columns.map((column, position) =>
+        el("td", { class: NUMERIC.has(column.type) ? "num" : null }, cellText(row[position]))))));
+    }
+    function sortBy(position, th) {
+      order = { position, direction: order.position === position ? -order.direction : 1 };
+      const type = columns[position].type;
+      rows.sort((a, b) => compareCells(a.row[position], b.row[position], type) * order.direction || a.index - b.index);
+      for (const other of headers) other.setAttribute("aria-sort", "none");
+      th.setAttribute("aria-sort", order.direction === 1 ? "ascending" : "descending");
+      fill();
+    }
+    fill();
+    const shown = rows.length;
+    const total = preview.total_rows;
+    const caption = known(total) && total > shown ? `first ${shown} of ${total} rows` : `${shown} row${shown === 1 ? "" : "s"}`;
+    return el("div", { class: "table-preview" },
+      el("table", { class: "table preview" }, el("caption", {}, caption), el("thead", {}, el("tr", {}, ...headers)), body));
+  }
+
+  // --- one run, live ------------------------------------------------------------------------
+
   // A run's states in order (playground.models.RunState): claimed = a worker took it and waits for
   // room on its host; admitted = the host's admission gave it room.
   const STATES = ["queued", "claimed", "admitted", "starting", "running", "exporting", "finished"];
+  const GONE = 4404;  // the socket's close code for a run this user cannot see (or that is gone)
 
-  function describe(run) {
-    const figures = [];
-    if (run.wall_s !== null && run.wall_s !== undefined) figures.push(`wall ${run.wall_s.toFixed(2)} s`);
-    figures.push(`CPU ${run.cpu_s === null || run.cpu_s === undefined ? "unknown" : run.cpu_s.toFixed(2) + " s"}`);
-    const peak = run.peak_memory_bytes;
-    figures.push(`peak memory ${peak === null || peak === undefined ? "unknown" : (peak / 1048576).toFixed(1) + " MiB"}`);
-    figures.push(`stdout ${run.stdout_bytes} B${run.stdout_truncated ? " (truncated)" : ""}`);
-    figures.push(`stderr ${run.stderr_bytes} B${run.stderr_truncated ? " (truncated)" : ""}`);
-    return figures.join(" · ");
-  }
-
-  // Where a finished run's time went (the run detail's `timings`); boot only for a microVM.
-  function describeTimings(timings) {
-    if (!timings) return "";
-    const parts = [];
-    for (const [name, label] of [["start_s", "start"], ["boot_s", "boot"], ["total_s", "total"]]) {
-      const seconds = timings[name];
-      if (seconds !== null && seconds !== undefined) parts.push(`${label} ${seconds.toFixed(2)} s`);
-    }
-    return parts.join(" · ");
-  }
-
-  // The live view of one run: state progress, output panes, outcome and figures, outputs.
-  // Its socket's messages (chunk, state, final) are described in playground/live.py.
+  // The live view of one run: state progress, a Stop button while it is active, output panes,
+  // outcome and figures, outputs (images inline, tables previewed, every one downloadable).
+  // Its socket's messages (chunk, state, final) are described in playground/live.py. follow()
+  // works the same for a finished run (it shows the stored record) and for a live one.
   class RunView {
-    constructor(root, { onOutputs } = {}) {
+    constructor(root, { onOutputs, onActive } = {}) {
       this.root = root;
       this.onOutputs = onOutputs;
-      this.progress = el("ol", { class: "progress" }, ...STATES.map((s) => el("li", { "data-state": s }, s)));
+      this.onActive = onActive;
+      this.generation = 0;
+      this.progress = el("ol", { class: "progress", "aria-label": "run state" },
+        ...STATES.map((s) => el("li", { "data-state": s }, s)));
       this.badge = el("span", { class: "badge" }, "");
-      this.reason = el("span", { class: "reason" }, "");
+      this.reason = el("span", { class: "reason", role: "status" }, "");
+      this.stop = el("button", { type: "button", class: "stop", hidden: true, "aria-label": "stop this run",
+        onclick: () => this.cancel() }, "Stop");
       this.out = el("pre", { class: "stream stdout", "aria-label": "standard output" });
       this.err = el("pre", { class: "stream stderr", "aria-label": "standard error" });
       this.figures = el("p", { class: "figures" }, "");
       this.timings = el("p", { class: "figures timings" }, "");
-      this.outputs = el("ul", { class: "outputs" });
-      root.replaceChildren(this.progress, el("p", {}, this.badge, " ", this.reason), this.out, this.err,
-                           this.figures, this.timings, this.outputs);
+      this.outputs = el("ul", { class: "outputs", "aria-label": "output files" });
+      root.replaceChildren(this.progress, el("p", { class: "run-status" }, this.stop, this.badge, " ", this.reason),
+        this.out, this.err, this.figures, this.timings, this.outputs);
+      root.hidden = true;
     }
 
-    async follow(runId) {
+    // Shows run `runId` until it ends; resolves with its record ({outcome: null, ...} when it
+    // can no longer be read).
+    follow(runId) {
+      this.reset();
+      this.root.hidden = false;
       this.runId = runId;
+      this.setActive(true);
+      this.setState("queued");
+      return new Promise((resolve) => { this.resolve = resolve; this.connect(this.generation); });
+    }
+
+    // Empty again (a cleared cell); a run being followed is let go, not stopped.
+    reset() {
+      this.generation += 1;
+      if (this.socket) this.socket.close();
+      if (this.resolve) this.resolve({ outcome: null, reason: "cleared" });
+      this.socket = null;
+      this.resolve = null;
+      this.runId = null;
       this.offsets = { stdout: 0, stderr: 0 };
       this.ansi = { stdout: { fg: null, bold: false }, stderr: { fg: null, bold: false } };
       this.finished = false;
-      this.out.textContent = "";
-      this.err.textContent = "";
-      this.badge.textContent = "";
-      this.reason.textContent = "";
-      this.figures.textContent = "";
-      this.timings.textContent = "";
+      this.retryMs = 500;
+      for (const node of [this.out, this.err, this.badge, this.reason, this.figures, this.timings]) node.textContent = "";
+      this.badge.className = "badge";
       this.outputs.replaceChildren();
-      this.setState("queued");
-      return new Promise((resolve) => { this.resolve = resolve; this.connect(); });
+      delete this.root.dataset.outcome;
+      delete this.root.dataset.state;
+      this.setActive(false);
+      this.root.hidden = true;
     }
 
-    connect() {
+    // A message instead of a run (one that could not start).
+    say(text) {
+      this.reset();
+      this.root.hidden = false;
+      this.reason.textContent = text;
+    }
+
+    setActive(active) {
+      this.active = active;
+      this.stop.hidden = !active;
+      this.stop.disabled = false;
+      if (this.onActive) this.onActive(active);
+    }
+
+    async cancel() {
+      if (!this.runId || this.finished) return;
+      this.stop.disabled = true;
+      this.reason.textContent = "stopping…";
+      try {
+        await api("POST", `/runs/${this.runId}/cancel`);
+      } catch (error) {
+        this.stop.disabled = false;
+        this.reason.textContent = `could not stop: ${error.message}`;
+      }
+    }
+
+    connect(generation) {
+      if (generation !== this.generation) return;
       const scheme = location.protocol === "https:" ? "wss" : "ws";
       const query = `stdout=${this.offsets.stdout}&stderr=${this.offsets.stderr}`;
       const socket = new WebSocket(`${scheme}://${location.host}/ws/runs/${this.runId}/?${query}`);
-      socket.onmessage = (event) => this.handle(JSON.parse(event.data));
-      socket.onclose = () => { if (!this.finished) setTimeout(() => this.resync(), 500); };
+      socket.onmessage = (event) => { if (generation === this.generation) this.handle(JSON.parse(event.data)); };
+      socket.onclose = (event) => {
+        if (generation !== this.generation || this.finished) return;
+        if (event.code === GONE) this.gone();
+        else setTimeout(() => this.resync(generation), this.retryMs);
+      };
       this.socket = socket;
     }
 
@@ -150,17 +321,44 @@ const Cordon = (() => {
       this.offsets[message.stream] = Math.max(have, message.offset + message.length);
     }
 
-    async resync() {
+    // After the socket closed: read what it missed from the stored log, then finish or reconnect.
+    // A failed read (the server restarting, the network gone) is tried again, more slowly.
+    async resync(generation) {
+      if (generation !== this.generation) return;
+      try {
+        await this.readLog(generation, Infinity);
+        const run = await api("GET", `/runs/${this.runId}`);
+        if (generation !== this.generation) return;
+        this.retryMs = 500;
+        if (run.state === "finished") this.finish(run); else this.connect(generation);
+      } catch (error) {
+        if (generation !== this.generation) return;
+        if (error.status === 404) { this.gone(); return; }
+        this.reason.textContent = `reconnecting… (${error.message})`;
+        this.retryMs = Math.min(this.retryMs * 2, 10000);
+        setTimeout(() => this.resync(generation), this.retryMs);
+      }
+    }
+
+    async readLog(generation, totals) {
       for (const stream of ["stdout", "stderr"]) {
-        for (;;) {
+        const total = totals === Infinity ? Infinity : totals[stream];
+        while (this.offsets[stream] < total) {
           const log = await api("GET", `/runs/${this.runId}/log?stream=${stream}&offset=${this.offsets[stream]}`);
-          if (log.next_offset === this.offsets[stream]) break;
+          if (generation !== this.generation || log.next_offset === this.offsets[stream]) break;
           appendAnsi(stream === "stdout" ? this.out : this.err, log.data, this.ansi[stream]);
           this.offsets[stream] = log.next_offset;
         }
       }
-      const run = await api("GET", `/runs/${this.runId}`);
-      if (run.state === "finished") this.finish(run); else this.connect();
+    }
+
+    gone() {
+      this.finished = true;
+      this.setActive(false);
+      this.setState("finished");
+      this.reason.textContent = "this run is no longer stored";
+      this.root.dataset.outcome = "gone";
+      this.settle({ outcome: null, reason: "this run is no longer stored" });
     }
 
     setState(state) {
@@ -171,40 +369,78 @@ const Cordon = (() => {
       this.root.dataset.state = state;
     }
 
-    async finish(known) {
+    async finish(record) {
       if (this.finished) return;
       this.finished = true;
+      const generation = this.generation;
       if (this.socket) this.socket.close();
-      const run = known || await api("GET", `/runs/${this.runId}`);
-      await this.catchUp(run);
+      let run = record;
+      try {
+        if (!run) run = await api("GET", `/runs/${this.runId}`);
+        await this.readLog(generation, { stdout: run.stdout_bytes, stderr: run.stderr_bytes });
+      } catch (error) {
+        if (generation !== this.generation) return;
+        if (!run) { this.finished = false; setTimeout(() => this.resync(generation), this.retryMs); return; }
+      }
+      if (generation !== this.generation) return;
+      this.setActive(false);
       this.setState("finished");
       this.badge.textContent = run.outcome;
       this.badge.className = `badge outcome-${run.outcome}`;
       this.reason.textContent = run.reason;
       this.figures.textContent = describe(run);
       this.timings.textContent = describeTimings(run.timings);
+      this.outputs.replaceChildren(...run.outputs.map((output) => this.outputItem(output)));
       this.root.dataset.outcome = run.outcome;
-      for (const output of run.outputs) {
-        const item = el("li", {}, el("a", { href: output.url, download: "" }, output.name), ` ${output.size} B`);
-        if (this.onOutputs) item.append(" ", el("button", { type: "button", class: "use-output",
-          onclick: () => this.onOutputs(output) }, "Use in next cell"));
-        this.outputs.append(item);
-      }
-      this.resolve(run);
+      this.settle(run);
     }
 
-    async catchUp(run) {
-      for (const stream of ["stdout", "stderr"]) {
-        const total = stream === "stdout" ? run.stdout_bytes : run.stderr_bytes;
-        while (this.offsets[stream] < total) {
-          const log = await api("GET", `/runs/${this.runId}/log?stream=${stream}&offset=${this.offsets[stream]}`);
-          if (log.next_offset === this.offsets[stream]) break;
-          appendAnsi(stream === "stdout" ? this.out : this.err, log.data, this.ansi[stream]);
-          this.offsets[stream] = log.next_offset;
-        }
+    settle(run) {
+      const resolve = this.resolve;
+      this.resolve = null;
+      if (resolve) resolve(run);
+    }
+
+    outputItem(output) {
+      const name = output.name;
+      const item = el("li", { class: "output", "data-kind": output.kind || "file", "data-name": name });
+      const line = el("div", { class: "output-line" });
+      line.append(output.url ? el("a", { href: output.url, download: "" }, name) : el("span", {}, `${name} (not kept)`),
+        el("span", { class: "muted" }, ` ${formatBytes(output.size)}`));
+      item.append(line);
+      if (output.kind === "table" && output.url) {
+        const box = el("div", { class: "output-preview", hidden: true });
+        const toggle = el("button", { type: "button", class: "preview-toggle", "aria-expanded": "false",
+          "aria-label": `preview ${name}` }, "Preview");
+        toggle.addEventListener("click", () => this.togglePreview(toggle, box, name));
+        line.append(" ", toggle);
+        item.append(box);
+      }
+      if (this.onOutputs && output.url) {
+        line.append(" ", el("button", { type: "button", class: "use-output", "aria-label": `use ${name} in the next cell`,
+          onclick: () => this.onOutputs(output) }, "Use in next cell"));
+      }
+      if (output.kind === "image" && output.inline_url) {
+        item.append(el("img", { class: "output-image", src: output.inline_url, alt: name, loading: "lazy" }));
+      }
+      return item;
+    }
+
+    async togglePreview(toggle, box, name) {
+      const open = toggle.getAttribute("aria-expanded") !== "true";
+      toggle.setAttribute("aria-expanded", String(open));
+      box.hidden = !open;
+      if (!open || box.dataset.loaded) return;
+      box.replaceChildren(el("p", { class: "muted" }, "loading…"));
+      try {
+        const preview = await api("GET", `/runs/${this.runId}/outputs/${pathPart(name)}/preview`);
+        box.replaceChildren(tableView(preview));
+        box.dataset.loaded = "1";
+      } catch (error) {
+        box.replaceChildren(el("p", { class: "error" }, `no preview: ${error.message}`));
       }
     }
   }
 
-  return { api, el, RunView, describe, describeTimings };
+  return { api, el, pathPart, markdownNodes, formatBytes, formatSeconds, tableView, RunView, describe, describeTimings };
 })();

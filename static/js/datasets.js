@@ -1,27 +1,44 @@
-// The datasets page: drag-and-drop or pick a file to upload, preview the first bytes, delete.
+// The datasets page: drag-and-drop or pick a file to upload; preview one (a table for CSV, TSV and
+// JSON, its first bytes as text otherwise); delete.
 "use strict";
 
 (() => {
-  const { api, el } = Cordon;
+  const { api, el, formatBytes, tableView } = Cordon;
   const list = document.getElementById("dataset-list");
   const drop = document.getElementById("drop");
   const picker = document.getElementById("file");
   const message = document.getElementById("upload-status");
+  const box = document.getElementById("preview");
 
   async function refresh() {
     const datasets = await api("GET", "/datasets");
     list.replaceChildren(...datasets.map((d) => el("tr", {},
-      el("td", {}, d.name), el("td", {}, `${d.size} B`), el("td", { class: "hash" }, d.sha256.slice(0, 16)),
+      el("td", {}, d.name), el("td", {}, formatBytes(d.size)), el("td", { class: "hash" }, d.sha256.slice(0, 16)),
       el("td", {}, d.sniffed_type),
-      el("td", {}, el("button", { type: "button", onclick: () => preview(d) }, "Preview"), " ",
-        el("button", { type: "button", onclick: async () => { await api("DELETE", `/datasets/${d.id}`); refresh(); } },
-          "Delete")))));
+      el("td", {}, el("button", { type: "button", "aria-label": `preview ${d.name}`, onclick: () => preview(d) }, "Preview"),
+        " ", el("button", { type: "button", "aria-label": `delete ${d.name}`, onclick: () => remove(d) }, "Delete")))));
+    if (!datasets.length) list.replaceChildren(el("tr", {}, el("td", { colspan: "5", class: "muted" }, "No datasets yet.")));
   }
 
   async function preview(dataset) {
-    const { text } = await api("GET", `/datasets/${dataset.id}/preview`);
-    const box = document.getElementById("preview");
-    box.replaceChildren(el("h2", {}, dataset.name), el("pre", {}, text));  // text, never HTML
+    box.replaceChildren(el("h2", {}, dataset.name), el("p", { class: "muted" }, "loading…"));
+    try {
+      const found = await api("GET", `/datasets/${dataset.id}/preview`);
+      const shown = found.columns && found.columns.length ? tableView(found) : el("pre", {}, found.text || "");  // text, never HTML
+      box.replaceChildren(el("h2", {}, dataset.name), shown);
+    } catch (error) {
+      box.replaceChildren(el("h2", {}, dataset.name), el("p", { class: "error" }, `no preview: ${error.message}`));
+    }
+  }
+
+  async function remove(dataset) {
+    if (!confirm(`Delete ${dataset.name}? Cells that use it will show it as deleted.`)) return;
+    try {
+      await api("DELETE", `/datasets/${dataset.id}`);
+      message.textContent = `deleted ${dataset.name}`;
+    } catch (error) { message.textContent = `${dataset.name} not deleted: ${error.message}`; }
+    box.replaceChildren();
+    refresh();
   }
 
   async function upload(files) {
@@ -38,7 +55,7 @@
 
   drop.addEventListener("dragover", (event) => { event.preventDefault(); drop.classList.add("over"); });
   drop.addEventListener("dragleave", () => drop.classList.remove("over"));
-  drop.addEventListener("drop", (event) => { event.preventDefault(); drop.classList.remove("over"); upload(event.dataTransfer.files); });
-  picker.addEventListener("change", () => upload(picker.files));
-  refresh();
+  drop.addEventListener("drop", (event) => { event.preventDefault(); drop.classList.remove("over"); upload([...event.dataTransfer.files]); });
+  picker.addEventListener("change", () => { const files = [...picker.files]; picker.value = ""; upload(files); });
+  refresh().catch((error) => { message.textContent = `datasets could not be loaded: ${error.message}`; });
 })();

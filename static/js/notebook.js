@@ -1,154 +1,694 @@
-// The notebook page: cells with an editor, inputs, limits, Run (or Ctrl/Cmd-Enter), live output.
+// The notebook page: the user's notebooks (switch, create, rename, duplicate, delete, import,
+// export) and this notebook's cells (code and markdown), autosaved whole with the version the page
+// read; each code cell shows its last run, live or finished, from the server's record.
 "use strict";
 
 (() => {
-  const { api, el, RunView } = Cordon;
+  const { api, el, markdownNodes, RunView } = Cordon;
   const root = document.getElementById("notebook");
+  const notebookId = root.dataset.notebookId;
+  const cellList = document.getElementById("cells");
   // The limits a cell offers, by their API names; unit, default and maximum come from /api/limits.
   const LIMITS = [["wall_timeout_s", "wall-clock"], ["cpu_time_s", "CPU"], ["memory_mib", "memory"]];
+  const TYPES = [["python", "Python"], ["node", "JavaScript"], ["markdown", "Markdown"]];
+  const SAVE_DELAY_MS = 700;
+  const RETRY_DELAY_MS = 5000;
+
   let limitInfo = {};
-  let cells = [];
   let datasets = [];
-  let saveTimer = null;
+  let cells = [];
+  let name = "";
+  let version = 0;
+  let leaving = false;  // set once the user chose to leave: no "unsaved changes" prompt then
 
-  function save() {
-    clearTimeout(saveTimer);
-    saveTimer = setTimeout(async () => {
-      try {
-        await api("PUT", "/notebook", { cells: cells.map((c) => c.data) });
-        status("saved");
-      } catch (error) { status(`not saved: ${error.message}`); }
-    }, 600);
+  function message(text) { document.getElementById("message").textContent = text; }
+  function saveStatus(text) { document.getElementById("save-status").textContent = text; }
+
+  function newId() {
+    return `c${Date.now().toString(36)}${Math.random().toString(36).slice(2, 6)}`;
   }
 
-  function status(text) { document.getElementById("save-status").textContent = text; }
+  // --- saving -------------------------------------------------------------------------------
+  // Every change marks the notebook dirty and saves it whole a moment later (PUT with the version
+  // this page has). Only one save is in flight; flush() waits for the page's state to be stored,
+  // and throws when it cannot be (a conflict, a refused cell, no network): the text stays in the
+  // page and the status says it is not saved.
 
-  function newCellData(runtime = "python") {
-    return { id: `c${Date.now()}`, runtime, code: "", limits: {}, dataset_ids: [], output_ids: [], last_run: null };
+  const saver = { dirty: false, timer: null, inflight: null, conflict: false };
+
+  function changed() {
+    saver.dirty = true;
+    saveStatus(saver.conflict ? "not saved (conflict)" : "unsaved changes");
+    clearTimeout(saver.timer);
+    if (!saver.conflict) saver.timer = setTimeout(() => flush().catch(() => {}), SAVE_DELAY_MS);
   }
 
-  function renderInputs(cell) {
-    const box = cell.inputs;
-    box.replaceChildren(el("legend", {}, "Inputs"));
-    for (const dataset of datasets) {
-      const id = `in-${cell.data.id}-${dataset.id}`;
-      const check = el("input", { type: "checkbox", id, value: dataset.id });
-      check.checked = cell.data.dataset_ids.includes(dataset.id);
-      check.addEventListener("change", () => {
-        cell.data.dataset_ids = check.checked ? [...cell.data.dataset_ids, dataset.id]
-          : cell.data.dataset_ids.filter((x) => x !== dataset.id);
-        save();
+  async function flush({ keepalive = false } = {}) {
+    clearTimeout(saver.timer);
+    while (saver.inflight) await saver.inflight.catch(() => {});
+    if (saver.conflict) throw new Error("this notebook was changed elsewhere; reload it first");
+    if (!saver.dirty) return;
+    saver.dirty = false;
+    saver.inflight = put(keepalive);
+    try { await saver.inflight; } finally { saver.inflight = null; }
+  }
+
+  // keepalive: the page is being hidden (maybe closed), so the save should outlive it; browsers
+  // take such a request only up to 64 KiB.
+  async function put(keepalive) {
+    const body = { name, version, cells: cells.map((cell) => cell.payload()) };
+    const small = new TextEncoder().encode(JSON.stringify(body)).length < 60000;
+    saveStatus("saving…");
+    try {
+      const saved = await api("PUT", `/notebooks/${notebookId}`, body, { keepalive: keepalive && small });
+      version = saved.version;
+      applySaved(saved);
+      saveStatus(saver.dirty ? "unsaved changes" : "all changes saved");
+      renameInList(notebookId, saved.name, saved.cells.length);
+    } catch (error) {
+      saver.dirty = true;
+      if (error.status === 409 && error.data && error.data.code === "notebook_conflict") showConflict();
+      else {
+        saveStatus(`not saved: ${error.message}`);
+        if (!error.status || error.status >= 500) saver.timer = setTimeout(() => flush().catch(() => {}), RETRY_DELAY_MS);
+      }
+      throw error;
+    }
+  }
+
+  // What the server adds to a saved cell: a markdown cell's rendering, each input's name and
+  // whether it still exists.
+  function applySaved(saved) {
+    const byId = new Map(saved.cells.map((cell) => [cell.id, cell]));
+    for (const cell of cells) {
+      const stored = byId.get(cell.data.id);
+      if (stored) cell.adopt(stored);
+    }
+  }
+
+  function showConflict() {
+    saver.conflict = true;
+    saveStatus("not saved (conflict)");
+    const box = document.getElementById("conflict");
+    box.replaceChildren(
+      el("p", {}, el("strong", {}, "This notebook was changed elsewhere"),
+        " (in another tab or window) after this page loaded it. Your changes here are not saved."),
+      el("button", { type: "button", class: "reload", onclick: () => { leaving = true; location.reload(); } },
+        "Reload the saved notebook (drop my changes here)"),
+      " ",
+      el("button", { type: "button", class: "save-copy", onclick: saveAsCopy }, "Save my version as a new notebook"));
+    box.hidden = false;
+  }
+
+  async function saveAsCopy() {
+    const payload = cells.map((cell) => cell.payload());
+    try {
+      const copy = await api("POST", "/notebooks", { name: `${name} (my version)`.slice(0, 100), cells: payload });
+      leaving = true;
+      location.assign(`/notebooks/${copy.id}/`);
+    } catch (error) { message(`could not save a copy: ${error.message}`); }
+  }
+
+  window.addEventListener("beforeunload", (event) => {
+    if (leaving || !(saver.dirty || saver.inflight)) return;
+    event.preventDefault();
+    event.returnValue = "";
+  });
+  document.addEventListener("visibilitychange", () => {
+    if (document.visibilityState === "hidden" && saver.dirty) flush({ keepalive: true }).catch(() => {});
+    if (document.visibilityState === "visible") refreshDatasets();
+  });
+
+  // Datasets uploaded in another tab appear in the cells' pickers when the user comes back.
+  async function refreshDatasets() {
+    try { datasets = await api("GET", "/datasets"); } catch { return; }
+    for (const cell of cells) if (cell.isCode) cell.renderInputs();
+  }
+
+  // Another page, once this one's changes are stored (or the user chose to leave them).
+  async function navigate(url) {
+    try { await flush(); } catch {
+      if (!confirm("Your latest changes to this notebook are not saved. Leave anyway?")) return;
+    }
+    leaving = true;
+    location.assign(url);
+  }
+
+  // --- cells --------------------------------------------------------------------------------
+
+  class Cell {
+    constructor(data) {
+      this.data = {
+        id: data.id, kind: data.kind || "code", runtime: data.runtime || "python", source: data.source || "",
+        inputs: (data.inputs || []).map((ref) => ({ ...ref })), limits: { ...(data.limits || {}) },
+        last_run_id: data.last_run_id || null,
+      };
+      this.html = data.html || "";
+      this.editing = this.data.kind === "markdown" && !this.data.source;
+      this.starting = false;
+      this.active = false;
+      this.node = el("section", { class: "cell", "data-cell-id": this.data.id });
+      this.viewRoot = el("div", { class: "run-view" });
+      this.view = new RunView(this.viewRoot, {
+        onOutputs: (output) => useInNextCell(this, output),
+        onActive: (active) => { this.active = active; this.updateButtons(); },
       });
-      box.append(el("label", { for: id }, check, ` ${dataset.name}`));
+      this.build();
     }
-    for (const output of cell.chosenOutputs || []) {
-      box.append(el("span", { class: "chip" }, `output ${output.name}`, el("button", { type: "button",
-        "aria-label": `remove ${output.name}`, onclick: () => {
-          cell.data.output_ids = cell.data.output_ids.filter((x) => x !== output.id);
-          cell.chosenOutputs = cell.chosenOutputs.filter((o) => o.id !== output.id);
-          renderInputs(cell); save();
-        } }, "×")));
+
+    // What a save sends: the reference of each input, not what the page shows of it.
+    payload() {
+      const { id, kind, runtime, source, limits, last_run_id } = this.data;
+      return { id, kind, runtime, source, limits, last_run_id,
+        inputs: this.data.inputs.map((ref) => ({ kind: ref.kind, id: ref.id })) };
     }
-    if (!datasets.length && !(cell.chosenOutputs || []).length) box.append(el("span", { class: "muted" }, "no datasets yet"));
+
+    adopt(stored) {
+      if (stored.kind === "markdown" && (stored.html || "") !== this.html) {
+        this.html = stored.html || "";
+        if (!this.editing && !this.isCode) this.showMarkdown();
+      }
+      const seen = new Map(stored.inputs.map((ref) => [`${ref.kind}:${ref.id}`, ref]));
+      let news = false;
+      for (const ref of this.data.inputs) {
+        const known = seen.get(`${ref.kind}:${ref.id}`);
+        if (!known) continue;
+        const shown = { name: known.name, broken: known.broken, fix: known.fix };
+        if (JSON.stringify(shown) !== JSON.stringify({ name: ref.name, broken: ref.broken, fix: ref.fix })) news = true;
+        Object.assign(ref, shown);
+      }
+      if (news) this.renderInputs();
+    }
+
+    get number() { return cells.indexOf(this) + 1; }
+    get isCode() { return this.data.kind === "code"; }
+
+    build() {
+      const data = this.data;
+      this.node.dataset.kind = data.kind;
+      const type = el("select", { class: "cell-type", "aria-label": "cell type" },
+        ...TYPES.map(([value, label]) => el("option", { value }, label)));
+      type.value = data.kind === "markdown" ? "markdown" : data.runtime;
+      type.addEventListener("change", () => this.setType(type.value));
+      this.numberLabel = el("span", { class: "cell-number" }, "");
+      const bar = el("div", { class: "cell-bar" }, this.numberLabel, type);
+      if (this.isCode) {
+        this.runButton = el("button", { type: "button", class: "run", "aria-label": "run this cell",
+          title: "Run (Ctrl/Cmd+Enter; Shift+Enter runs and moves on)", onclick: () => runCell(this) }, "Run");
+        bar.append(this.runButton);
+      } else {
+        this.runButton = null;
+        this.renderButton = el("button", { type: "button", class: "render", onclick: () => this.toggleEditing() }, "");
+        bar.append(this.renderButton);
+      }
+      bar.append(el("span", { class: "spacer" }));
+      this.upButton = el("button", { type: "button", class: "move-up icon", "aria-label": "move this cell up",
+        title: "move up", onclick: () => moveCell(this, -1) }, "↑");
+      this.downButton = el("button", { type: "button", class: "move-down icon", "aria-label": "move this cell down",
+        title: "move down", onclick: () => moveCell(this, 1) }, "↓");
+      bar.append(this.upButton, this.downButton);
+      if (this.isCode) {
+        this.clearButton = el("button", { type: "button", class: "clear", "aria-label": "clear this cell's output",
+          onclick: () => clearCell(this) }, "Clear");
+        bar.append(this.clearButton);
+      } else this.clearButton = null;
+      bar.append(el("button", { type: "button", class: "delete icon", "aria-label": "delete this cell", title: "delete",
+        onclick: () => deleteCell(this) }, "✕"));
+
+      this.editorBox = el("div", { class: "editor" });
+      const parts = [bar, this.editorBox];
+      if (this.isCode) {
+        this.inputsBox = el("div", { class: "inputs", role: "group", "aria-label": "inputs" });
+        parts.push(this.inputsBox, this.limitsBox(), this.viewRoot);
+      } else {
+        this.markdownView = el("div", { class: "markdown-view", tabindex: "0", "aria-label": "rendered markdown",
+          title: "double-click to edit" });
+        this.markdownView.addEventListener("dblclick", () => this.edit());
+        this.markdownView.addEventListener("keydown", (event) => {
+          if (event.key !== "Enter") return;
+          event.preventDefault();
+          if (event.shiftKey) focusNext(this); else this.edit();
+        });
+        parts.push(this.markdownView);
+      }
+      this.node.replaceChildren(...parts);
+      this.makeEditor();
+      if (this.isCode) this.renderInputs();
+      else if (this.editing) this.edit(false); else this.showMarkdown();
+      this.renumber();
+      this.updateButtons();
+    }
+
+    makeEditor() {
+      if (this.editor) this.editor.destroy();
+      this.editorBox.replaceChildren();
+      this.editor = CordonEditor.create(this.editorBox, {
+        doc: this.data.source,
+        language: this.isCode ? this.data.runtime : "markdown",
+        label: this.isCode ? "code" : "markdown source",
+        onRun: () => (this.isCode ? runCell(this) : this.render()),
+        onRunNext: () => {
+          if (this.isCode) runCell(this); else this.render();
+          focusNext(this);
+        },
+        onChange: (source) => { this.data.source = source; changed(); },
+      });
+    }
+
+    limitsBox() {
+      const box = el("details", { class: "limits" }, el("summary", {}, "Limits"));
+      if (Object.keys(this.data.limits).length) box.open = true;
+      for (const [limit, label] of LIMITS) {
+        const info = limitInfo[limit] || {};
+        const input = el("input", { type: "number", min: "0", step: info.type === "integer" ? "1" : "any", name: limit,
+          placeholder: String(info.default ?? ""), title: info.maximum ? `at most ${info.maximum} ${info.unit}` : null });
+        if (info.maximum) input.max = String(info.maximum);
+        if (this.data.limits[limit] !== undefined) input.value = this.data.limits[limit];
+        input.addEventListener("change", () => {
+          if (input.value === "") delete this.data.limits[limit]; else this.data.limits[limit] = Number(input.value);
+          changed();
+        });
+        box.append(el("label", {}, `${label} ${info.unit || ""} `, input));
+      }
+      return box;
+    }
+
+    setType(value) {
+      if (value === "markdown") this.data.kind = "markdown";
+      else { this.data.kind = "code"; this.data.runtime = value; }
+      this.editing = this.data.kind === "markdown";
+      if (!this.isCode) this.view.reset();
+      this.build();
+      changed();
+    }
+
+    renumber() {
+      const number = this.number;
+      this.numberLabel.textContent = `[${number}]`;
+      this.node.setAttribute("aria-label", `cell ${number}`);
+      this.updateButtons();
+    }
+
+    updateButtons() {
+      const busy = this.active || this.starting;
+      if (this.runButton) this.runButton.disabled = busy;
+      if (this.clearButton) this.clearButton.disabled = busy;
+      const index = cells.indexOf(this);
+      this.upButton.disabled = index <= 0;
+      this.downButton.disabled = index < 0 || index >= cells.length - 1;
+      this.node.classList.toggle("running", busy);
+    }
+
+    focus() {
+      if (this.data.kind === "markdown" && !this.editing) this.markdownView.focus();
+      else this.editor.focus();
+      this.node.scrollIntoView({ block: "nearest" });
+    }
+
+    // --- markdown: the source while editing, the server's sanitised rendering otherwise
+    edit(focus = true) {
+      this.editing = true;
+      this.editorBox.hidden = false;
+      this.markdownView.hidden = true;
+      this.renderButton.textContent = "Render";
+      this.renderButton.setAttribute("aria-label", "render this markdown cell");
+      if (focus) this.editor.focus();
+    }
+
+    showMarkdown() {
+      this.editing = false;
+      this.editorBox.hidden = true;
+      this.markdownView.hidden = false;
+      // Rendered and sanitised on the server (no raw HTML passes); never built from the source here.
+      if (this.html) this.markdownView.replaceChildren(...markdownNodes(this.html));
+      else this.markdownView.replaceChildren(el("p", { class: "muted" }, "Empty markdown cell: double-click to edit"));
+      this.renderButton.textContent = "Edit";
+      this.renderButton.setAttribute("aria-label", "edit this markdown cell");
+    }
+
+    async render() {
+      try { await flush(); } catch (error) {
+        message(`cell ${this.number} not rendered: ${error.message}`);
+        return;
+      }
+      this.showMarkdown();
+    }
+
+    toggleEditing() {
+      if (this.editing) this.render(); else this.edit();
+    }
+
+    // --- inputs: a chip per dataset or chained output, a picker to add a dataset
+    has(ref) { return this.data.inputs.some((r) => r.kind === ref.kind && String(r.id) === String(ref.id)); }
+
+    addInput(ref) {
+      if (this.has(ref)) return false;
+      this.data.inputs.push({ broken: false, fix: null, ...ref });
+      this.renderInputs();
+      changed();
+      return true;
+    }
+
+    removeInput(ref) {
+      this.data.inputs = this.data.inputs.filter((r) => r !== ref);
+      this.renderInputs();
+      changed();
+    }
+
+    replaceInput(ref, fix) {
+      const index = this.data.inputs.indexOf(ref);
+      this.data.inputs[index] = { kind: fix.kind, id: fix.id, name: fix.name, broken: false, fix: null };
+      this.data.inputs = this.data.inputs.filter((r, i) => i === index || !(r.kind === fix.kind && String(r.id) === String(fix.id)));
+      this.renderInputs();
+      changed();
+    }
+
+    renderInputs() {
+      const chips = this.data.inputs.map((ref) => this.chip(ref));
+      const picker = el("select", { class: "add-dataset", "aria-label": "add a dataset as input" },
+        el("option", { value: "" }, "+ dataset…"));
+      const available = datasets.filter((d) => !this.has({ kind: "dataset", id: d.id }));
+      for (const dataset of available) picker.append(el("option", { value: dataset.id }, dataset.name));
+      if (!datasets.length) picker.append(el("option", { value: "", disabled: true }, "no datasets yet (see Datasets)"));
+      picker.addEventListener("change", () => {
+        const dataset = datasets.find((d) => d.id === picker.value);
+        if (dataset) this.addInput({ kind: "dataset", id: dataset.id, name: dataset.name });
+      });
+      this.inputsBox.replaceChildren(el("span", { class: "inputs-label" }, "Inputs"), ...chips, picker);
+    }
+
+    chip(ref) {
+      const label = ref.name || String(ref.id);
+      const chip = el("span", { class: `chip chip-${ref.kind}${ref.broken ? " broken" : ""}`,
+        title: ref.kind === "output" ? "an output of an earlier run" : "a dataset" },
+        ref.kind === "output" ? el("span", { class: "chip-kind" }, "output ") : null, label);
+      if (ref.broken) {
+        chip.append(el("span", { class: "chip-broken" }, " (deleted)"));
+        if (ref.fix) {
+          chip.append(" ", el("button", { type: "button", class: "fix", onclick: () => this.replaceInput(ref, ref.fix) },
+            `use current ${ref.fix.name}`));
+        } else {
+          chip.append(" ", el("button", { type: "button", class: "fix", onclick: () => this.removeInput(ref) }, "remove"));
+        }
+      }
+      chip.append(el("button", { type: "button", class: "remove", "aria-label": `remove input ${label}`,
+        onclick: () => this.removeInput(ref) }, "×"));
+      return chip;
+    }
   }
 
-  function renderCell(data, index) {
-    const cell = { data, chosenOutputs: [] };
-    const runtime = el("select", { "aria-label": "runtime", class: "runtime" },
-      el("option", { value: "python" }, "Python"), el("option", { value: "node" }, "JavaScript"));
-    runtime.value = data.runtime;
-    const editorBox = el("div", { class: "editor" });
-    cell.inputs = el("fieldset", { class: "inputs" });
-    const limits = el("details", { class: "limits" }, el("summary", {}, "Limits"));
-    for (const [name, label] of LIMITS) {
-      const info = limitInfo[name] || {};
-      const input = el("input", { type: "number", min: "0", step: info.type === "integer" ? "1" : "any", name,
-        placeholder: String(info.default ?? ""), title: info.maximum ? `at most ${info.maximum} ${info.unit}` : "" });
-      if (info.maximum) input.max = String(info.maximum);
-      if (data.limits[name] !== undefined) input.value = data.limits[name];
-      input.addEventListener("change", () => {
-        if (input.value === "") delete data.limits[name]; else data.limits[name] = Number(input.value);
-        save();
-      });
-      limits.append(el("label", {}, `${label} ${info.unit || ""} `, input));
-    }
-    const runButton = el("button", { type: "button", class: "run" }, "Run");
-    const view = el("div", { class: "run-view" });
-    const node = el("section", { class: "cell", "data-index": String(index) },
-      el("div", { class: "cell-bar" }, el("span", { class: "cell-number" }, `[${index + 1}]`), runtime, runButton),
-      editorBox, cell.inputs, limits, view);
-    cell.node = node;
-    cell.view = new RunView(view, { onOutputs: (output) => useInNextCell(cell, output) });
-    const makeEditor = () => {
-      editorBox.replaceChildren();
-      cell.editor = CordonEditor.create(editorBox, { doc: data.code, language: data.runtime,
-        onRun: () => runCell(cell), onChange: (code) => { data.code = code; save(); } });
-    };
-    makeEditor();
-    runtime.addEventListener("change", () => { data.runtime = runtime.value; makeEditor(); save(); });
-    runButton.addEventListener("click", () => runCell(cell));
-    renderInputs(cell);
+  function renumberAll() {
+    cells.forEach((cell) => cell.renumber());
+  }
+
+  function insertCell(index, data) {
+    const cell = new Cell({ id: newId(), kind: "code", runtime: "python", source: "", inputs: [], limits: {}, ...data });
+    cells.splice(index, 0, cell);
+    cellList.insertBefore(cell.node, cellList.children[index] || null);
+    renumberAll();
+    changed();
     return cell;
   }
 
+  // A new code cell takes the runtime of the code cell before it.
+  function runtimeBefore(index) {
+    for (let i = index - 1; i >= 0; i -= 1) if (cells[i].isCode) return cells[i].data.runtime;
+    return "python";
+  }
+
+  function addCell(kind) {
+    const index = cells.length;
+    const cell = insertCell(index, { kind, runtime: runtimeBefore(index) });
+    if (kind === "markdown") cell.edit();
+    cell.focus();
+    return cell;
+  }
+
+  function focusNext(cell) {
+    const index = cells.indexOf(cell);
+    const next = cells[index + 1] || insertCell(index + 1, { kind: "code", runtime: runtimeBefore(index + 1) });
+    next.focus();
+  }
+
+  function moveCell(cell, step) {
+    const index = cells.indexOf(cell);
+    const to = index + step;
+    if (to < 0 || to >= cells.length) return;
+    cells.splice(index, 1);
+    cells.splice(to, 0, cell);
+    cellList.replaceChildren(...cells.map((c) => c.node));
+    renumberAll();
+    changed();
+    (step < 0 ? cell.upButton : cell.downButton).focus();
+  }
+
+  function deleteCell(cell) {
+    const worth = cell.data.source.trim() || cell.data.last_run_id;
+    if (worth && !confirm(`Delete cell ${cell.number}? Its runs stay under Runs.`)) return;
+    const index = cells.indexOf(cell);
+    cell.view.reset();
+    cell.editor.destroy();
+    cells.splice(index, 1);
+    cell.node.remove();
+    renumberAll();
+    changed();
+    message(`cell ${index + 1} deleted`);
+    const near = cells[index] || cells[index - 1];
+    if (near) near.focus();
+  }
+
+  async function clearCell(cell) {
+    try {
+      await flush();
+      const saved = await api("POST", `/notebooks/${notebookId}/cells/${cell.data.id}/clear`, {});
+      if (!saver.inflight && saved.version > version) version = saved.version;
+      cell.data.last_run_id = null;
+      cell.view.reset();
+    } catch (error) { message(`cell ${cell.number} not cleared: ${error.message}`); }
+  }
+
+  // "Use in next cell": the output becomes an input of the next code cell (a new one, with this
+  // cell's runtime, when there is none); that cell keeps its own runtime.
   function useInNextCell(cell, output) {
-    let index = cells.indexOf(cell) + 1;
-    if (index >= cells.length) addCell("node");
-    const next = cells[index];
-    if (!next.data.output_ids.includes(output.id)) {
-      next.data.output_ids.push(output.id);
-      next.chosenOutputs.push(output);
-    }
-    renderInputs(next);
-    save();
+    const index = cells.indexOf(cell);
+    let next = cells[index + 1];
+    if (!next || !next.isCode) next = insertCell(index + 1, { kind: "code", runtime: cell.data.runtime });
+    const base = output.name.split("/").pop();
+    // A newer run's file of the same name replaces the older one: two inputs cannot share a name.
+    const older = next.data.inputs.filter((ref) => ref.kind === "output" && ref.name === base && String(ref.id) !== String(output.id));
+    next.data.inputs = next.data.inputs.filter((ref) => !older.includes(ref));
+    const added = next.addInput({ kind: "output", id: output.id, name: base });
+    if (older.length && !added) { next.renderInputs(); changed(); }
+    const what = older.length ? `replaces the earlier ${base} as an input` : added ? "is an input" : "is already an input";
+    message(`${base} ${what} of cell ${next.number}`);
     next.node.scrollIntoView({ block: "nearest" });
   }
 
+  // --- running --------------------------------------------------------------------------------
+
+  // Saves, then runs the cell as stored; resolves with the run's record when it ends, or with
+  // {outcome: null, reason} when it did not start.
   async function runCell(cell) {
-    const button = cell.node.querySelector("button.run");
-    button.disabled = true;
+    if (!cell.isCode) return { outcome: null, reason: "a markdown cell does not run" };
+    if (cell.active || cell.starting) return { outcome: null, reason: "it is already running" };
+    cell.starting = true;
+    cell.updateButtons();
+    cell.view.say("saving and starting…");
     try {
-      const run = await api("POST", "/runs", { runtime: cell.data.runtime, code: cell.data.code,
-        dataset_ids: cell.data.dataset_ids, output_ids: cell.data.output_ids, limits: cell.data.limits });
-      cell.data.last_run = run.id;
-      save();
-      return await cell.view.follow(run.id);
+      await flush();
+      const run = await api("POST", `/notebooks/${notebookId}/cells/${cell.data.id}/run`, {});
+      cell.data.last_run_id = run.id;
+      const followed = cell.view.follow(run.id);
+      cell.starting = false;
+      cell.updateButtons();
+      return await followed;
     } catch (error) {
-      cell.view.reason.textContent = `not started: ${error.message}`;
-      return { outcome: "rejected" };
+      const reason = `not started: ${error.message}`;
+      cell.view.say(reason);
+      return { outcome: null, reason };
     } finally {
-      button.disabled = false;
+      cell.starting = false;
+      cell.updateButtons();
     }
   }
 
   async function runAll() {
-    for (const cell of cells) {
-      const run = await runCell(cell);
-      if (run.outcome !== "succeeded") break;
-    }
+    const button = document.getElementById("run-all");
+    button.disabled = true;
+    let ran = 0;
+    try {
+      for (const cell of [...cells]) {
+        if (!cell.isCode || !cells.includes(cell)) continue;
+        message(`Run all: cell ${cell.number}…`);
+        const run = await runCell(cell);
+        if (run.outcome !== "succeeded") {
+          const why = run.outcome ? `${run.outcome}${run.reason ? ` (${run.reason})` : ""}` : run.reason;
+          message(`Run all stopped at cell ${cell.number}: ${why}`);
+          cell.node.scrollIntoView({ block: "nearest" });
+          return;
+        }
+        ran += 1;
+      }
+      message(`Run all: ${ran} code cell${ran === 1 ? "" : "s"} succeeded`);
+    } finally { button.disabled = false; }
   }
 
-  function addCell(runtime) {
-    const cell = renderCell(newCellData(runtime), cells.length);
-    cells.push(cell);
-    document.getElementById("cells").append(cell.node);
-    save();
-    return cell;
+  // --- the notebook list ------------------------------------------------------------------------
+
+  function renameInList(id, newName, count) {
+    const item = document.querySelector(`#notebook-list li[data-id="${id}"]`);
+    if (!item) return;
+    item.querySelector(".notebook-link").textContent = newName;
+    if (count !== undefined) item.querySelector(".cell-count").textContent = cellCount(count);
   }
+
+  function cellCount(count) { return `${count} cell${count === 1 ? "" : "s"}`; }
+
+  function renderList(notebooks) {
+    const list = document.getElementById("notebook-list");
+    list.replaceChildren(...notebooks.map((notebook) => {
+      const current = notebook.id === notebookId;
+      const link = el("a", { class: "notebook-link", href: `/notebooks/${notebook.id}/`,
+        "aria-current": current ? "page" : null }, notebook.name);
+      link.addEventListener("click", (event) => {
+        if (event.ctrlKey || event.metaKey || event.shiftKey || event.button !== 0) return;  // a new tab: as it is
+        event.preventDefault();
+        if (!current) navigate(link.href);
+      });
+      return el("li", { "data-id": notebook.id, class: current ? "current" : null }, link, " ",
+        el("span", { class: "muted cell-count" }, cellCount(notebook.cell_count)));
+    }));
+    return notebooks;
+  }
+
+  async function createNotebook() {
+    const names = new Set([...document.querySelectorAll("#notebook-list .notebook-link")].map((a) => a.textContent));
+    let number = names.size + 1;
+    while (names.has(`Notebook ${number}`)) number += 1;
+    try {
+      await flush();
+      const created = await api("POST", "/notebooks", { name: `Notebook ${number}`, cells: [
+        { id: newId(), kind: "code", runtime: "python", source: "", inputs: [], limits: {} }] });
+      navigate(`/notebooks/${created.id}/`);
+    } catch (error) { message(`no new notebook: ${error.message}`); }
+  }
+
+  async function duplicateNotebook() {
+    try {
+      await flush();
+      const copy = await api("POST", `/notebooks/${notebookId}/duplicate`, {});
+      navigate(`/notebooks/${copy.id}/`);
+    } catch (error) { message(`not duplicated: ${error.message}`); }
+  }
+
+  async function deleteNotebook() {
+    if (!confirm(`Delete the notebook "${name}" and its cells? Its runs stay under Runs.`)) return;
+    try {
+      await api("DELETE", `/notebooks/${notebookId}`);
+      leaving = true;
+      location.assign("/playground/");
+    } catch (error) { message(`not deleted: ${error.message}`); }
+  }
+
+  async function importFile(file) {
+    if (!file) return;
+    if (!/\.(ipynb|py|js)$/i.test(file.name)) {
+      message(`${file.name}: import a .ipynb notebook or a .py or .js script`);
+      return;
+    }
+    message(`importing ${file.name}…`);
+    const form = new FormData();
+    form.append("file", file);
+    try {
+      await flush().catch(() => {});
+      const created = await api("POST", "/notebooks/import", form);
+      navigate(`/notebooks/${created.id}/`);
+    } catch (error) { message(`${file.name} not imported: ${error.message}`); }
+  }
+
+  function rename(input) {
+    const value = input.value.replace(/\s+/g, " ").trim();
+    if (!value) { input.value = name; return; }
+    if (value === name) return;
+    name = value;
+    document.title = `${name} · Cordon`;
+    renameInList(notebookId, name);
+    changed();
+  }
+
+  // A file dragged anywhere over the page opens as a new notebook. Caught before the editors, which
+  // would otherwise paste a dropped file's text into a cell.
+  function setUpDrop() {
+    const overlay = document.getElementById("drop-overlay");
+    const carriesFiles = (event) => event.dataTransfer && [...event.dataTransfer.types].includes("Files");
+    let depth = 0;
+    window.addEventListener("dragenter", (event) => {
+      if (!carriesFiles(event)) return;
+      depth += 1;
+      overlay.hidden = false;
+    }, true);
+    window.addEventListener("dragleave", (event) => {
+      if (!carriesFiles(event)) return;
+      depth = Math.max(0, depth - 1);
+      if (!depth) overlay.hidden = true;
+    }, true);
+    window.addEventListener("dragover", (event) => {
+      if (!carriesFiles(event)) return;
+      event.preventDefault();
+      event.stopPropagation();
+      event.dataTransfer.dropEffect = "copy";
+    }, true);
+    window.addEventListener("drop", (event) => {
+      if (!carriesFiles(event)) return;
+      event.preventDefault();
+      event.stopPropagation();
+      depth = 0;
+      overlay.hidden = true;
+      importFile(event.dataTransfer.files[0]);
+    }, true);
+  }
+
+  // --- start --------------------------------------------------------------------------------
 
   async function start() {
-    let described;
-    [datasets, { cells: stored }, described] = await Promise.all([api("GET", "/datasets"), api("GET", "/notebook"),
-      api("GET", "/limits")]);
+    const [notebook, found, described, notebooks] = await Promise.all([api("GET", `/notebooks/${notebookId}`),
+      api("GET", "/datasets"), api("GET", "/limits"), api("GET", "/notebooks")]);
+    datasets = found;
     limitInfo = Object.fromEntries(described.map((limit) => [limit.name, limit]));
-    const list = document.getElementById("cells");
-    cells = stored.map((data, index) => renderCell(data, index));
-    list.replaceChildren(...cells.map((c) => c.node));
-    document.getElementById("add-python").addEventListener("click", () => addCell("python"));
-    document.getElementById("add-node").addEventListener("click", () => addCell("node"));
+    name = notebook.name;
+    version = notebook.version;
+    renderList(notebooks);
+    const nameInput = document.getElementById("notebook-name");
+    nameInput.value = name;
+    nameInput.addEventListener("change", () => rename(nameInput));
+    nameInput.addEventListener("keydown", (event) => { if (event.key === "Enter") nameInput.blur(); });
+    cells = [];
+    for (const data of notebook.cells) {
+      const cell = new Cell(data);
+      cells.push(cell);
+    }
+    cellList.replaceChildren(...cells.map((cell) => cell.node));
+    renumberAll();
+    // Each code cell shows its last run: the stored outcome, or the live stream of one still going.
+    for (const cell of cells) if (cell.isCode && cell.data.last_run_id) cell.view.follow(cell.data.last_run_id);
+    document.getElementById("add-code").addEventListener("click", () => addCell("code"));
+    document.getElementById("add-markdown").addEventListener("click", () => addCell("markdown"));
     document.getElementById("run-all").addEventListener("click", runAll);
-    status("loaded");
+    document.getElementById("new-notebook").addEventListener("click", createNotebook);
+    document.getElementById("duplicate-notebook").addEventListener("click", duplicateNotebook);
+    document.getElementById("delete-notebook").addEventListener("click", deleteNotebook);
+    const exporter = document.getElementById("export-notebook");
+    exporter.addEventListener("click", async (event) => {
+      if (!saver.dirty && !saver.inflight) return;  // the stored notebook is what the page shows
+      event.preventDefault();
+      try { await flush(); exporter.click(); } catch (error) { message(`not exported: ${error.message}`); }
+    });
+    const picker = document.getElementById("import-file");
+    picker.addEventListener("change", () => { importFile(picker.files[0]); picker.value = ""; });
+    setUpDrop();
+    root.dataset.ready = "true";
+    saveStatus("all changes saved");
   }
-  let stored;
-  start();
+
+  start().catch((error) => message(`this notebook could not be loaded: ${error.message}`));
 })();

@@ -20,6 +20,7 @@ import pytest
 import redis as redis_client
 from django.conf import settings
 from django.db import close_old_connections
+from django.test import Client
 
 from runner.config import PROJECT_ROOT
 from tests.conftest import child_env, free_port, web_server_argv
@@ -250,3 +251,21 @@ def session_cookie(user: Any) -> bytes:
     client = Client()
     client.force_login(user)
     return f"sessionid={client.cookies['sessionid'].value}".encode()
+
+
+def api(user: Any, *, raise_request_exception: bool = True) -> Client:
+    """A test client that calls the API as `user`, with a bearer token of theirs."""
+    from playground.services.accounts import token_create
+
+    return Client(
+        HTTP_AUTHORIZATION=f"Bearer {token_create(user=user)}", raise_request_exception=raise_request_exception
+    )
+
+
+def json_error(response: Any, status: int) -> dict[str, Any]:
+    """The API's one error shape, with this status, as JSON."""
+    assert response.status_code == status, (response.status_code, response.content[:300])
+    assert response["Content-Type"].startswith("application/json"), response["Content-Type"]
+    error: dict[str, Any] = response.json()
+    assert set(error) == {"code", "message", "field"}, error
+    return error

@@ -10,15 +10,10 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client, override_settings
 
 from playground.models import Dataset, Run, RunOutputFile
-from playground.services.accounts import token_create
-from tests.playground.conftest import multipart_upload
+from tests.playground.conftest import api, multipart_upload
 from tests.playground.factories import UserFactory
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis]
-
-
-def api(user: Any) -> Client:
-    return Client(HTTP_AUTHORIZATION=f"Bearer {token_create(user=user)}")
 
 
 @pytest.fixture

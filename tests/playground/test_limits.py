@@ -16,15 +16,11 @@ from django.test import Client, override_settings
 from playground.limits import limits_from_record
 from playground.models import Run, RunEvent
 from playground.services import runs as run_services
-from playground.services.accounts import token_create
 from runner.spec import Limits, Outcome
+from tests.playground.conftest import api
 from tests.playground.factories import UserFactory
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis]
-
-
-def api(user: Any) -> Client:
-    return Client(HTTP_AUTHORIZATION=f"Bearer {token_create(user=user)}")
 
 
 def submit(client: Client, limits: dict[str, Any]) -> Any:
@@ -109,25 +105,32 @@ def test_a_retry_is_refused_and_says_why_when_its_limits_are_now_over_the_maxima
     assert run_services.retry_once(run=run) is not None  # within today's maxima it is retried
 
 
+def _save_cells(client: Client, cells: list[dict[str, Any]]) -> Any:
+    notebook = client.post("/api/notebooks", {"name": "limits"}, content_type="application/json").json()
+    body = json.dumps({"name": "limits", "version": notebook["version"], "cells": cells})
+    return client.put(f"/api/notebooks/{notebook['id']}", body, content_type="application/json")
+
+
 def test_a_notebook_cell_keeps_only_the_limits_set_for_it(redis_server: Any) -> None:
     client = api(UserFactory())
-    cell = {"id": "c1", "runtime": "python", "code": "1", "limits": {"wall_timeout_s": 5}}
-    saved = client.put("/api/notebook", json.dumps({"cells": [cell]}), content_type="application/json")
+    cell = {"id": "c1", "runtime": "python", "source": "1", "limits": {"wall_timeout_s": 5}}
+    saved = _save_cells(client, [cell])
     assert saved.status_code == 200, saved.content
     assert saved.json()["cells"][0]["limits"] == {"wall_timeout_s": 5.0}
-    assert client.get("/api/notebook").json()["cells"][0]["limits"] == {"wall_timeout_s": 5.0}
+    assert client.get(f"/api/notebooks/{saved.json()['id']}").json()["cells"][0]["limits"] == {"wall_timeout_s": 5.0}
     cell["limits"] = {"timeout_s": 5}
-    refused = client.put("/api/notebook", json.dumps({"cells": [cell]}), content_type="application/json")
+    refused = _save_cells(client, [cell])
     assert refused.status_code == 422 and refused.json()["code"] == "unknown_limit"
 
 
 def test_a_cell_saved_under_higher_maxima_stays_editable_and_is_checked_when_it_runs(redis_server: Any) -> None:
     client = api(UserFactory())
-    cell = {"id": "c1", "runtime": "python", "code": "1", "limits": {"memory_mib": 1024}}
+    cell = {"id": "c1", "runtime": "python", "source": "1", "limits": {"memory_mib": 1024}}
     with override_settings(CORDON_MAXIMA=replace(settings.CORDON_MAXIMA, memory_mib=512)):
-        saved = client.put("/api/notebook", json.dumps({"cells": [cell]}), content_type="application/json")
+        saved = _save_cells(client, [cell])
         assert saved.status_code == 200, saved.content
-        assert submit(client, {"memory_mib": 1024}).json()["code"] == "limit_over_maximum"
+        ran = client.post(f"/api/notebooks/{saved.json()['id']}/cells/c1/run")
+        assert ran.status_code == 422 and ran.json()["code"] == "limit_over_maximum"
 
 
 def test_the_migration_renames_old_limit_names_and_drops_values_the_schema_would_refuse(redis_server: Any) -> None:
@@ -138,7 +141,9 @@ def test_the_migration_renames_old_limit_names_and_drops_values_the_schema_would
     migration = importlib.import_module("playground.migrations.0003_notebook_limit_names")
     limits = {"timeout_s": 5, "memory_mib": None, "cpus": True, "disk_mib": -1, "cpu_time_s": 2.5}
     owner: Any = UserFactory()
-    notebook = Notebook.objects.create(owner=owner, cells=[{"id": "c1", "runtime": "python", "limits": limits}])
+    notebook = Notebook.objects.create(
+        owner=owner, name="n", cells=[{"id": "c1", "runtime": "python", "limits": limits}]
+    )
     migration.rename(apps, None)
     notebook.refresh_from_db()
     assert notebook.cells[0]["limits"] == {"wall_timeout_s": 5, "cpu_time_s": 2.5}

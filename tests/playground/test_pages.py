@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -69,3 +70,25 @@ def test_the_pages_progress_shows_every_run_state_in_order() -> None:
     declared = re.search(r"const STATES = \[([^\]]*)\];", script)
     assert declared is not None
     assert re.findall(r'"([a-z_]+)"', declared.group(1)) == [state.value for state in RunState]
+
+
+def test_the_api_docs_load_their_assets_from_this_site(browser: Client) -> None:
+    page = browser.get("/api/docs")
+    assert page.status_code == 200
+    scripts = re.findall(r'<script[^>]*\bsrc="([^"]+)"', page.content.decode())
+    assert scripts and all(src.startswith("/static/") for src in scripts), scripts
+    assert b"cdn." not in page.content
+    for src in scripts:  # served, so that the page's CSP (script-src 'self') lets them run
+        assert browser.get(src).status_code == 200, src
+
+
+def test_the_openapi_document_has_no_duplicate_keys(browser: Client) -> None:
+    """Swagger UI refuses a document with a key twice (e.g. 200 and "200" for one response)."""
+
+    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        keys = [key for key, _ in pairs]
+        assert len(keys) == len(set(keys)), keys
+        return dict(pairs)
+
+    document = json.loads(browser.get("/api/openapi.json").content, object_pairs_hook=no_duplicates)
+    assert "/api/notebooks/{notebook_id}/ipynb" in document["paths"]

@@ -10,15 +10,11 @@ import pytest
 from django.test import Client
 
 from playground.models import Run
-from playground.services.accounts import token_create
 from runner.images import read_lock
+from tests.playground.conftest import api
 from tests.playground.factories import UserFactory
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis, pytest.mark.images]
-
-
-def api(user: Any) -> Client:
-    return Client(HTTP_AUTHORIZATION=f"Bearer {token_create(user=user)}")
 
 
 def submit(client: Client, code: str, runtime: str = "python", **extra: Any) -> dict[str, Any]:
@@ -65,6 +61,8 @@ def test_a_submitted_run_is_executed_recorded_and_its_log_served_from_an_offset(
     assert run["image"] == {"name": "python", "digest": read_lock()["python"].digest}
     assert run["engine"] == "namespace" and run["isolation"] == "namespace"
     assert run["cpu_s"] is not None and run["peak_memory_bytes"] > 0 and run["wall_s"] > 0
+    assert run["peak_memory_bytes"] <= 256 * 1024 * 1024 and run["peak_file_bytes"] == 4096  # sum.txt's page
+    assert run["samples"] and all(len(row) == 4 for row in run["samples"])  # t, CPU, memory, files
     assert run["cleanup_ok"] is True and all(check["ok"] for check in run["cleanup"])
     assert [e["state"] for e in run["events"]] == [
         "queued",

@@ -1,0 +1,475 @@
+"""What cells and files are shown as: table previews of CSV/TSV/JSON, markdown rendered safely,
+and notebooks in and out of Jupyter's format. Pure functions: no database, no services."""
+
+from __future__ import annotations
+
+import io
+import json
+import random
+
+import nbformat
+import pytest
+from nbformat import v4
+
+from playground import ipynb, markdown, previews
+from playground.ipynb import cells_from_ipynb, cells_from_script, ipynb_from_cells
+from playground.markdown import render_markdown
+from playground.previews import image_content_type, is_tabular_name, output_kind, table_preview
+from playground.services.errors import ServiceError
+
+
+def preview(data: bytes | str, name: str, **kwargs):
+    raw = data.encode() if isinstance(data, str) else data
+    return table_preview(io.BytesIO(raw), name, **kwargs)
+
+
+def types_of(result) -> dict[str, str]:
+    return {column["name"]: column["type"] for column in result["columns"]}
+
+
+# Table previews
+
+
+def test_csv_columns_are_typed_from_their_cells_and_values_converted():
+    result = preview("id,price,ok,label,blank\n1, 2.5 ,true,a\n-3,1e3,FALSE, b \n", "t.csv")
+    assert types_of(result) == {
+        "id": "integer",
+        "price": "number",
+        "ok": "boolean",
+        "label": "string",
+        "blank": "empty",
+    }
+    assert result["rows"] == [[1, 2.5, True, "a", None], [-3, 1000.0, False, " b ", None]]
+    assert result["total_rows"] == 2
+
+
+def test_one_odd_cell_makes_a_column_a_string_column():
+    result = preview("n,m\n1,1\n2,x\n3,\n", "t.csv")
+    assert types_of(result) == {"n": "integer", "m": "string"}
+    assert [row[1] for row in result["rows"]] == ["1", "x", None]
+
+
+def test_integers_with_leading_zeros_stay_strings_and_huge_ones_are_numbers():
+    result = preview(f"zip,big\n02139,{2**60}\n10001,1\n", "t.csv")
+    assert types_of(result) == {"zip": "string", "big": "number"}
+    assert result["rows"][0] == ["02139", float(2**60)]
+
+
+def test_total_rows_counts_every_row_beyond_the_preview():
+    count = random.randint(120, 400)  # noqa: S311 - a size, not a secret
+    body = "".join(f"{i},{i * 2}\n" for i in range(count))
+    result = preview("a,b\n" + body + "\n\n", "t.csv", max_rows=7)
+    assert result["total_rows"] == count
+    assert result["rows"] == [[i, i * 2] for i in range(7)]
+
+
+def test_quoted_cells_span_lines_even_across_read_chunks():
+    filler = "x" * (previews.CHUNK_BYTES - len('n,text\n1,"line one\r'))
+    data = f'n,text\n1,"line one\r\nline two"\n2,{filler}\r\n3,last\r\n'
+    result = preview(data, "t.csv")
+    assert result["rows"][0] == [1, "line one\r\nline two"]
+    assert result["total_rows"] == 3
+    assert result["rows"][2] == [3, "last"]
+
+
+@pytest.mark.parametrize("name", ["t.tsv", "t.tab", "T.TSV"])
+def test_tsv_and_tab_files_split_on_tabs(name):
+    result = preview("a b\tc,d\n1\t2,5\n", name)
+    assert [c["name"] for c in result["columns"]] == ["a b", "c,d"]
+    assert result["rows"] == [[1, "2,5"]]
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_column_name():
+    result = preview(b"\xef\xbb\xbfname,n\nx,1\n", "t.csv")
+    assert result["columns"][0]["name"] == "name"
+
+
+def test_bad_utf8_is_replaced_not_refused():
+    result = preview(b"name\ncaf\xe9\n", "t.csv")
+    assert result["rows"] == [["caf\ufffd"]]
+
+
+def test_long_cells_and_names_are_cut_with_an_ellipsis():
+    long = "y" * 500
+    result = preview(f"{long}\n{long}\n", "t.csv")
+    cell = result["rows"][0][0]
+    assert cell == "y" * previews.MAX_CELL_CHARS + "…"
+    assert result["columns"][0]["name"] == cell
+
+
+def test_at_most_100_columns_are_shown():
+    header = ",".join(f"c{i}" for i in range(150))
+    result = preview(header + "\n" + ",".join("1" * 150) + "\n", "t.csv")
+    assert len(result["columns"]) == previews.MAX_COLUMNS
+    assert len(result["rows"][0]) == previews.MAX_COLUMNS
+
+
+def test_ragged_rows_are_padded_and_extra_cells_get_numbered_columns():
+    result = preview("a,b\n1\n2,3,4\n", "t.csv")
+    assert [c["name"] for c in result["columns"]] == ["a", "b", "3"]
+    assert result["rows"] == [[1, None, None], [2, 3, 4]]
+
+
+@pytest.mark.parametrize(("name", "data"), [("e.csv", b""), ("e.json", b""), ("e.json", b"[]"), ("e.tsv", b"\n\n")])
+def test_an_empty_file_is_a_table_without_columns(name, data):
+    assert preview(data, name) == {"columns": [], "rows": [], "total_rows": 0}
+
+
+def test_a_header_alone_is_columns_without_rows():
+    result = preview("a,b\n", "t.csv")
+    assert result == {
+        "columns": [{"name": "a", "type": "empty"}, {"name": "b", "type": "empty"}],
+        "rows": [],
+        "total_rows": 0,
+    }
+
+
+def test_json_objects_give_the_union_of_their_keys_in_first_seen_order():
+    rows = [{"b": 1, "a": "x"}, {"c": 2.5, "b": 2}, {"a": None, "d": [1, 2], "c": 3}]
+    result = preview(json.dumps(rows), "t.json")
+    assert types_of(result) == {"b": "integer", "a": "string", "c": "number", "d": "string"}
+    assert result["rows"] == [[1, "x", None, None], [2, None, 2.5, None], [None, None, 3, "[1, 2]"]]
+
+
+def test_json_arrays_give_columns_named_by_position():
+    result = preview('[[1, true], [2, false, "z"]]', "t.json")
+    assert types_of(result) == {"1": "integer", "2": "boolean", "3": "string"}
+    assert result["rows"] == [[1, True, None], [2, False, "z"]]
+
+
+def test_json_mixed_values_are_shown_as_their_json_text_and_nan_as_text():
+    result = preview('[{"v": 1}, {"v": "one"}, {"v": true}, {"v": NaN}, {"v": 1e999}]', "t.json")
+    assert types_of(result) == {"v": "string"}
+    assert [row[0] for row in result["rows"]] == ["1", "one", "true", "NaN", "1e999"]
+
+
+def test_json_total_rows_counts_the_whole_array():
+    count = random.randint(60, 300)  # noqa: S311
+    result = preview(json.dumps([{"i": i} for i in range(count)]), "t.json", max_rows=4)
+    assert result["total_rows"] == count
+    assert result["rows"] == [[0], [1], [2], [3]]
+
+
+@pytest.mark.parametrize(
+    ("name", "data"),
+    [
+        pytest.param("t.csv", b"a,b\n\x00\x01\x02,\xff\n", id="binary-csv"),
+        pytest.param("t.json", b'[{"a": 1}, \x00]', id="binary-json"),
+        pytest.param("t.json", b'[{"a": 1},', id="bad-json"),
+        pytest.param("t.json", b"42", id="json-scalar"),
+        pytest.param("t.json", b'{"rows": [{"a": 1}]}', id="json-object"),
+        pytest.param("t.json", b"[1, 2, 3]", id="json-array-of-scalars"),
+        pytest.param("t.json", b'[{"a": 1}, [1]]', id="json-mixed-rows"),
+        pytest.param("t.txt", b"a,b\n1,2\n", id="wrong-extension"),
+        pytest.param("csv", b"a,b\n1,2\n", id="no-extension"),
+    ],
+)
+def test_what_is_not_a_table_is_refused_as_not_tabular(name, data):
+    with pytest.raises(ServiceError) as refused:
+        preview(data, name)
+    assert (refused.value.code, refused.value.status) == ("not_tabular", 422)
+    assert refused.value.message
+
+
+def test_json_over_the_size_cap_is_refused():
+    data = b"[" + b"[1]," * (previews.MAX_JSON_BYTES // 4) + b"[1]]"
+    with pytest.raises(ServiceError) as refused:
+        preview(data, "big.json")
+    assert refused.value.code == "not_tabular"
+
+
+@pytest.mark.parametrize(
+    ("name", "kind", "content_type"),
+    [
+        ("plot.png", "image", "image/png"),
+        ("Photo.JPG", "image", "image/jpeg"),
+        ("a.jpeg", "image", "image/jpeg"),
+        ("d.svg", "image", "image/svg+xml"),
+        ("g.gif", "image", "image/gif"),
+        ("w.webp", "image", "image/webp"),
+        ("t.csv", "table", None),
+        ("t.tsv", "table", None),
+        ("t.tab", "table", None),
+        ("t.json", "table", None),
+        ("notes.txt", "file", None),
+        ("png", "file", None),
+        ("archive.tar.gz", "file", None),
+    ],
+)
+def test_output_kinds_follow_the_file_extension(name, kind, content_type):
+    assert output_kind(name) == kind
+    assert image_content_type(name) == content_type
+    assert is_tabular_name(name) == (kind == "table")
+
+
+# Markdown
+
+
+def test_markdown_renders_headings_lists_emphasis_and_tables():
+    html = render_markdown(
+        "# Title\n\nSome *em* and **strong** and ~~gone~~.\n\n- one\n- two\n\n| a | b |\n|---|--:|\n| 1 | 2 |\n"
+    )
+    assert "<h1>Title</h1>" in html
+    assert "<em>em</em>" in html and "<strong>strong</strong>" in html and "<s>gone</s>" in html
+    assert "<ul>\n<li>one</li>\n<li>two</li>\n</ul>" in html
+    assert "<th>a</th>" in html and '<td style="text-align:right">2</td>' in html
+
+
+def test_code_blocks_keep_their_text_escaped():
+    html = render_markdown("```python\nif a < b and c > d: print('&')\n```\n")
+    assert "<pre><code>if a &lt; b and c &gt; d: print('&amp;')\n</code></pre>" in html
+
+
+@pytest.mark.parametrize(
+    ("source", "tag"),
+    [
+        ("<script>alert(1)</script>", "script"),
+        ("before <script>alert(1)</script> after", "script"),
+        ('<img src="x" onerror="alert(1)">', "img"),
+        ("<div onclick='alert(1)'>hi</div>", "div"),
+        ('<a href="javascript:alert(1)">x</a>', "a"),
+        ("<iframe src='https://evil.example'></iframe>", "iframe"),
+    ],
+)
+def test_raw_html_is_escaped_never_rendered(source, tag):
+    html = render_markdown(source)
+    assert f"<{tag}" not in html
+    assert f"&lt;{tag}" in html
+
+
+def test_an_escaped_script_reads_as_its_text():
+    assert render_markdown("<script>alert(1)</script>") == "<p>&lt;script&gt;alert(1)&lt;/script&gt;</p>\n"
+
+
+@pytest.mark.parametrize(
+    "link", ["[x](javascript:alert(1))", "[x](JaVaScRiPt:alert(1))", "[x](vbscript:msgbox)", "[x](data:text/html,hi)"]
+)
+def test_script_links_carry_no_href(link):
+    assert "href" not in render_markdown(link)
+
+
+def test_links_keep_their_href_and_do_not_leak_the_opener():
+    html = render_markdown("[site](https://example.org/a?b=1&c=2) [mail](mailto:a@example.org) [page](../other)")
+    assert '<a href="https://example.org/a?b=1&amp;c=2" rel="noopener noreferrer">site</a>' in html
+    assert 'href="mailto:a@example.org"' in html
+    assert 'href="../other"' in html
+
+
+@pytest.mark.parametrize("src", ["https://tracker.example/p.png", "http://x.example/p.png", "//x.example/p.png"])
+def test_an_image_from_another_site_is_not_loaded_but_linked(src):
+    html = render_markdown(f"![a chart]({src})")
+    assert "<img" not in html
+    assert "a chart</a>" in html
+
+
+def test_a_data_url_image_is_not_loaded():
+    html = render_markdown("![dot](data:image/png;base64,iVBORw0KGgo=)")
+    assert "<img" not in html and "data:" not in html
+
+
+def test_a_relative_image_is_kept():
+    html = render_markdown('![plot](/api/runs/1/outputs/plot.png "the plot")')
+    assert '<img src="/api/runs/1/outputs/plot.png" alt="plot" title="the plot">' in html
+
+
+def test_the_sanitiser_alone_drops_what_the_parser_should_never_produce():
+    cleaned = markdown._CLEANER.clean(
+        '<img src="https://x.example/p.png" onerror="alert(1)"><img src="/ok.png">'
+        '<a href="javascript:alert(1)" onclick="x">l</a><script>alert(2)</script><span style="color:red">s</span>'
+    )
+    assert "x.example" not in cleaned and "onerror" not in cleaned and "onclick" not in cleaned
+    assert '<img src="/ok.png">' in cleaned
+    assert "javascript" not in cleaned and "alert(2)" not in cleaned and "<span" not in cleaned
+
+
+# Notebooks
+
+
+CELLS: list[dict[str, str | None]] = [
+    {"id": "intro", "kind": "markdown", "runtime": "python", "source": "# Report\n\nSome *text*.", "last_run_id": None},
+    {"id": "load", "kind": "code", "runtime": "python", "source": "print('hello')\nx = 1", "last_run_id": "run-a"},
+    {"id": "js", "kind": "code", "runtime": "node", "source": "console.log(2)", "last_run_id": "run-b"},
+    {"id": "never-run", "kind": "code", "runtime": "python", "source": "pass", "last_run_id": None},
+]
+
+
+def test_a_notebook_survives_a_round_trip_through_ipynb():
+    text = ipynb_from_cells("Report", CELLS, {"run-a": "hello\n", "run-b": "2\n"}.get)
+    runtime, cells = cells_from_ipynb(text.encode())
+    assert runtime == "python"
+    assert cells == [{"kind": c["kind"], "runtime": c["runtime"], "source": c["source"]} for c in CELLS]
+
+
+def test_export_carries_each_cells_last_stdout_as_a_stream_output():
+    asked: list[str] = []
+
+    def stdout_for(run_id: str) -> str | None:
+        asked.append(run_id)
+        return {"run-a": "hello\n"}.get(run_id)
+
+    notebook = nbformat.reads(ipynb_from_cells("Report", CELLS, stdout_for), as_version=4)
+    nbformat.validate(notebook)
+    assert sorted(asked) == ["run-a", "run-b"]
+    outputs = {cell.id: cell.get("outputs") for cell in notebook.cells}
+    assert outputs["load"] == [{"output_type": "stream", "name": "stdout", "text": "hello\n"}]
+    assert outputs["js"] == [] and outputs["never-run"] == [] and outputs["intro"] is None
+    assert notebook.metadata.kernelspec.name == "python3"
+
+
+def test_the_first_code_cells_runtime_names_the_kernel():
+    cells = [dict(CELLS[2], id="first"), dict(CELLS[1], id="second")]
+    notebook = json.loads(ipynb_from_cells("JS", cells, lambda _: None))
+    assert notebook["metadata"]["kernelspec"]["language"] == "javascript"
+    assert notebook["metadata"]["language_info"]["name"] == "javascript"
+    assert cells_from_ipynb(json.dumps(notebook).encode())[0] == "node"
+
+
+def notebook_bytes(language: str | None = None, cells=(), **metadata) -> bytes:
+    notebook = v4.new_notebook(cells=list(cells), metadata=metadata)
+    if language:
+        notebook.metadata["kernelspec"] = {"name": language, "display_name": language, "language": language}
+    return nbformat.writes(notebook).encode()
+
+
+@pytest.mark.parametrize(
+    ("metadata", "runtime"),
+    [
+        ({"kernelspec": {"name": "js", "display_name": "JS", "language": "javascript"}}, "node"),
+        ({"kernelspec": {"name": "tslab", "display_name": "TS", "language": "TypeScript"}}, "node"),
+        ({"language_info": {"name": "javascript"}}, "node"),
+        ({"kernelspec": {"name": "python3", "display_name": "P", "language": "python"}}, "python"),
+        ({"kernelspec": {"name": "ir", "display_name": "R", "language": "R"}}, "python"),
+        ({}, "python"),
+    ],
+)
+def test_an_imported_notebooks_runtime_comes_from_its_kernel(metadata, runtime):
+    data = notebook_bytes(None, [v4.new_code_cell("x")], **metadata)
+    found, cells = cells_from_ipynb(data)
+    assert found == runtime
+    assert cells == [{"kind": "code", "runtime": runtime, "source": "x"}]
+
+
+def test_import_keeps_code_and_markdown_and_drops_raw_cells_and_outputs():
+    data = notebook_bytes(
+        "python",
+        [
+            v4.new_markdown_cell("## Notes"),
+            v4.new_raw_cell("raw text"),
+            v4.new_code_cell("print(1)", outputs=[v4.new_output("stream", name="stdout", text="1\n")]),
+        ],
+    )
+    _, cells = cells_from_ipynb(data)
+    assert cells == [
+        {"kind": "markdown", "runtime": "python", "source": "## Notes"},
+        {"kind": "code", "runtime": "python", "source": "print(1)"},
+    ]
+
+
+def test_a_version_3_notebook_is_upgraded():
+    v3 = {
+        "nbformat": 3,
+        "nbformat_minor": 0,
+        "metadata": {"name": "old"},
+        "worksheets": [
+            {
+                "metadata": {},
+                "cells": [
+                    {"cell_type": "heading", "level": 2, "source": "Old", "metadata": {}},
+                    {
+                        "cell_type": "code",
+                        "language": "python",
+                        "input": ["a = 1\n", "print(a)"],
+                        "outputs": [],
+                        "collapsed": False,
+                        "metadata": {},
+                    },
+                ],
+            }
+        ],
+    }
+    runtime, cells = cells_from_ipynb(json.dumps(v3).encode())
+    assert runtime == "python"
+    assert cells == [
+        {"kind": "markdown", "runtime": "python", "source": "## Old"},
+        {"kind": "code", "runtime": "python", "source": "a = 1\nprint(a)"},
+    ]
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        pytest.param(b"not json at all", id="not-json"),
+        pytest.param(b"\xff\xfe{}", id="not-utf8"),
+        pytest.param(b"[1, 2]", id="json-array"),
+        pytest.param(b'{"cells": []}', id="no-nbformat"),
+        pytest.param(b'{"nbformat": "4", "cells": []}', id="nbformat-a-string"),
+        pytest.param(b'{"nbformat": 2, "worksheets": []}', id="nbformat-2"),
+        pytest.param(b'{"nbformat": 4, "nbformat_minor": 4}', id="v4-without-cells"),
+        pytest.param(
+            b'{"nbformat": 4, "nbformat_minor": 4, "metadata": {}, "cells": [{"cell_type": "code"}]}',
+            id="v4-cell-without-source",
+        ),
+        pytest.param(b'{"nbformat": 4, "nbformat_minor": 4, "metadata": {}, "cells": 7}', id="v4-cells-not-a-list"),
+        pytest.param(b'{"nbformat": 3, "nbformat_minor": 0, "metadata": {}, "worksheets": 5}', id="v3-bad-worksheets"),
+        pytest.param(b"[" * 100_000, id="deeply-nested"),
+    ],
+)
+def test_what_is_not_a_notebook_is_refused_as_invalid(data):
+    with pytest.raises(ServiceError) as refused:
+        cells_from_ipynb(data)
+    assert (refused.value.code, refused.value.status, refused.value.field) == ("invalid_notebook", 422, "file")
+    assert len(refused.value.message) < 400
+
+
+@pytest.mark.parametrize(
+    ("data", "said"),
+    [
+        (b'{"nbformat": 4, "nbformat_minor": 4, "metadata": {}, "cells": [{"cell_type": "code", "metadata": {}}]}',
+         "'source' is a required property"),
+        (b'{"nbformat": 3, "nbformat_minor": 0, "metadata": {}, "worksheets": 5}', "5 is not of type 'array'"),
+    ],
+)  # fmt: skip
+def test_an_invalid_notebook_is_refused_with_what_is_wrong(data, said):
+    with pytest.raises(ServiceError) as refused:
+        cells_from_ipynb(data)
+    assert said in refused.value.message
+
+
+def test_a_notebook_with_too_many_cells_is_refused():
+    cells = [v4.new_markdown_cell(str(i)) for i in range(ipynb.MAX_CELLS + 1)]
+    with pytest.raises(ServiceError) as refused:
+        cells_from_ipynb(notebook_bytes("python", cells))
+    assert (refused.value.code, refused.value.status) == ("too_many_cells", 422)
+    assert len(cells_from_ipynb(notebook_bytes("python", cells[:-1]))[1]) == ipynb.MAX_CELLS
+
+
+def test_a_cell_over_the_code_cap_is_refused():
+    cells = [v4.new_code_cell("x"), v4.new_code_cell("#" * (ipynb.MAX_CODE_BYTES + 1))]
+    with pytest.raises(ServiceError) as refused:
+        cells_from_ipynb(notebook_bytes("python", cells))
+    assert (refused.value.code, refused.value.status) == ("code_too_large", 422)
+    assert "cell 2" in refused.value.message
+
+
+@pytest.mark.parametrize(("name", "runtime"), [("helper.py", "python"), ("main.js", "node"), ("LOUD.PY", "python")])
+def test_a_script_opens_as_one_code_cell_of_its_runtime(name, runtime):
+    source = f"# {name}\nprint('é')\n"
+    assert cells_from_script(name, ("\ufeff" + source).encode()) == (
+        runtime,
+        [{"kind": "code", "runtime": runtime, "source": source}],
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "code"),
+    [
+        ("a.py", b"print('\xe9')", "invalid_script"),
+        ("a.js", b"x" * (ipynb.MAX_CODE_BYTES + 1), "code_too_large"),
+        ("a.txt", b"print(1)", "unsupported_file"),
+        ("a.ipynb", b"{}", "unsupported_file"),
+    ],
+)
+def test_a_script_that_cannot_be_a_cell_is_refused(name, data, code):
+    with pytest.raises(ServiceError) as refused:
+        cells_from_script(name, data)
+    assert (refused.value.code, refused.value.status, refused.value.field) == (code, 422, "file")

@@ -1,0 +1,338 @@
+"""Notebooks over the API: several per user, saved with a version, cells run as stored with the
+run recorded on the server, inputs that say when their target is gone, import and export, and
+the previews and inline images of what runs produce (those on a real Celery worker)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, cast
+
+import nbformat
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.test import Client
+
+from playground.models import Notebook, Run
+from tests.playground.conftest import api, json_error
+from tests.playground.factories import UserFactory
+from tests.playground.test_runs_end_to_end import wait_finished
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis]
+
+
+def create(client: Client, name: str = "analysis", cells: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    body: dict[str, Any] = {"name": name} if cells is None else {"name": name, "cells": cells}
+    response = client.post("/api/notebooks", json.dumps(body), content_type="application/json")
+    assert response.status_code == 201, response.content
+    return response.json()
+
+
+def save(client: Client, notebook: dict[str, Any], cells: list[dict[str, Any]], **changes: Any) -> Any:
+    body = {"name": notebook["name"], "version": notebook["version"], "cells": cells, **changes}
+    return client.put(f"/api/notebooks/{notebook['id']}", json.dumps(body), content_type="application/json")
+
+
+def upload(client: Client, name: str, data: bytes) -> dict[str, Any]:
+    response = client.post("/api/datasets", {"file": SimpleUploadedFile(name, data)})
+    assert response.status_code == 201, response.content
+    return response.json()
+
+
+def code_cell(cell_id: str, source: str, runtime: str = "python", **extra: Any) -> dict[str, Any]:
+    return {"id": cell_id, "kind": "code", "runtime": runtime, "source": source, **extra}
+
+
+def test_a_user_has_several_named_notebooks_to_list_rename_duplicate_and_delete(redis_server: Any) -> None:
+    client = api(UserFactory())
+    first = create(client, "first")
+    assert [c["source"] for c in first["cells"]] == ["print('hello')"]  # a new notebook has a cell to run
+    second = create(client, "second", cells=[code_cell("a", "console.log(1)", "node")])
+    listed = client.get("/api/notebooks").json()
+    assert {n["name"]: n["cell_count"] for n in listed} == {"first": 1, "second": 1}
+    assert listed[0]["name"] == "second"  # the most recently changed first
+
+    renamed = save(client, first, first["cells"], name="  renamed   notebook ")
+    assert renamed.status_code == 200, renamed.content
+    assert renamed.json()["name"] == "renamed notebook" and renamed.json()["version"] == 2
+
+    copy = client.post(f"/api/notebooks/{second['id']}/duplicate")
+    assert copy.status_code == 201 and copy.json()["name"] == "second (copy)"
+    assert copy.json()["cells"] == second["cells"] and copy.json()["id"] != second["id"]
+
+    assert client.delete(f"/api/notebooks/{second['id']}").status_code == 204
+    assert json_error(client.get(f"/api/notebooks/{second['id']}"), 404)["code"] == "not_found"
+    assert sorted(n["name"] for n in client.get("/api/notebooks").json()) == ["renamed notebook", "second (copy)"]
+
+
+def test_another_users_notebook_is_a_404_for_every_operation(redis_server: Any) -> None:
+    owner, other = api(UserFactory()), api(UserFactory())
+    notebook = create(owner)
+    url = f"/api/notebooks/{notebook['id']}"
+    for response in (
+        other.get(url),
+        save(other, notebook, []),
+        other.delete(url),
+        other.post(f"{url}/duplicate"),
+        other.post(f"{url}/cells/c1/run"),
+        other.post(f"{url}/cells/c1/clear"),
+        other.get(f"{url}/ipynb"),
+    ):
+        assert json_error(response, 404)["code"] == "not_found"
+    assert owner.get(url).json() == notebook
+    assert Run.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "code"),
+    [
+        ("{", 400, "malformed_body"),
+        ('{"name": ""}', 422, "invalid_request"),
+        ('{"name": "' + "x" * 101 + '"}', 422, "invalid_request"),
+        ('{"name": "n", "cells": {}}', 422, "invalid_request"),
+        (json.dumps({"name": "n", "cells": [{"id": f"c{i}"} for i in range(201)]}), 422, "invalid_request"),
+        ('{"name": "n", "cells": [{"id": "a"}, {"id": "a"}]}', 422, "duplicate_cell_id"),
+        ('{"name": "n", "cells": [{"id": "a", "runtime": "ruby"}]}', 422, "unknown_runtime"),
+        ('{"name": "n", "cells": [{"id": "a", "limits": {"memory_mib": -1}}]}', 422, "invalid_limit"),
+        ('{"name": "n", "cells": [{"id": "a", "inputs": [{"kind": "dataset", "id": "'
+         '00000000-0000-0000-0000-000000000000"}]}]}', 404, "input_not_found"),
+    ],
+)  # fmt: skip
+def test_a_malformed_notebook_body_is_a_json_4xx_and_nothing_is_stored(
+    redis_server: Any, body: str, status: int, code: str
+) -> None:
+    client = api(UserFactory(), raise_request_exception=False)
+    response = client.post("/api/notebooks", body, content_type="application/json")
+    assert json_error(response, status)["code"] == code
+    assert Notebook.objects.count() == 0
+
+
+def test_a_save_from_a_stale_page_is_refused_not_merged(redis_server: Any) -> None:
+    client = api(UserFactory())
+    notebook = create(client)
+    assert save(client, notebook, [code_cell("c1", "print('tab one')")]).status_code == 200
+    stale = save(client, notebook, [code_cell("c1", "print('tab two')")])
+    error = json_error(stale, 409)
+    assert error["code"] == "notebook_conflict" and error["field"] == "version"
+    assert client.get(f"/api/notebooks/{notebook['id']}").json()["cells"][0]["source"] == "print('tab one')"
+
+
+def test_markdown_cells_are_rendered_and_sanitised_on_the_server(redis_server: Any) -> None:
+    client = api(UserFactory())
+    source = "# Results\n\n*fast* and `safe`\n\n<script>alert(1)</script>\n\n[x](javascript:alert(1))"
+    notebook = create(client, cells=[{"id": "m1", "kind": "markdown", "source": source}, code_cell("c1", "1")])
+    html = notebook["cells"][0]["html"]
+    assert "<h1>Results</h1>" in html and "<em>fast</em>" in html and "<code>safe</code>" in html
+    assert "<script" not in html and "&lt;script&gt;" in html  # shown as text, never run
+    assert "href" not in html  # a javascript: link is no link
+    assert notebook["cells"][1]["html"] is None
+    ran = client.post(f"/api/notebooks/{notebook['id']}/cells/m1/run")
+    assert json_error(ran, 422)["code"] == "not_code"
+
+
+def test_running_a_cell_records_its_run_on_the_server_and_a_save_cannot_undo_it(redis_server: Any) -> None:
+    client = api(UserFactory())
+    notebook = create(
+        client, cells=[code_cell("c1", "print(6 * 7)", limits={"wall_timeout_s": 5}), code_cell("c2", "")]
+    )
+    ran = client.post(f"/api/notebooks/{notebook['id']}/cells/c1/run")
+    assert ran.status_code == 201, ran.content
+    run = Run.objects.get(id=ran.json()["id"])
+    assert run.code == "print(6 * 7)" and run.limits["wall_timeout_s"] == 5
+    stored = client.get(f"/api/notebooks/{notebook['id']}").json()
+    assert stored["cells"][0]["last_run_id"] == str(run.id)
+    assert stored["version"] == notebook["version"]  # a run is not an edit: an open page can still save
+
+    # A page that had not heard of the run saves the cell (reordered, with last_run_id null).
+    cells = [dict(stored["cells"][1]), {**stored["cells"][0], "last_run_id": None}]
+    saved = save(client, stored, cells).json()
+    assert [c["id"] for c in saved["cells"]] == ["c2", "c1"]
+    assert saved["cells"][1]["last_run_id"] == str(run.id)
+
+    cleared = client.post(f"/api/notebooks/{notebook['id']}/cells/c1/clear")
+    assert cleared.status_code == 200 and cleared.json()["cells"][1]["last_run_id"] is None
+    assert json_error(client.post(f"/api/notebooks/{notebook['id']}/cells/nope/run"), 404)["code"] == "cell_not_found"
+
+
+def test_an_input_whose_dataset_was_deleted_shows_as_broken_with_a_fix_and_is_refused_when_run(
+    redis_server: Any,
+) -> None:
+    client = api(UserFactory())
+    old = upload(client, "people.csv", b"name,age\nada,36\n")
+    notebook = create(client, cells=[code_cell("c1", "print(open('/input/people.csv').read())",
+                                               inputs=[{"kind": "dataset", "id": old["id"]}])])  # fmt: skip
+    assert notebook["cells"][0]["inputs"] == [
+        {"kind": "dataset", "id": old["id"], "name": "people.csv", "broken": False, "fix": None}
+    ]
+    assert client.delete(f"/api/datasets/{old['id']}").status_code == 204
+    new = upload(client, "people.csv", b"name,age\ngrace,85\n")
+
+    stored = client.get(f"/api/notebooks/{notebook['id']}").json()
+    ref = stored["cells"][0]["inputs"][0]
+    assert ref["broken"] is True and ref["name"] == "people.csv"
+    assert ref["fix"] == {"kind": "dataset", "id": new["id"], "name": "people.csv"}
+    refused = client.post(f"/api/notebooks/{notebook['id']}/cells/c1/run")
+    error = json_error(refused, 422)
+    assert error["code"] == "broken_input" and "people.csv" in error["message"]
+    assert error["field"] == "cells.0.inputs.0"
+
+    # The page saves the cell back as it is: the broken reference stays (shown, never dropped silently).
+    kept = save(client, stored, [{**stored["cells"][0], "inputs": [{"kind": "dataset", "id": old["id"]}]}])
+    assert kept.json()["cells"][0]["inputs"][0]["broken"] is True
+    fixed = save(client, kept.json(), [{**stored["cells"][0], "inputs": [{"kind": "dataset", "id": new["id"]}]}])
+    assert fixed.json()["cells"][0]["inputs"][0]["broken"] is False
+    assert client.post(f"/api/notebooks/{notebook['id']}/cells/c1/run").status_code == 201
+
+
+def test_an_input_must_be_the_users_own(redis_server: Any) -> None:
+    other = api(UserFactory())
+    theirs = upload(other, "secret.csv", b"a\n1\n")
+    client = api(UserFactory())
+    cell = code_cell("c1", "1", inputs=[{"kind": "dataset", "id": theirs["id"]}])
+    response = client.post(
+        "/api/notebooks", json.dumps({"name": "n", "cells": [cell]}), content_type="application/json"
+    )
+    error = json_error(response, 404)
+    assert error["code"] == "input_not_found" and "secret" not in error["message"]
+
+
+def test_scripts_and_notebooks_are_imported_and_a_notebook_exported_as_ipynb(redis_server: Any) -> None:
+    client = api(UserFactory(), raise_request_exception=False)
+    script = client.post("/api/notebooks/import", {"file": SimpleUploadedFile("clean_up.js", b"console.log(1)\n")})
+    assert script.status_code == 201, script.content
+    assert script.json()["name"] == "clean_up"
+    assert [(c["kind"], c["runtime"], c["source"]) for c in script.json()["cells"]] == [
+        ("code", "node", "console.log(1)\n")
+    ]
+    notebook = nbformat.v4.new_notebook(
+        cells=[nbformat.v4.new_markdown_cell("# Title"), nbformat.v4.new_code_cell("print(2)")],
+        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+    )
+    imported = client.post(
+        "/api/notebooks/import", {"file": SimpleUploadedFile("report.ipynb", nbformat.writes(notebook).encode())}
+    )
+    assert imported.status_code == 201, imported.content
+    cells = imported.json()["cells"]
+    assert [(c["kind"], c["source"]) for c in cells] == [("markdown", "# Title"), ("code", "print(2)")]
+    assert "<h1>Title</h1>" in cells[0]["html"]
+
+    exported = client.get(f"/api/notebooks/{imported.json()['id']}/ipynb")
+    assert exported.status_code == 200 and 'filename="report.ipynb"' in exported["Content-Disposition"]
+    back = nbformat.reads(exported.content.decode(), as_version=4)
+    nbformat.validate(back)
+    assert [(c.cell_type, c.source) for c in back.cells] == [("markdown", "# Title"), ("code", "print(2)")]
+
+    for name, data, status, code in [
+        ("bad.ipynb", b"{not json", 422, "invalid_notebook"),
+        ("data.csv", b"a,b\n", 422, "unsupported_file"),
+        ("latin.py", "print('é')".encode("latin-1"), 422, None),
+    ]:
+        error = json_error(client.post("/api/notebooks/import", {"file": SimpleUploadedFile(name, data)}), status)
+        assert code is None or error["code"] == code
+    assert json_error(client.post("/api/notebooks/import"), 422)["code"] == "file_required"
+
+
+def test_the_first_visit_makes_a_notebook_and_the_page_is_the_owners_only(redis_server: Any) -> None:
+    user: Any = UserFactory()
+    client = Client()
+    client.force_login(user)
+    page = client.get("/playground/")
+    notebook = Notebook.objects.get(owner=user)
+    assert page.status_code == 302 and page["Location"] == f"/notebooks/{notebook.id}/"
+    assert client.get("/playground/")["Location"] == f"/notebooks/{notebook.id}/"  # not a second one
+    assert b'data-notebook-id="' + str(notebook.id).encode() in client.get(page["Location"]).content
+    other = Client()
+    other.force_login(cast(Any, UserFactory()))
+    assert other.get(page["Location"]).status_code == 404
+
+
+def test_the_migration_makes_each_users_one_notebook_their_notebook_1(redis_server: Any) -> None:
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+
+    before, after = [("playground", "0005_run_peak_file_bytes")], [("playground", "0006_notebooks")]
+    executor = MigrationExecutor(connection)
+    executor.migrate(before)
+    old = executor.loader.project_state(before).apps
+    user = old.get_model("auth", "User").objects.create(username="old-timer")
+    dataset = old.get_model("playground", "Dataset").objects.create(
+        owner=user, name="d.csv", size=1, sha256="0" * 64, sniffed_type="csv"
+    )
+    old.get_model("playground", "Notebook").objects.create(owner=user, cells=[
+        {"id": "c 1", "runtime": "node", "code": "1", "limits": {"wall_timeout_s": 5},
+         "dataset_ids": [str(dataset.id)], "output_ids": [999], "last_run": None}])  # fmt: skip
+    executor = MigrationExecutor(connection)
+    executor.migrate(after)
+    moved = Notebook.objects.get(owner_id=user.id)
+    assert moved.name == "Notebook 1"
+    assert moved.cells == [{
+        "id": "c1", "kind": "code", "runtime": "node", "source": "1", "limits": {"wall_timeout_s": 5},
+        "inputs": [{"kind": "dataset", "id": str(dataset.id), "name": "d.csv"},
+                   {"kind": "output", "id": 999, "name": ""}],
+        "last_run_id": None,
+    }]  # fmt: skip
+
+
+# --- on a real worker: what a cell's run produces -------------------------------------------
+
+PRODUCE = """
+import csv, json
+with open('/output/people.csv', 'w', newline='') as f:
+    w = csv.writer(f); w.writerow(['name', 'age', 'ok'])
+    for i in range(120): w.writerow([f'p{i}', 20 + i, i % 2 == 0])
+json.dump([{'a': 1, 'b': 'x'}, {'a': 2.5, 'b': None}], open('/output/rows.json', 'w'))
+open('/output/pic.svg', 'w').write('<svg xmlns="http://www.w3.org/2000/svg"><script>alert(1)</script></svg>')
+open('/output/notes.txt', 'w').write('hello')
+print('made 4 files')
+"""
+
+
+@pytest.mark.images
+@pytest.mark.usefixtures("worker")
+def test_outputs_are_previewed_as_typed_tables_images_served_inert_and_stdout_exported() -> None:
+    client = api(UserFactory(), raise_request_exception=False)
+    notebook = create(client, cells=[code_cell("c1", PRODUCE)])
+    run = wait_finished(client, client.post(f"/api/notebooks/{notebook['id']}/cells/c1/run").json()["id"])
+    assert run["outcome"] == "succeeded", run
+    kinds = {o["name"]: (o["kind"], o["inline_url"] is not None) for o in run["outputs"]}
+    assert kinds == {"people.csv": ("table", False), "rows.json": ("table", False), "pic.svg": ("image", True),
+                     "notes.txt": ("file", False)}  # fmt: skip
+
+    base = f"/api/runs/{run['id']}/outputs"
+    table = client.get(f"{base}/people.csv/preview?rows=5").json()
+    assert table["columns"] == [{"name": "name", "type": "string"}, {"name": "age", "type": "integer"},
+                                {"name": "ok", "type": "boolean"}]  # fmt: skip
+    assert table["total_rows"] == 120 and table["rows"][0] == ["p0", 20, True] and len(table["rows"]) == 5
+    rows = client.get(f"{base}/rows.json/preview").json()
+    assert [c["type"] for c in rows["columns"]] == ["number", "string"] and rows["total_rows"] == 2
+    assert json_error(client.get(f"{base}/notes.txt/preview"), 422)["code"] == "not_tabular"
+    assert json_error(client.get(f"{base}/missing.csv/preview"), 404)["code"] == "not_found"
+
+    svg = client.get(next(o["inline_url"] for o in run["outputs"] if o["name"] == "pic.svg"))
+    assert svg.status_code == 200 and svg["Content-Type"] == "image/svg+xml"
+    assert "sandbox" in svg["Content-Security-Policy"] and "script-src" not in svg["Content-Security-Policy"]
+    assert svg["Content-Security-Policy"].startswith("default-src 'none'")
+    assert svg["X-Content-Type-Options"] == "nosniff"
+    not_image = client.get(f"/api/runs/{run['id']}/images/notes.txt")
+    assert json_error(not_image, 422)["code"] == "not_an_image"
+    other = api(UserFactory(), raise_request_exception=False)
+    assert other.get(svg.request["PATH_INFO"]).status_code == 404
+    assert other.get(f"{base}/people.csv/preview").status_code == 404
+
+    exported = nbformat.reads(client.get(f"/api/notebooks/{notebook['id']}/ipynb").content.decode(), as_version=4)
+    assert exported.cells[0].outputs[0]["text"] == "made 4 files\n"
+
+
+def test_a_dataset_preview_is_a_typed_table_with_its_text(redis_server: Any) -> None:
+    client = api(UserFactory())
+    table = upload(client, "scores.tsv", b"who\tscore\nada\t9.5\nalan\t\n")
+    preview = client.get(f"/api/datasets/{table['id']}/preview").json()
+    assert preview["columns"] == [{"name": "who", "type": "string"}, {"name": "score", "type": "number"}]
+    assert preview["rows"] == [["ada", 9.5], ["alan", None]] and preview["total_rows"] == 2
+    assert preview["text"].startswith("who\tscore")
+    text = upload(client, "readme.txt", b"just words")
+    assert client.get(f"/api/datasets/{text['id']}/preview").json() == {
+        "columns": [],
+        "rows": [],
+        "total_rows": 0,
+        "text": "just words",
+    }
