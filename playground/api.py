@@ -55,6 +55,7 @@ LOG_READ_MAX = 1 << 20
 # Offsets into a run's log: far beyond any cap, and within what a file seek takes.
 LOG_OFFSET_MAX = 1 << 48
 MAX_IDS = 64
+EXPORT_STDOUT_MAX = 8 << 20  # the stdout a notebook's export carries, all cells together
 
 
 class BearerToken(HttpBearer):
@@ -201,6 +202,9 @@ class PreviewOut(Schema):
     columns: list[PreviewColumnOut]
     rows: list[list[Any]]
     total_rows: int
+    total_rows_exact: bool = Field(
+        description="false for a large file: its rows past the first MiB are counted by their line breaks"
+    )
 
 
 class DatasetPreviewOut(PreviewOut):
@@ -548,13 +552,13 @@ class NotebookPutIn(Schema):
 
 
 class InputFixOut(Schema):
-    kind: str
+    kind: Literal["dataset"]
     id: UUID
     name: str
 
 
 class InputOut(Schema):
-    kind: str
+    kind: Literal["dataset", "output"]
     id: UUID | int
     name: str
     broken: bool = Field(description="its dataset or output no longer exists")
@@ -672,9 +676,14 @@ def notebook_cell_clear(request: HttpRequest, notebook_id: UUID, cell_id: CellId
 )  # fmt: skip
 def notebook_export(request: HttpRequest, notebook_id: UUID) -> HttpResponse:
     notebook = _notebook(request, notebook_id)
-    document = ipynb_from_cells(
-        notebook.name, notebook.cells, lambda run_id: run_selectors.run_stdout_text(user=notebook.owner, run_id=run_id)
-    )
+    budget = [EXPORT_STDOUT_MAX]  # every cell's stdout together, so an export's size is bounded
+
+    def stdout_for(run_id: str) -> str | None:
+        text = run_selectors.run_stdout_text(user=notebook.owner, run_id=run_id, limit=min(1 << 20, max(0, budget[0])))
+        budget[0] -= len(text.encode()) if text else 0
+        return text
+
+    document = ipynb_from_cells(notebook.name, notebook.cells, stdout_for)
     response = HttpResponse(document, content_type="application/x-ipynb+json")
     response["Content-Disposition"] = content_disposition_header(True, f"{notebook.name}.ipynb") or "attachment"
     return response

@@ -10,7 +10,7 @@ import math
 import re
 from collections.abc import Iterator
 from pathlib import PurePosixPath
-from typing import Any, BinaryIO, Literal
+from typing import Any, BinaryIO, Literal, Protocol
 
 from playground.services.errors import ServiceError
 
@@ -19,8 +19,13 @@ ColumnType = Literal["integer", "number", "boolean", "string", "empty"]
 MIB = 1024 * 1024
 MAX_COLUMNS = 100
 MAX_CELL_CHARS = 200
-MAX_JSON_BYTES = 16 * MIB  # a JSON document is parsed whole, so it is the one size refused
+# A JSON document is parsed whole, so it is the one size refused: parsed, a file of small objects
+# takes some 25 times its size in memory (a 15 MiB one peaked at 377 MiB).
+MAX_JSON_BYTES = 4 * MIB
 MAX_LINE_CHARS = 1 * MIB  # one line held in memory at a time while a CSV is streamed
+# A delimited file is parsed this far; past it the rows are counted by their line breaks (fast,
+# and exact but for quoted cells that span lines), so a preview's cost is bounded whatever the size.
+MAX_PARSE_BYTES = 1 * MIB
 CHUNK_BYTES = 64 * 1024
 
 IMAGE_TYPES = {
@@ -81,15 +86,25 @@ def _not_tabular(message: str) -> ServiceError:
 
 
 def _delimited_preview(handle: BinaryIO, delimiter: str, max_rows: int) -> dict[str, Any]:
-    rows = (row for row in csv.reader(_text_lines(handle), delimiter=delimiter) if row)  # blank lines skipped
+    bounded = _Bounded(handle, MAX_PARSE_BYTES)
+    rows = (row[:MAX_COLUMNS] for row in csv.reader(_text_lines(bounded), delimiter=delimiter) if row)
+    header: list[str] | None = None
+    head: list[list[str]] = []
+    total = 0  # data rows
     try:
         header = next(rows, None)
-        if header is None:
-            return {"columns": [], "rows": [], "total_rows": 0}
-        head = [row for _, row in zip(range(max_rows), rows, strict=False)]
-        total = len(head) + sum(1 for _ in rows)
+        for row in rows:
+            if len(head) < max_rows:
+                head.append(row)
+            total += 1
     except csv.Error as error:  # a cell over csv's field size limit, an unclosed quote at the end
-        raise _not_tabular(f"the file is not readable as a table: {error}") from None
+        if not bounded.cut:
+            raise _not_tabular(f"the file is not readable as a table: {error}") from None
+        total += 1  # the cut fell inside a quoted cell: that row was cut short
+    if header is None:
+        return {"columns": [], "rows": [], "total_rows": 0, "total_rows_exact": True}
+    if bounded.cut:  # the row the cut fell in ends at the first line break of the rest
+        total += bounded.lines_in_rest() - (0 if bounded.ended_line else 1)
     width = min(MAX_COLUMNS, max([len(header), *(len(row) for row in head)]))
     names = [_truncate(header[i]) if i < len(header) else str(i + 1) for i in range(width)]
     cells = [[row[i] if i < len(row) else "" for i in range(width)] for row in head]
@@ -98,10 +113,44 @@ def _delimited_preview(handle: BinaryIO, delimiter: str, max_rows: int) -> dict[
         "columns": [{"name": n, "type": t} for n, t in zip(names, columns, strict=True)],
         "rows": [[_text_value(t, value) for t, value in zip(columns, row, strict=True)] for row in cells],
         "total_rows": total,
+        "total_rows_exact": not bounded.cut,
     }
 
 
-def _text_lines(handle: BinaryIO) -> Iterator[str]:
+class _Bounded:
+    """A binary file read as text no further than `limit` bytes; the rest is only counted."""
+
+    def __init__(self, handle: BinaryIO, limit: int) -> None:
+        self.handle, self.left = handle, limit
+        self.cut, self.ended_line, self.rest = False, True, b""
+
+    def read(self, size: int) -> bytes:
+        if self.left <= 0:
+            self.rest = self.rest or self.handle.read(1)
+            self.cut = bool(self.rest)
+            return b""
+        data = self.handle.read(min(size, self.left))
+        self.left -= len(data)
+        if data:
+            self.ended_line = data.endswith(b"\n")
+        return data
+
+    def lines_in_rest(self) -> int:
+        """Line breaks past the cut, and a last line without one."""
+        count, last = 0, self.rest
+        chunk = self.rest
+        while chunk:
+            count += chunk.count(b"\n")
+            last = chunk
+            chunk = self.handle.read(16 * CHUNK_BYTES)
+        return count + (1 if last and not last.endswith(b"\n") else 0)
+
+
+class _Readable(Protocol):
+    def read(self, size: int, /) -> bytes: ...
+
+
+def _text_lines(handle: _Readable) -> Iterator[str]:
     """The file as lines (ends kept, so a quoted cell may span lines), UTF-8 with bad bytes replaced
     and a byte order mark dropped; refuses binary files and lines too long to hold."""
     decoder = codecs.getincrementaldecoder("utf-8-sig")(errors="replace")
@@ -157,7 +206,7 @@ def _json_preview(handle: BinaryIO, max_rows: int) -> dict[str, Any]:
     if b"\0" in data:
         raise _not_tabular("the file is binary (it contains NUL bytes), not a table")
     if not data.strip():
-        return {"columns": [], "rows": [], "total_rows": 0}
+        return {"columns": [], "rows": [], "total_rows": 0, "total_rows_exact": True}
     try:
         # NaN, Infinity and 1e999 are kept as their text: JSON answers cannot carry them as numbers.
         document = json.loads(data.decode("utf-8-sig", errors="replace"), parse_constant=str, parse_float=_finite_float)
@@ -180,6 +229,7 @@ def _json_preview(handle: BinaryIO, max_rows: int) -> dict[str, Any]:
         "columns": [{"name": _truncate(n), "type": t} for n, t in zip(names, columns, strict=True)],
         "rows": typed,
         "total_rows": len(document),
+        "total_rows_exact": True,
     }
 
 

@@ -94,7 +94,9 @@ class Limits:
     stderr_max_bytes: int = _limit(1 * MIB, "bytes", "stderr kept; the run is stopped when it passes this")
     output_max_files: int = _limit(16, "files", "files exported from /output")
     output_max_bytes: int = _limit(16 * MIB, "bytes", "bytes of all files exported from /output together")
-    disk_mib: int = _limit(64, "MiB", "writable space in /tmp")
+    disk_mib: int = _limit(
+        64, "MiB", "writable space in /tmp; where /tmp is held in memory, its files also count within memory_mib"
+    )
     input_max_files: int = _limit(16, "files", "input files staged into /input")
     input_max_bytes: int = _limit(64 * MIB, "bytes", "bytes of all input files together")
 

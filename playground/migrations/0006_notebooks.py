@@ -20,23 +20,39 @@ def to_named_notebooks(apps: Any, schema_editor: Any) -> None:
     Dataset = apps.get_model("playground", "Dataset")
     RunOutputFile = apps.get_model("playground", "RunOutputFile")
     for old in OldNotebook.objects.all():
-        cells = []
+        cells: list[dict[str, Any]] = []
+        used: set[str] = set()
         for index, cell in enumerate(old.cells):
             inputs = []
-            for dataset_id in cell.get("dataset_ids") or []:
+            for dataset_id in filter(_is_uuid, cell.get("dataset_ids") or []):  # an old id that is none: dropped
                 dataset = Dataset.objects.filter(id=dataset_id, owner_id=old.owner_id).first()
                 inputs.append({"kind": "dataset", "id": str(dataset_id), "name": dataset.name if dataset else ""})
-            for output_id in cell.get("output_ids") or []:
+            for output_id in filter(_is_id, cell.get("output_ids") or []):
                 output = RunOutputFile.objects.filter(id=output_id, run__owner_id=old.owner_id).first()
                 name = output.name.rsplit("/", 1)[-1] if output else ""
                 inputs.append({"kind": "output", "id": int(output_id), "name": name})
             cell_id = str(cell.get("id") or "")
+            if not CELL_ID.fullmatch(cell_id) or cell_id in used:  # every id valid and once only
+                cell_id = next(f"c{n}" for n in range(index + 1, index + 2 + len(old.cells)) if f"c{n}" not in used)
+            used.add(cell_id)
             cells.append({
-                "id": cell_id if CELL_ID.fullmatch(cell_id) else f"c{index + 1}", "kind": "code",
+                "id": cell_id, "kind": "code",
                 "runtime": cell.get("runtime") or "python", "source": cell.get("code") or "", "inputs": inputs,
                 "limits": cell.get("limits") or {}, "last_run_id": cell.get("last_run"),
             })  # fmt: skip
         Notebook.objects.create(owner_id=old.owner_id, name="Notebook 1", cells=cells)
+
+
+def _is_uuid(value: Any) -> bool:
+    try:
+        uuid.UUID(str(value))
+    except ValueError:
+        return False
+    return True
+
+
+def _is_id(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 < value < 2**63
 
 
 class Migration(migrations.Migration):

@@ -3,12 +3,14 @@ exists and, when not, which of the user's datasets of the same name would fix it
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from django.contrib.auth.models import User
 from django.db.models import QuerySet
 from django.http import Http404
 
+from playground.markdown import render_markdown
 from playground.models import Dataset, Notebook, RunOutputFile
 
 
@@ -23,17 +25,34 @@ def notebook_get_for_user(*, user: User, notebook_id: Any) -> Notebook:
     return notebook
 
 
+Found = dict[tuple[str, str], Dataset | RunOutputFile]
+
+
+def input_key(ref: dict[str, Any]) -> tuple[str, str]:
+    return ref["kind"], str(ref["id"])
+
+
+def inputs_found(*, user: User, refs: list[dict[str, Any]]) -> Found:
+    """The user's own datasets and still stored outputs that input references name, by their key."""
+    dataset_ids = [str(ref["id"]) for ref in refs if ref["kind"] == "dataset"]
+    output_ids = [int(ref["id"]) for ref in refs if ref["kind"] == "output"]
+    found: Found = {("dataset", str(d.id)): d for d in Dataset.objects.filter(owner=user, id__in=dataset_ids)}
+    outputs = RunOutputFile.objects.filter(run__owner=user, id__in=output_ids).exclude(file="")
+    found.update({("output", str(o.id)): o for o in outputs})
+    return found
+
+
+@functools.lru_cache(maxsize=2048)
+def _rendered(source: str) -> str:
+    return render_markdown(source)
+
+
 def notebook_view(*, notebook: Notebook) -> dict[str, Any]:
     refs = [ref for cell in notebook.cells for ref in cell["inputs"]]
-    dataset_ids = [ref["id"] for ref in refs if ref["kind"] == "dataset"]
-    output_ids = [ref["id"] for ref in refs if ref["kind"] == "output"]
-    datasets = {str(d.id) for d in Dataset.objects.filter(owner=notebook.owner, id__in=dataset_ids)}
-    outputs = {
-        str(o.id) for o in RunOutputFile.objects.filter(run__owner=notebook.owner, id__in=output_ids).exclude(file="")
-    }
+    found = inputs_found(user=notebook.owner, refs=refs)
 
     def is_broken(ref: dict[str, Any]) -> bool:
-        return str(ref["id"]) not in (datasets if ref["kind"] == "dataset" else outputs)
+        return input_key(ref) not in found
 
     broken_names = {ref["name"] for ref in refs if is_broken(ref)}
     by_name = {d.name: d for d in Dataset.objects.filter(owner=notebook.owner, name__in=broken_names)}
@@ -43,8 +62,8 @@ def notebook_view(*, notebook: Notebook) -> dict[str, Any]:
         return {**ref, "broken": is_broken(ref),
                 "fix": {"kind": "dataset", "id": fix.id, "name": fix.name} if fix else None}  # fmt: skip
 
-    cells = [{**cell, "html": cell.get("html"), "inputs": [input_view(r) for r in cell["inputs"]]}
-             for cell in notebook.cells]  # fmt: skip
+    cells = [{**cell, "html": _rendered(cell["source"]) if cell["kind"] == "markdown" else None,
+              "inputs": [input_view(r) for r in cell["inputs"]]} for cell in notebook.cells]  # fmt: skip
     return {
         "id": notebook.id, "name": notebook.name, "version": notebook.version, "created_at": notebook.created_at,
         "updated_at": notebook.updated_at, "cells": cells,

@@ -1,8 +1,8 @@
 """Notebooks: several per user, each saved whole by the page with the version it read (a stale tab
 gets notebook_conflict instead of overwriting newer work), cells checked before anything is stored.
 
-A stored cell is {"id", "kind", "runtime", "source", "inputs", "limits", "last_run_id"} (plus "html",
-the sanitised rendering of a markdown cell, made when it is saved). An input is a reference
+A stored cell is {"id", "kind", "runtime", "source", "inputs", "limits", "last_run_id"} (a markdown
+cell's HTML is rendered when the notebook is read, so a safer sanitiser reaches every notebook). An input is a reference
 {"kind": "dataset"|"output", "id", "name"} that keeps the name it was made with, so one whose
 target is gone shows what it was. `last_run_id` is the server's: a cell's run sets it, clear
 empties it, a save never changes it (a save racing a run cannot undo the run's record).
@@ -16,11 +16,12 @@ from typing import Any
 from django.contrib.auth.models import User
 from django.core.files.uploadedfile import UploadedFile
 from django.db import transaction
+from django.http import Http404
 
 from playground.ipynb import MAX_CELLS, cells_from_ipynb, cells_from_script
 from playground.limits import limits_from_record
-from playground.markdown import render_markdown
-from playground.models import Dataset, Notebook, Run, RunOutputFile
+from playground.models import ACTIVE_STATES, Dataset, Notebook, Run, RunOutputFile
+from playground.selectors.notebooks import input_key, inputs_found
 from playground.services import runs as run_services
 from playground.services.errors import ServiceError
 from runner.spec import RUNTIMES
@@ -43,14 +44,16 @@ def notebook_create(*, user: User, name: str, cells: list[dict[str, Any]] | None
 
 def notebook_default(*, user: User) -> Notebook:
     """The notebook the playground opens: the user's most recently changed one, or a new one."""
-    notebook = Notebook.objects.filter(owner=user).first()
-    return notebook or notebook_create(user=user, name="Notebook 1")
+    with transaction.atomic():
+        User.objects.select_for_update().get(pk=user.pk)  # two first visits at once make one notebook
+        notebook = Notebook.objects.filter(owner=user).first()
+        return notebook or notebook_create(user=user, name="Notebook 1")
 
 
 def notebook_save(*, notebook: Notebook, name: str, version: int, cells: list[dict[str, Any]]) -> Notebook:
     """Replace the name and cells, if `version` is still the stored one."""
     with transaction.atomic():
-        current = Notebook.objects.select_for_update().get(id=notebook.id)
+        current = _locked(notebook)
         if current.version != version:
             raise ServiceError(
                 "notebook_conflict", f"this notebook was changed elsewhere (version {current.version}, this page "
@@ -69,9 +72,10 @@ def notebook_delete(*, notebook: Notebook) -> None:
 
 def notebook_duplicate(*, notebook: Notebook) -> Notebook:
     """A copy with the same cells and the same last runs (shown until the copy's cells run)."""
-    copy = notebook_create(user=notebook.owner, name=_copy_name(notebook.name), cells=[])
-    Notebook.objects.filter(id=copy.id).update(cells=notebook.cells)
-    copy.refresh_from_db()
+    with transaction.atomic():
+        copy = notebook_create(user=notebook.owner, name=_copy_name(notebook.name), cells=[])
+        copy.cells = _locked(notebook).cells
+        copy.save(update_fields=["cells"])
     return copy
 
 
@@ -94,20 +98,20 @@ def notebook_import(*, user: User, upload: UploadedFile) -> Notebook:
     else:
         _, imported = cells_from_script(name, data)
     cells = [{**cell, "id": f"c{index + 1}", "inputs": [], "limits": {}} for index, cell in enumerate(imported)]
-    return notebook_create(user=user, name=PurePosixPath(name).stem or "Imported", cells=cells)
+    return notebook_create(user=user, name=PurePosixPath(name).stem[:100] or "Imported", cells=cells)
 
 
 def cell_run(*, notebook: Notebook, cell_id: str, engine: str = "auto") -> Run:
     """Run a code cell as stored and record the run as the cell's last."""
     with transaction.atomic():
-        current = Notebook.objects.select_for_update().get(id=notebook.id)
+        current = _locked(notebook)
         index, cell = _find_cell(current, cell_id)
         if cell["kind"] != "code":
             raise ServiceError("not_code", f"cell {index + 1} is a markdown cell; only code cells run",
                                field="cell_id", status=422)  # fmt: skip
-        datasets, outputs = _resolve(current.owner, cell["inputs"])
+        found = inputs_found(user=current.owner, refs=cell["inputs"])
         for position, ref in enumerate(cell["inputs"]):
-            if (datasets if ref["kind"] == "dataset" else outputs).get(_key(ref)) is None:
+            if input_key(ref) not in found:
                 raise ServiceError(
                     "broken_input", f"cell {index + 1}: input {ref['name'] or ref['id']!r} no longer exists; "
                     "use the current one or remove it", field=f"cells.{index}.inputs.{position}", status=422,
@@ -124,9 +128,13 @@ def cell_run(*, notebook: Notebook, cell_id: str, engine: str = "auto") -> Run:
 
 
 def cell_clear(*, notebook: Notebook, cell_id: str) -> Notebook:
+    """Forget the cell's last run (the run itself stays, under Runs); not while it is running."""
     with transaction.atomic():
-        current = Notebook.objects.select_for_update().get(id=notebook.id)
-        _, cell = _find_cell(current, cell_id)
+        current = _locked(notebook)
+        index, cell = _find_cell(current, cell_id)
+        if Run.objects.filter(id=cell["last_run_id"], state__in=ACTIVE_STATES).exists():
+            raise ServiceError("run_active", f"cell {index + 1} is running: stop it first, then clear it",
+                               field="cell_id", status=409)  # fmt: skip
         cell["last_run_id"] = None
         Notebook.objects.filter(id=current.id).update(cells=current.cells)
     return current
@@ -151,6 +159,14 @@ def _copy_name(name: str) -> str:
     return name[: 100 - len(suffix)] + suffix
 
 
+def _locked(notebook: Notebook) -> Notebook:
+    """The notebook's row, locked for this transaction (gone if another tab deleted it)."""
+    current = Notebook.objects.select_for_update().filter(id=notebook.id).first()
+    if current is None:
+        raise Http404("no such notebook")
+    return current
+
+
 def _find_cell(notebook: Notebook, cell_id: str) -> tuple[int, dict[str, Any]]:
     for index, cell in enumerate(notebook.cells):
         if cell["id"] == cell_id:
@@ -168,7 +184,7 @@ def _clean_cells(user: User, cells: list[dict[str, Any]], *, stored: list[dict[s
     if len(ids) != len(set(ids)):
         raise ServiceError("duplicate_cell_id", "two cells have the same id", field="cells", status=422)
     last_runs = {cell["id"]: cell.get("last_run_id") for cell in stored}
-    known = {_key(ref): ref for cell in stored for ref in cell.get("inputs", [])}
+    known = {input_key(ref): ref for cell in stored for ref in cell.get("inputs", [])}
     return [_clean_cell(user, index, cell, last_runs.get(cell["id"]), known) for index, cell in enumerate(cells)]
 
 
@@ -196,8 +212,6 @@ def _clean_cell(
         "inputs": _clean_inputs(user, index, cell.get("inputs") or [], known),
         "limits": {k: v for k, v in limits.to_json().items() if k in set_names}, "last_run_id": last_run_id,
     }  # fmt: skip
-    if kind == "markdown":
-        clean["html"] = render_markdown(source)
     return clean
 
 
@@ -207,25 +221,23 @@ def _clean_inputs(
     if len(refs) > MAX_INPUTS:
         raise ServiceError("too_many_inputs", f"cell {index + 1}: at most {MAX_INPUTS} inputs",
                            field=f"cells.{index}.inputs", status=422)  # fmt: skip
-    unique = list({_key(ref): ref for ref in refs}.values())
-    datasets, outputs = _resolve(user, unique)
+    unique = list({input_key(ref): ref for ref in refs}.values())
+    found = inputs_found(user=user, refs=unique)
     clean = []
     for position, ref in enumerate(unique):
-        target = (datasets if ref["kind"] == "dataset" else outputs).get(_key(ref))
+        target = found.get(input_key(ref))
         if target is not None:
             clean.append({"kind": ref["kind"], "id": _id(ref), "name": _input_name(target)})
-        elif _key(ref) in known:  # stored before, gone since: kept, shown as broken
-            clean.append(known[_key(ref)])
+        elif input_key(ref) in known:  # stored before, gone since: kept, shown as broken
+            clean.append(known[input_key(ref)])
+        elif (purged := _purged_output(user, ref)) is not None:  # the user's, its file since purged
+            clean.append({"kind": "output", "id": purged.id, "name": _input_name(purged)})
         else:
             raise ServiceError(
                 "input_not_found", f"cell {index + 1}: no {ref['kind']} {ref['id']} of yours",
                 field=f"cells.{index}.inputs.{position}", status=404,
             )  # fmt: skip
     return clean
-
-
-def _key(ref: dict[str, Any]) -> tuple[str, str]:
-    return ref["kind"], str(ref["id"])
 
 
 def _id(ref: dict[str, Any]) -> Any:
@@ -237,15 +249,7 @@ def _input_name(target: Dataset | RunOutputFile) -> str:
     return target.name if isinstance(target, Dataset) else target.name.rsplit("/", 1)[-1]
 
 
-def _resolve(
-    user: User, refs: list[dict[str, Any]]
-) -> tuple[dict[tuple[str, str], Dataset], dict[tuple[str, str], RunOutputFile]]:
-    """The user's own datasets and (still stored) outputs that the references name."""
-    dataset_ids = [str(ref["id"]) for ref in refs if ref["kind"] == "dataset"]
-    output_ids = [int(ref["id"]) for ref in refs if ref["kind"] == "output"]
-    datasets = {("dataset", str(d.id)): d for d in Dataset.objects.filter(owner=user, id__in=dataset_ids)}
-    outputs = {
-        ("output", str(o.id)): o
-        for o in RunOutputFile.objects.filter(run__owner=user, id__in=output_ids).exclude(file="")
-    }
-    return datasets, outputs
+def _purged_output(user: User, ref: dict[str, Any]) -> RunOutputFile | None:
+    if ref["kind"] != "output":
+        return None
+    return RunOutputFile.objects.filter(run__owner=user, id=int(ref["id"]), file="").first()

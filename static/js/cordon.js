@@ -195,7 +195,8 @@ const Cordon = (() => {
     fill();
     const shown = rows.length;
     const total = preview.total_rows;
-    const caption = known(total) && total > shown ? `first ${shown} of ${total} rows` : `${shown} row${shown === 1 ? "" : "s"}`;
+    const about = preview.total_rows_exact === false ? "about " : "";  // a large file's rows are counted by line
+    const caption = known(total) && total > shown ? `first ${shown} of ${about}${total} rows` : `${shown} row${shown === 1 ? "" : "s"}`;
     return el("div", { class: "table-preview" },
       el("table", { class: "table preview" }, el("caption", {}, caption), el("thead", {}, el("tr", {}, ...headers)), body));
   }

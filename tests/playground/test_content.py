@@ -63,6 +63,35 @@ def test_total_rows_counts_every_row_beyond_the_preview():
     assert result["rows"] == [[i, i * 2] for i in range(7)]
 
 
+@pytest.mark.parametrize("limit", range(8, 70))  # a cut after the header, at every byte of the rows
+def test_past_the_parsed_bytes_rows_are_counted_by_line_and_said_to_be(monkeypatch, limit):
+    monkeypatch.setattr(previews, "MAX_PARSE_BYTES", limit)
+    data = 'name,n\nada,1\n"al\nan",2\ngrace,3\n' + "".join(f"p{i},{i}\n" for i in range(4, 9))
+    for body in (data, data.rstrip("\n")):  # with and without a last line break
+        result = preview(body, "t.csv", max_rows=2)
+        exact = len(body) <= limit
+        assert result["total_rows_exact"] is exact
+        # Counted by line, a quoted line break past the cut counts as a row: never fewer rows.
+        assert result["total_rows"] == 8 or (not exact and result["total_rows"] == 9 and limit < 18)
+
+
+def test_a_huge_csv_is_previewed_in_bounded_time_and_memory():
+    import time
+    import tracemalloc
+
+    big = b"a,b\n" + b"".join(b"%d,%d\n" % (i, i) for i in range(2_000_000))  # ~26 MiB
+    tracemalloc.start()
+    started = time.perf_counter()
+    result = table_preview(io.BytesIO(big), "big.csv", max_rows=5)
+    elapsed = time.perf_counter() - started
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert result["total_rows"] == 2_000_000 and result["total_rows_exact"] is False
+    assert result["rows"] == [[i, i] for i in range(5)]
+    assert peak < 16 * previews.MIB, peak  # not the file's size, nor a multiple of it
+    assert elapsed < 10, elapsed  # a bound against parsing it all, not a benchmark
+
+
 def test_quoted_cells_span_lines_even_across_read_chunks():
     filler = "x" * (previews.CHUNK_BYTES - len('n,text\n1,"line one\r'))
     data = f'n,text\n1,"line one\r\nline two"\n2,{filler}\r\n3,last\r\n'
@@ -112,7 +141,7 @@ def test_ragged_rows_are_padded_and_extra_cells_get_numbered_columns():
 
 @pytest.mark.parametrize(("name", "data"), [("e.csv", b""), ("e.json", b""), ("e.json", b"[]"), ("e.tsv", b"\n\n")])
 def test_an_empty_file_is_a_table_without_columns(name, data):
-    assert preview(data, name) == {"columns": [], "rows": [], "total_rows": 0}
+    assert preview(data, name) == {"columns": [], "rows": [], "total_rows": 0, "total_rows_exact": True}
 
 
 def test_a_header_alone_is_columns_without_rows():
@@ -121,6 +150,7 @@ def test_a_header_alone_is_columns_without_rows():
         "columns": [{"name": "a", "type": "empty"}, {"name": "b", "type": "empty"}],
         "rows": [],
         "total_rows": 0,
+        "total_rows_exact": True,
     }
 
 

@@ -10,9 +10,11 @@ from typing import Any, cast
 import nbformat
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
+from django.http import Http404
 from django.test import Client
 
-from playground.models import Notebook, Run
+from playground.models import Notebook, Run, RunOutputFile
+from playground.services import notebooks as notebook_services
 from tests.playground.conftest import api, json_error
 from tests.playground.factories import UserFactory
 from tests.playground.test_runs_end_to_end import wait_finished
@@ -148,6 +150,7 @@ def test_running_a_cell_records_its_run_on_the_server_and_a_save_cannot_undo_it(
     assert [c["id"] for c in saved["cells"]] == ["c2", "c1"]
     assert saved["cells"][1]["last_run_id"] == str(run.id)
 
+    Run.objects.filter(id=run.id).update(state="finished", outcome="succeeded")
     cleared = client.post(f"/api/notebooks/{notebook['id']}/cells/c1/clear")
     assert cleared.status_code == 200 and cleared.json()["cells"][1]["last_run_id"] is None
     assert json_error(client.post(f"/api/notebooks/{notebook['id']}/cells/nope/run"), 404)["code"] == "cell_not_found"
@@ -181,6 +184,40 @@ def test_an_input_whose_dataset_was_deleted_shows_as_broken_with_a_fix_and_is_re
     fixed = save(client, kept.json(), [{**stored["cells"][0], "inputs": [{"kind": "dataset", "id": new["id"]}]}])
     assert fixed.json()["cells"][0]["inputs"][0]["broken"] is False
     assert client.post(f"/api/notebooks/{notebook['id']}/cells/c1/run").status_code == 201
+
+
+def test_an_output_purged_before_the_save_is_kept_as_broken_not_refused(redis_server: Any) -> None:
+    user: Any = UserFactory()
+    client = api(user)
+    run = Run.objects.create(owner=user, runtime="python", code="1", state="finished")
+    purged = RunOutputFile.objects.create(run=run, name="out/result.csv", size=1, sha256="0" * 64, file="")
+    cell = code_cell("c1", "1", inputs=[{"kind": "output", "id": purged.id}])
+    notebook = create(client, cells=[cell])  # the page chained it, retention purged it, then autosave
+    assert notebook["cells"][0]["inputs"] == [
+        {"kind": "output", "id": purged.id, "name": "result.csv", "broken": True, "fix": None}
+    ]
+
+
+def test_clear_waits_for_the_run_and_a_deleted_notebook_is_a_404_not_a_500(redis_server: Any) -> None:
+    client = api(UserFactory(), raise_request_exception=False)
+    notebook = create(client)
+    url = f"/api/notebooks/{notebook['id']}"
+    assert client.post(f"{url}/cells/c1/run").status_code == 201  # queued: no worker here
+    error = json_error(client.post(f"{url}/cells/c1/clear"), 409)
+    assert error["code"] == "run_active" and "stop it first" in error["message"]
+    Run.objects.update(state="finished", outcome="cancelled")
+    assert client.post(f"{url}/cells/c1/clear").json()["cells"][0]["last_run_id"] is None
+
+    stale = Notebook.objects.get(id=notebook["id"])
+    Notebook.objects.filter(id=stale.id).delete()  # another tab deleted it meanwhile
+    for call in (
+        lambda: notebook_services.notebook_save(notebook=stale, name="n", version=1, cells=[]),
+        lambda: notebook_services.cell_run(notebook=stale, cell_id="c1"),
+        lambda: notebook_services.cell_clear(notebook=stale, cell_id="c1"),
+        lambda: notebook_services.notebook_duplicate(notebook=stale),
+    ):
+        with pytest.raises(Http404):
+            call()
 
 
 def test_an_input_must_be_the_users_own(redis_server: Any) -> None:
@@ -221,6 +258,10 @@ def test_scripts_and_notebooks_are_imported_and_a_notebook_exported_as_ipynb(red
     nbformat.validate(back)
     assert [(c.cell_type, c.source) for c in back.cells] == [("markdown", "# Title"), ("code", "print(2)")]
 
+    long_name = "x" * 150 + ".py"
+    imported_long = client.post("/api/notebooks/import", {"file": SimpleUploadedFile(long_name, b"print(1)")})
+    assert imported_long.status_code == 201 and imported_long.json()["name"] == "x" * 100
+
     for name, data, status, code in [
         ("bad.ipynb", b"{not json", 422, "invalid_notebook"),
         ("data.csv", b"a,b\n", 422, "unsupported_file"),
@@ -259,12 +300,14 @@ def test_the_migration_makes_each_users_one_notebook_their_notebook_1(redis_serv
     )
     old.get_model("playground", "Notebook").objects.create(owner=user, cells=[
         {"id": "c 1", "runtime": "node", "code": "1", "limits": {"wall_timeout_s": 5},
-         "dataset_ids": [str(dataset.id)], "output_ids": [999], "last_run": None}])  # fmt: skip
+         "dataset_ids": [str(dataset.id), "not-a-uuid"], "output_ids": [999, "x"], "last_run": None},
+        {"id": "c1", "runtime": "python", "code": "2"}, {"id": "c1", "runtime": "python", "code": "3"}])  # fmt: skip
     executor = MigrationExecutor(connection)
     executor.migrate(after)
     moved = Notebook.objects.get(owner_id=user.id)
     assert moved.name == "Notebook 1"
-    assert moved.cells == [{
+    assert [c["id"] for c in moved.cells] == ["c1", "c2", "c3"]  # valid, and each once: the page can save it
+    assert moved.cells[:1] == [{
         "id": "c1", "kind": "code", "runtime": "node", "source": "1", "limits": {"wall_timeout_s": 5},
         "inputs": [{"kind": "dataset", "id": str(dataset.id), "name": "d.csv"},
                    {"kind": "output", "id": 999, "name": ""}],
@@ -282,7 +325,8 @@ with open('/output/people.csv', 'w', newline='') as f:
 json.dump([{'a': 1, 'b': 'x'}, {'a': 2.5, 'b': None}], open('/output/rows.json', 'w'))
 open('/output/pic.svg', 'w').write('<svg xmlns="http://www.w3.org/2000/svg"><script>alert(1)</script></svg>')
 open('/output/notes.txt', 'w').write('hello')
-print('made 4 files')
+import os; os.mkdir('/output/dir'); open('/output/dir/preview', 'w').write('not a preview')
+print('made 5 files')
 """
 
 
@@ -295,7 +339,7 @@ def test_outputs_are_previewed_as_typed_tables_images_served_inert_and_stdout_ex
     assert run["outcome"] == "succeeded", run
     kinds = {o["name"]: (o["kind"], o["inline_url"] is not None) for o in run["outputs"]}
     assert kinds == {"people.csv": ("table", False), "rows.json": ("table", False), "pic.svg": ("image", True),
-                     "notes.txt": ("file", False)}  # fmt: skip
+                     "notes.txt": ("file", False), "dir/preview": ("file", False)}  # fmt: skip
 
     base = f"/api/runs/{run['id']}/outputs"
     table = client.get(f"{base}/people.csv/preview?rows=5").json()
@@ -306,6 +350,8 @@ def test_outputs_are_previewed_as_typed_tables_images_served_inert_and_stdout_ex
     assert [c["type"] for c in rows["columns"]] == ["number", "string"] and rows["total_rows"] == 2
     assert json_error(client.get(f"{base}/notes.txt/preview"), 422)["code"] == "not_tabular"
     assert json_error(client.get(f"{base}/missing.csv/preview"), 404)["code"] == "not_found"
+    named_preview = client.get(f"{base}/dir/preview")  # a file named "preview" is downloaded, not previewed
+    assert named_preview.status_code == 200 and b"".join(named_preview.streaming_content) == b"not a preview"  # type: ignore[attr-defined]
 
     svg = client.get(next(o["inline_url"] for o in run["outputs"] if o["name"] == "pic.svg"))
     assert svg.status_code == 200 and svg["Content-Type"] == "image/svg+xml"
@@ -319,7 +365,7 @@ def test_outputs_are_previewed_as_typed_tables_images_served_inert_and_stdout_ex
     assert other.get(f"{base}/people.csv/preview").status_code == 404
 
     exported = nbformat.reads(client.get(f"/api/notebooks/{notebook['id']}/ipynb").content.decode(), as_version=4)
-    assert exported.cells[0].outputs[0]["text"] == "made 4 files\n"
+    assert exported.cells[0].outputs[0]["text"] == "made 5 files\n"
 
 
 def test_a_dataset_preview_is_a_typed_table_with_its_text(redis_server: Any) -> None:
@@ -334,5 +380,6 @@ def test_a_dataset_preview_is_a_typed_table_with_its_text(redis_server: Any) -> 
         "columns": [],
         "rows": [],
         "total_rows": 0,
+        "total_rows_exact": True,
         "text": "just words",
     }

@@ -158,6 +158,26 @@ def test_a_py_input_is_importable_and_no_input_shadows_the_library_or_runs_unask
     assert result.stdout == b"42 /input/helper.py [1]\n"
 
 
+def test_inputs_are_found_only_for_the_programs_own_imports_never_a_librarys(run: Runs) -> None:
+    """pandas imports `bottleneck` and `numexpr` if it finds them: a file of that name among the
+    inputs must not run because the program imported pandas. The program's own imports, direct,
+    through importlib or from one input module to another, find the inputs."""
+    inputs = {
+        "bottleneck.py": "print('bottleneck from /input ran')\n",
+        "numexpr.py": "print('numexpr from /input ran')\n",
+        "helper.py": "import helper2\nvalue = helper2.value + 1\n",
+        "helper2.py": "value = 41\n",
+    }
+    script = (
+        "import importlib, sys, pandas\n"
+        "print(pandas.DataFrame({'a': [1.0, 2.0]})['a'].sum(), 'bottleneck' in sys.modules)\n"
+        "print(importlib.import_module('helper').value, '/input' in sys.path)\n"
+    )
+    result = run("python", script, inputs)
+    assert result.outcome is Outcome.SUCCEEDED, _said(result)
+    assert result.stdout == b"3.0 False\n42 False\n"
+
+
 def test_a_js_input_is_requirable_by_name(run: Runs) -> None:
     inputs = {"helper.js": "module.exports = { double: (x) => 2 * x };\n"}
     script = "const helper = require('helper');\nconsole.log(helper.double(21), require.resolve('helper'));\n"

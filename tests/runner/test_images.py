@@ -148,7 +148,7 @@ def test_the_python_image_has_no_compiler_or_development_files_that_scipy_declar
 
 def test_no_pth_file_in_the_python_image_runs_code_when_python_starts(store: ImageStore) -> None:
     """A `.pth` line that starts with `import` runs at every interpreter start (matplotlib's
-    nspkg.pth cost ~3 ms a run); the image's own adds /input to the path and nothing else."""
+    nspkg.pth cost ~3 ms a run)."""
     rootfs = store.resolve("python").rootfs
     pth_files = sorted(rootfs.glob("usr/lib/python3*/dist-packages/*.pth")) + sorted(
         rootfs.glob("usr/local/lib/python3*/dist-packages/*.pth")
@@ -157,7 +157,7 @@ def test_no_pth_file_in_the_python_image_runs_code_when_python_starts(store: Ima
     for pth in pth_files:
         lines = [line for line in pth.read_text().splitlines() if line.strip() and not line.startswith("#")]
         assert not [line for line in lines if line.startswith(("import ", "import\t"))], pth
-    assert (rootfs / "usr/lib/python3/dist-packages/cordon-input.pth").read_text().splitlines()[-1] == "/input"
+    assert not [p for p in pth_files if "/input" in p.read_text()]  # inputs are found by the hook, not the path
 
 
 def test_the_python_startup_hook_is_byte_compiled_so_no_program_compiles_it(store: ImageStore) -> None:

@@ -1,6 +1,13 @@
 """Cordon's python image: the interpreter's startup hook, in place of Debian's link to
 /etc/python3.11/sitecustomize.py (an apport hook; there is no apport here). A figure a program
-leaves open is saved to /output/figure-<n>.png when it ends. Byte-compiled when the image is built.
+leaves open is saved to /output/figure-<n>.png when it ends, and the run's inputs are modules the
+program can import. Byte-compiled when the image is built.
+
+Inputs as modules: `import helper` finds /input/helper.py, through a finder placed last, so the
+standard library and the installed packages always come first (an input named json.py shadows
+nothing), and only for an import the program's own code makes (its __main__, or a module from
+/input): a library's optional import (pandas tries `bottleneck` and `numexpr`) never finds a file
+that happens to be among the inputs, so no input runs unless the program asked for it by name.
 
 Nothing of matplotlib is imported here. Until the program imports it, the only cost is a finder
 on sys.meta_path that compares each newly imported module's name with two strings; once pyplot's
@@ -18,9 +25,10 @@ TYPE_CHECKING = False  # typing itself is not imported: it would cost every prog
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from importlib.machinery import ModuleSpec
-    from types import ModuleType
+    from types import FrameType, ModuleType
 
 OUTPUT_DIR = "/output"
+INPUT_DIR = "/input"
 DPI = 100
 # More than the output caps can take (256 files at most): a program that left a thousand figures
 # open would spend its deadline saving files that export refuses.
@@ -119,4 +127,32 @@ def _register_after_loading(spec: "ModuleSpec") -> None:
     setattr(loader, "exec_module", exec_then_register)  # noqa: B010 - on this one module's loader only
 
 
+class _InputModules:
+    def find_spec(
+        self, name: str, path: "Sequence[str] | None" = None, target: "ModuleType | None" = None
+    ) -> "ModuleSpec | None":
+        if path is not None or not _asked_by_the_program():  # a submodule is its package's business
+            return None
+        from importlib.machinery import PathFinder  # only once nothing installed had the module
+
+        return PathFinder.find_spec(name, [INPUT_DIR])
+
+
+def _asked_by_the_program() -> bool:
+    """Whether the code that asked for the import is the program's: its __main__ or an input."""
+    frame: FrameType | None = sys._getframe(2)  # past this function and find_spec
+    while frame is not None and _import_machinery(frame.f_code.co_filename):
+        frame = frame.f_back
+    if frame is None:
+        return False
+    module_file = frame.f_globals.get("__file__") or ""
+    return frame.f_globals.get("__name__") == "__main__" or str(module_file).startswith(INPUT_DIR + "/")
+
+
+def _import_machinery(filename: str) -> bool:
+    # importlib's frozen bootstrap, and importlib.import_module's own frame, between the two.
+    return filename.startswith("<frozen importlib") or "/importlib/" in filename
+
+
 sys.meta_path.insert(0, _WatchForPyplot())
+sys.meta_path.append(_InputModules())
