@@ -212,3 +212,52 @@ class Notebook(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class StaffAccess(models.Model):
+    """A staff member's view of another user's code, logs or outputs: who, what, when. Written by
+    services/audit.py wherever staff read such data, listed (read-only) in the audit console."""
+
+    staff = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="staff_accesses"
+    )
+    staff_username = models.CharField(max_length=150)  # kept if the account goes
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="accessed_by_staff"
+    )
+    owner_username = models.CharField(max_length=150)
+    run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="staff_accesses")
+    what = models.CharField(max_length=64)  # e.g. "run page", "audit page", "log stdout", "output"
+    detail = models.CharField(max_length=300, blank=True)
+    path = models.CharField(max_length=500, blank=True)
+    at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        verbose_name_plural = "staff accesses"
+
+    def __str__(self) -> str:
+        return f"{self.staff_username} viewed {self.owner_username}'s {self.what}"
+
+
+class Invite(models.Model):
+    """A single-use, expiring sign-up link made by staff; stored only as its sha256, shown once."""
+
+    prefix = models.CharField(max_length=12)
+    key_hash = models.CharField(max_length=64, unique=True)
+    note = models.CharField(max_length=200, blank=True)  # whom it is for
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="invites_created"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    used_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="invites_used"
+    )
+    used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"invite {self.prefix}…"
