@@ -6,17 +6,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib.auth.models import AnonymousUser, User
+from django.contrib.auth.models import User
 
 from playground.models import Run, StaffAccess
 
 
 def record_staff_access(
-    *, viewer: User | AnonymousUser | Any, owner: User, what: str, run: Run | None = None, detail: str = "",
+    *, viewer: Any, owner: User, what: str, run: Run | None = None, detail: str = "",
     path: str = "",
 ) -> StaffAccess | None:  # fmt: skip
-    """Record `viewer` reading `owner`'s data (`what`: "run page", "audit page", "log stdout",
-    "output", ...), unless it is the owner's own."""
+    """Record `viewer` (request.user: a User, or anonymous) reading `owner`'s data (`what`: "run
+    page", "audit page", "log stdout", "output", ...), unless it is the owner's own."""
     if not getattr(viewer, "is_authenticated", False) or viewer.pk == owner.pk:
         return None
     return StaffAccess.objects.create(
