@@ -1,27 +1,41 @@
-"""The Django admin is Cordon's audit console: read-only run records with their events,
-cleanup checks and outputs; filters for outcome, engine, isolation, runtime, image digest
-and incomplete cleanup; actions that say what they did."""
+"""The Django admin is Cordon's audit console: read-only run records (a run's audit page shows its
+code, inputs, outputs, logs and timeline, and opening it is itself recorded), staff reads of user
+data, an overview of the last 7 days (/admin/overview/) and a CSV export of the filtered run list;
+filters for outcome, engine, isolation, runtime, image digest and incomplete cleanup; actions that
+say what they did."""
 
 from __future__ import annotations
 
+import csv
+from collections.abc import AsyncIterator, Iterator
+from datetime import datetime, timedelta
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
 from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import UserAdmin
+from django.core.exceptions import PermissionDenied
+from django.core.handlers.asgi import ASGIRequest
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, URLResolver, path, reverse
+from django.utils import timezone
 
 from playground.models import (
     ApiToken,
     CleanupCheck,
     Dataset,
     Run,
-    RunEvent,
-    RunOutputFile,
     RuntimeImage,
+    StaffAccess,
     WorkerHost,
 )
+from playground.selectors.overview import Rate, overview
+from playground.selectors.runs import run_log_read
+from playground.services.audit import record_staff_access
 from playground.services.errors import ServiceError
 from playground.services.retention import purge_user_data
 from playground.services.runs import run_cancel, run_rerun
@@ -29,6 +43,70 @@ from playground.services.runs import run_cancel, run_rerun
 admin.site.site_header = "Cordon audit console"
 admin.site.site_title = "Cordon"
 admin.site.index_title = "Runs, datasets and hosts"
+
+NOT_APPLICABLE = "-"
+LOG_SHOWN_BYTES = 64 * 1024  # of each stream, on a run's audit page
+STAFF_ACCESSES_SHOWN = 50
+CSV_BATCH = 500
+CSV_COLUMNS = (
+    "id", "owner", "runtime", "state", "outcome", "reason", "engine", "isolation", "worker_host", "image_name",
+    "image_digest", "wall_s", "cpu_s", "peak_memory_bytes", "peak_file_bytes", "stdout_bytes", "stderr_bytes",
+    "cleanup_ok", "created_at", "started_at", "finished_at",
+)  # fmt: skip
+# A spreadsheet runs a cell starting with one of these as a formula (OWASP "CSV injection").
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def human_bytes(count: int | None) -> str:
+    """Bytes in the unit that reads best (binary units, as on the site); None is unknown, not 0."""
+    if count is None:
+        return "unknown"
+    if count < 1024:
+        return f"{count} B"
+    value = float(count)
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        value /= 1024
+        if value < 1024 or unit == "TiB":
+            break
+    return f"{value:.1f} {unit}"
+
+
+def human_seconds(seconds: float | None) -> str:
+    if seconds is None:
+        return "unknown"
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.3f} s"
+    minutes, rest = divmod(seconds, 60)
+    return f"{int(minutes)} min {rest:.1f} s"
+
+
+def ms_time(moment: datetime | None) -> str:
+    """A moment to the millisecond, in the site's time zone."""
+    if moment is None:
+        return NOT_APPLICABLE
+    local = timezone.localtime(moment)
+    return f"{local:%Y-%m-%d %H:%M:%S}.{local.microsecond // 1000:03d}"
+
+
+def csv_cell(value: Any) -> Any:
+    """A value as a CSV cell a spreadsheet shows as text: a string that would start a formula gets a
+    leading apostrophe; numbers stay numbers."""
+    if value is None:
+        return ""
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
+        return "'" + value
+    return value
+
+
+class _Echo:
+    """A file-like object for csv.writer that hands back each line instead of storing it."""
+
+    def write(self, value: str) -> str:
+        return value
 
 
 class ReadOnlyInline(admin.TabularInline):  # type: ignore[type-arg]
@@ -42,19 +120,10 @@ class ReadOnlyInline(admin.TabularInline):  # type: ignore[type-arg]
         return False
 
 
-class EventInline(ReadOnlyInline):
-    model = RunEvent
-    fields = readonly_fields = ("state", "at", "detail")
-
-
 class CleanupInline(ReadOnlyInline):
     model = CleanupCheck
     fields = readonly_fields = ("name", "ok", "detail")
-
-
-class OutputInline(ReadOnlyInline):
-    model = RunOutputFile
-    fields = readonly_fields = ("name", "size", "sha256")
+    verbose_name_plural = "cleanup checks (what teardown removed and verified)"
 
 
 class CleanupIncomplete(admin.SimpleListFilter):
@@ -72,34 +141,143 @@ class CleanupIncomplete(admin.SimpleListFilter):
         return queryset
 
 
+class ImageFilter(admin.SimpleListFilter):
+    """By image digest, each shown with its image's name."""
+
+    title = "image"
+    parameter_name = "image_digest"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        pairs = Run.objects.exclude(image_digest="").values_list("image_digest", "image_name").distinct()
+        return sorted((digest, f"{name or '?'} {digest[:19]}") for digest, name in pairs)
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Run]) -> QuerySet[Run]:
+        return queryset.filter(image_digest=self.value()) if self.value() else queryset
+
+
 @admin.register(Run)
 class RunAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_display = (
-        "id", "owner", "runtime", "engine", "isolation", "state", "outcome", "wall_s", "cpu_s",
-        "peak_memory_bytes", "short_digest", "cleanup_ok", "created_at",
+        "id", "owner", "runtime", "engine", "isolation", "state", "outcome", "wall", "cpu", "peak_memory",
+        "image", "cleanup_ok", "created_at",
     )  # fmt: skip
-    list_filter = (
-        "outcome", "engine", "isolation", "runtime", "state", CleanupIncomplete, "image_digest", "created_at",
-    )  # fmt: skip
+    list_filter = ("outcome", "engine", "isolation", "runtime", "state", CleanupIncomplete, ImageFilter, "created_at")
     list_select_related = ("owner",)
     search_fields = ("id", "owner__username", "image_digest", "sandbox_id")
     date_hierarchy = "created_at"
-    inlines = (EventInline, CleanupInline, OutputInline)
+    inlines = (CleanupInline,)
     actions = ("cancel_runs", "rerun_runs", "purge_owner_data")
-    exclude = ("datasets", "input_outputs", "code")
+    fieldsets = (
+        ("Run", {"fields": ("id", "owner", "runtime", "state", "outcome", "reason", "charged", "cancel_requested",
+                            "exit_code", "signal", "error_code", "error_message")}),
+        ("Figures", {"fields": ("wall", "cpu", "peak_memory", "peak_files", "stdout", "stderr", "limits",
+                                "timings")}),
+        ("Where it ran", {"fields": ("image", "engine", "isolation", "worker_host", "cleanup_ok", "engine_requested",
+                                     "engine_version", "engine_note", "queue", "sandbox_id")}),
+        # Folded: the timeline below has every state change to the millisecond.
+        ("Times", {"classes": ("collapse",), "fields": ("created", "enqueued", "started", "finished", "retry_count",
+                                                        "retry_of", "rerun_of", "logs_purged")}),
+    )  # fmt: skip
+    readonly_fields = tuple(name for _, options in fieldsets for name in options["fields"])  # type: ignore[misc]
 
-    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        return [f.name for f in Run._meta.fields if f.name not in ("code",)]
-
+    # Run records are written by the workers alone: the audit page is a view, with no Save.
     def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
     @admin.display(description="image")
-    def short_digest(self, run: Run) -> str:
-        return run.image_digest[:19]
+    def image(self, run: Run) -> str:
+        return f"{run.image_name or '?'} {run.image_digest[:19]}" if run.image_digest else NOT_APPLICABLE
+
+    @admin.display(description="wall", ordering="wall_s")
+    def wall(self, run: Run) -> str:
+        return human_seconds(run.wall_s)
+
+    @admin.display(description="CPU", ordering="cpu_s")
+    def cpu(self, run: Run) -> str:
+        return human_seconds(run.cpu_s)
+
+    @admin.display(description="peak memory", ordering="peak_memory_bytes")
+    def peak_memory(self, run: Run) -> str:
+        return human_bytes(run.peak_memory_bytes)
+
+    @admin.display(description="peak file bytes (/tmp, /output)")
+    def peak_files(self, run: Run) -> str:
+        return human_bytes(run.peak_file_bytes)
+
+    @admin.display(description="stdout")
+    def stdout(self, run: Run) -> str:
+        return human_bytes(run.stdout_bytes) + (" (truncated at the cap)" if run.stdout_truncated else "")
+
+    @admin.display(description="stderr")
+    def stderr(self, run: Run) -> str:
+        return human_bytes(run.stderr_bytes) + (" (truncated at the cap)" if run.stderr_truncated else "")
+
+    @admin.display(description="created")
+    def created(self, run: Run) -> str:
+        return ms_time(run.created_at)
+
+    @admin.display(description="enqueued")
+    def enqueued(self, run: Run) -> str:
+        return ms_time(run.enqueued_at)
+
+    @admin.display(description="claimed (started)")
+    def started(self, run: Run) -> str:
+        return ms_time(run.started_at)
+
+    @admin.display(description="finished")
+    def finished(self, run: Run) -> str:
+        return ms_time(run.finished_at)
+
+    def get_urls(self) -> list[URLPattern]:
+        export = path("export.csv", self.admin_site.admin_view(self.export_csv), name="playground_run_export")
+        return [export, *super().get_urls()]
+
+    def change_view(
+        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        run = self.get_object(request, unquote(object_id))
+        if run is not None and self.has_view_permission(request, run):
+            record_staff_access(viewer=request.user, owner=run.owner, what="audit page", run=run,
+                                path=request.get_full_path())  # fmt: skip
+            extra_context = {**(extra_context or {}), **_audit(run)}
+        return super().change_view(request, object_id, form_url, extra_context)
+
+    def export_csv(self, request: HttpRequest) -> StreamingHttpResponse:
+        """The run list as filtered and searched on the changelist, as CSV, streamed in batches."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        changelist = self.get_changelist_instance(request)
+        keys = list(changelist.queryset.values_list("pk", flat=True))
+        writer = csv.writer(_Echo())
+        header = writer.writerow(CSV_COLUMNS)
+
+        def batch(start: int) -> list[str]:
+            runs = Run.objects.filter(pk__in=keys[start : start + CSV_BATCH]).select_related("owner").in_bulk()
+            return [writer.writerow(_csv_row(runs[key])) for key in keys[start : start + CSV_BATCH] if key in runs]
+
+        def lines() -> Iterator[str]:
+            yield header
+            for start in range(0, len(keys), CSV_BATCH):
+                yield from batch(start)
+
+        async def async_lines() -> AsyncIterator[str]:
+            # Under ASGI a sync iterator would be read whole before the first byte goes out.
+            yield header
+            for start in range(0, len(keys), CSV_BATCH):
+                for line in await sync_to_async(batch)(start):
+                    yield line
+
+        content = async_lines() if isinstance(request, ASGIRequest) else lines()
+        stamp = timezone.now().strftime("%Y%m%d-%H%M%S")
+        disposition = f'attachment; filename="runs-{stamp}.csv"'
+        return StreamingHttpResponse(content, content_type="text/csv; charset=utf-8",
+                                     headers={"Content-Disposition": disposition})  # fmt: skip
 
     @admin.action(description="Cancel the selected runs")
     def cancel_runs(self, request: HttpRequest, queryset: QuerySet[Run]) -> None:
@@ -123,13 +301,99 @@ class RunAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             self.message_user(request, f"{owner}: purged {counts}", messages.SUCCESS)
 
 
+def _csv_row(run: Run) -> list[Any]:
+    values = {name: getattr(run, name) for name in CSV_COLUMNS}
+    values["owner"] = run.owner.get_username()
+    return [csv_cell(values[name]) for name in CSV_COLUMNS]
+
+
+def _audit(run: Run) -> dict[str, Any]:
+    """What a run's audit page shows beside its fields: code, inputs, outputs, logs, timeline."""
+    outputs = [
+        {"output": output, "url": reverse("api:run_output", kwargs={"run_id": run.id, "name": output.name})
+         if output.file else None}
+        for output in run.outputs.all()
+    ]  # fmt: skip
+    return {
+        "audit_code": run.code,
+        "audit_datasets": list(run.datasets.all()),
+        "audit_chained": list(run.input_outputs.select_related("run")),
+        "audit_outputs": outputs,
+        "audit_logs": [_log(run, "stdout"), _log(run, "stderr")],
+        "audit_timeline": _timeline(run),
+        "audit_boot": human_seconds(run.timings["boot_s"]) if run.timings.get("boot_s") is not None else None,
+        "audit_staff": list(run.staff_accesses.all()[:STAFF_ACCESSES_SHOWN]),
+    }
+
+
+def _log(run: Run, stream: str) -> dict[str, Any]:
+    data, _, _ = run_log_read(run=run, stream=stream, offset=0, limit=LOG_SHOWN_BYTES)
+    kept = run.stdout_bytes if stream == "stdout" else run.stderr_bytes
+    notes = []
+    if run.logs_purged:
+        notes.append("this run's logs were purged")
+    elif kept > len(data):
+        notes.append(f"cut: the first {human_bytes(len(data))} of {human_bytes(kept)} shown")
+    if run.stdout_truncated if stream == "stdout" else run.stderr_truncated:
+        notes.append("the program wrote more than the stream's cap; the rest was not kept")
+    return {"stream": stream, "text": data.decode("utf-8", errors="replace"), "notes": notes}
+
+
+def _timeline(run: Run) -> list[dict[str, Any]]:
+    """Each event with its time to the millisecond, the time since the one before (the phase that
+    ended) and since the run was created."""
+    rows = []
+    previous: tuple[str, datetime] = ("created", run.created_at)
+    for event in run.events.all():
+        rows.append({
+            "state": event.state, "at": ms_time(event.at), "phase": f"{previous[0]} → {event.state}",
+            "since_previous": human_seconds(max(0.0, (event.at - previous[1]).total_seconds())),
+            "since_created": human_seconds(max(0.0, (event.at - run.created_at).total_seconds())),
+            "detail": event.detail or "",
+        })  # fmt: skip
+        previous = (event.state, event.at)
+    return rows
+
+
+@admin.register(StaffAccess)
+class StaffAccessAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """Staff reads of other users' code, logs and outputs: a record nobody edits or deletes here."""
+
+    list_display = ("when", "staff_username", "what", "owner_username", "run", "detail", "path")
+    list_filter = (("staff", admin.RelatedOnlyFieldListFilter), "what", "at")
+    list_select_related = ("run",)
+    search_fields = ("staff_username", "owner_username", "run__id", "detail")
+    date_hierarchy = "at"
+    ordering = ("-at", "-id")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    @admin.display(description="when", ordering="at")
+    def when(self, access: StaffAccess) -> str:
+        return ms_time(access.at)
+
+
 @admin.register(Dataset)
 class DatasetAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    list_display = ("name", "owner", "size", "sniffed_type", "sha256", "created_at")
+    list_display = ("name", "owner", "size_shown", "sniffed_type", "sha256", "created_at")
     list_select_related = ("owner",)
     list_filter = ("sniffed_type", "created_at")
     search_fields = ("name", "owner__username", "sha256")
     readonly_fields = ("id", "owner", "name", "file", "size", "sha256", "sniffed_type", "created_at")
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    @admin.display(description="size", ordering="size")
+    def size_shown(self, dataset: Dataset) -> str:
+        return human_bytes(dataset.size)
 
 
 @admin.register(RuntimeImage)
@@ -143,13 +407,68 @@ class WorkerHostAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_display = ("name", "engines", "heartbeat_at")
     readonly_fields = ("name", "engines", "doctor", "heartbeat_at")
 
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
 
 @admin.register(ApiToken)
 class ApiTokenAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """Tokens are made only where the key can be shown once (the account page, or the
+    create_api_token command); here they are listed and revoked (deleted)."""
+
     list_display = ("prefix", "user", "name", "created_at", "last_used_at")
     list_select_related = ("user",)
-    readonly_fields = ("prefix", "key_hash", "created_at", "last_used_at")
+    readonly_fields = ("prefix", "user", "name", "key_hash", "created_at", "last_used_at")
 
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+def _percent(part: float | None) -> str:
+    return NOT_APPLICABLE if part is None else f"{part * 100:.1f} %"
+
+
+def _rate_rows(rates: list[Rate]) -> list[dict[str, Any]]:
+    return [
+        {"key": r.key, "finished": r.finished, "sandbox_errors": r.sandbox_errors,
+         "sandbox_error_rate": _percent(r.sandbox_error_rate), "audited": r.audited,
+         "cleanup_failures": r.cleanup_failures, "cleanup_failure_rate": _percent(r.cleanup_failure_rate)}
+        for r in rates
+    ]  # fmt: skip
+
+
+def overview_view(request: HttpRequest) -> TemplateResponse:
+    """The last 7 days at a glance: charts (static/js/overview.js) with their figures beside them."""
+    data = overview()
+    context = {
+        **admin.site.each_context(request),
+        "title": "Overview: the last 7 days",
+        "overview": data,
+        "chart_data": data.chart_data(),
+        "by_host": _rate_rows(data.by_host),
+        "by_engine": _rate_rows(data.by_engine),
+        "queue_wait": (human_seconds(data.queue_wait.p50_s), human_seconds(data.queue_wait.p95_s)),
+        "wall": (human_seconds(data.wall.p50_s), human_seconds(data.wall.p95_s)),
+        "top_users": [(user, human_seconds(cpu), runs) for user, cpu, runs in data.top_users],
+        "window_end": ms_time(data.now),
+        "window_start": ms_time(data.now - timedelta(days=7)),
+    }
+    return TemplateResponse(request, "admin/overview.html", context)
+
+
+# The overview is a page of the site as a whole, not of one model: added to the default site's
+# URLs (the project keeps Django's admin.site rather than a subclass of its own).
+_site_urls = admin.site.get_urls
+
+
+def _urls_with_overview() -> list[URLPattern | URLResolver]:
+    return [path("overview/", admin.site.admin_view(overview_view), name="overview"), *_site_urls()]
+
+
+admin.site.get_urls = _urls_with_overview  # type: ignore[method-assign]
 
 admin.site.unregister(get_user_model())
 admin.site.register(get_user_model(), UserAdmin)

@@ -4,7 +4,7 @@ and each operation lists the error statuses it can answer with in the OpenAPI do
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
@@ -45,6 +45,7 @@ from playground.services import accounts as account_services
 from playground.services import datasets as dataset_services
 from playground.services import notebooks as notebook_services
 from playground.services import runs as run_services
+from playground.services.audit import record_staff_access
 from playground.services.errors import ServiceError
 from playground.uploads import refused_upload_names
 from runner.images import read_lock
@@ -421,9 +422,29 @@ def run_list(
     return [_run_out(r) for r in runs[:limit]]
 
 
+# Staff may read any user's run (its record and code, log and outputs; cancel and rerun stay the
+# owner's), and each such read is recorded (services/audit.py). The run page fetches the record
+# several times and polls the log while a run is live, so those two are recorded once per run per
+# staff member per window, not once per request; a page load and each output read are recorded every time.
+STAFF_POLL_RECORD_WINDOW = timedelta(minutes=10)
+
+
+def _record_staff_read(request: HttpRequest, run: Run, what: str, detail: str = "", polled: bool = False) -> None:
+    if run.owner_id == request.user.pk:
+        return
+    if polled and run_selectors.staff_access_recorded_since(
+        viewer=request.user, run=run, what=what, within=STAFF_POLL_RECORD_WINDOW
+    ):
+        return
+    record_staff_access(viewer=request.user, owner=run.owner, what=what, run=run, detail=detail,
+                        path=request.get_full_path())  # fmt: skip
+
+
 @api.get("/runs/{run_id}", response=_answers({200: RunDetailOut}, 404, 422), tags=["runs"])
 def run_get(request: HttpRequest, run_id: UUID) -> dict[str, Any]:
-    return _run_out(run_selectors.run_get_for_user(user=request.user, run_id=run_id), detail=True)  # type: ignore[arg-type]
+    run = run_selectors.run_get_for_viewer(user=request.user, run_id=run_id)  # type: ignore[arg-type]
+    _record_staff_read(request, run, "run record and code (API)", polled=True)
+    return _run_out(run, detail=True)
 
 
 @api.post("/runs/{run_id}/cancel", response=_answers({200: RunOut}, 404, 422), tags=["runs"])
@@ -443,7 +464,8 @@ def run_log(
     request: HttpRequest, run_id: UUID, stream: Literal["stdout", "stderr"] = "stdout",
     offset: int = Query(0, ge=0, le=LOG_OFFSET_MAX), limit: int = Query(65536, ge=1, le=LOG_READ_MAX),
 ) -> dict[str, Any]:  # fmt: skip
-    run = run_selectors.run_get_for_user(user=request.user, run_id=run_id)  # type: ignore[arg-type]
+    run = run_selectors.run_get_for_viewer(user=request.user, run_id=run_id)  # type: ignore[arg-type]
+    _record_staff_read(request, run, "log (API)", polled=True)
     data, next_offset, complete = run_selectors.run_log_read(run=run, stream=stream, offset=offset, limit=limit)
     return {"data": data.decode("utf-8", errors="replace"), "offset": offset, "next_offset": next_offset,
             "complete": complete}  # fmt: skip
@@ -455,10 +477,11 @@ def run_log(
 def run_output_preview(request: HttpRequest, run_id: UUID, name: str, rows: int = PREVIEW_ROWS) -> Any:
     """The first rows of a CSV, TSV or JSON output as a typed table (422 not_tabular otherwise)."""
     try:
-        output = run_selectors.output_get_for_user(user=request.user, run_id=run_id, name=name)  # type: ignore[arg-type]
+        output = run_selectors.output_get_for_viewer(user=request.user, run_id=run_id, name=name)  # type: ignore[arg-type]
     except Http404:
         # An output that is itself named ".../preview" is a download, as its URL says.
         return run_output(request, run_id, f"{name}/preview")
+    _record_staff_read(request, output.run, "output preview", detail=output.name)
     with output.file.open("rb") as handle:
         return table_preview(handle, output.name, max_rows=rows)
 
@@ -472,7 +495,8 @@ def run_output_preview(request: HttpRequest, run_id: UUID, name: str, rows: int 
                                                                                              "format": "binary"}}}}}},
 )  # fmt: skip
 def run_output(request: HttpRequest, run_id: UUID, name: str) -> FileResponse:
-    output = run_selectors.output_get_for_user(user=request.user, run_id=run_id, name=name)  # type: ignore[arg-type]
+    output = run_selectors.output_get_for_viewer(user=request.user, run_id=run_id, name=name)  # type: ignore[arg-type]
+    _record_staff_read(request, output.run, "output", detail=output.name)
     response = FileResponse(output.file.open("rb"), as_attachment=True, filename=output.name.rsplit("/", 1)[-1],
                             content_type="application/octet-stream")  # fmt: skip
     return response  # nosniff, as on every response, from Django's SecurityMiddleware
@@ -496,7 +520,8 @@ IMAGE_HEADERS = {
                                          "content": {"image/*": {"schema": {"type": "string", "format": "binary"}}}}}},
 )  # fmt: skip
 def run_output_image(request: HttpRequest, run_id: UUID, name: str) -> FileResponse:
-    output = run_selectors.output_get_for_user(user=request.user, run_id=run_id, name=name)  # type: ignore[arg-type]
+    output = run_selectors.output_get_for_viewer(user=request.user, run_id=run_id, name=name)  # type: ignore[arg-type]
+    _record_staff_read(request, output.run, "output image", detail=output.name)
     content_type = image_content_type(output.name)
     if content_type is None:
         raise ServiceError("not_an_image", f"{output.name!r} is not an image; download it instead", status=422)

@@ -1,13 +1,15 @@
 """Live run output over websockets: /ws/runs/<id>/?stdout=N&stderr=N.
 
-On connect: the user must own the run (staff: any); the socket joins the run's group, then
-sends the stored log from the client's byte offsets, then whatever the worker publishes. The
-messages (`chunk`, `state`, `final`) are typed and described in playground/live.py.
+On connect: the user must own the run (staff: any, and a staff member's live view of another
+user's log is recorded); the socket joins the run's group, then sends the stored log from the
+client's byte offsets, then whatever the worker publishes. The messages (`chunk`, `state`,
+`final`) are typed and described in playground/live.py.
 """
 
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -16,9 +18,13 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from playground.live import chunk_message, final_message, run_group, state_message
 from playground.models import ACTIVE_STATES, Run
-from playground.selectors.runs import run_log_read
+from playground.selectors.runs import run_log_read, staff_access_recorded_since
+from playground.services.audit import record_staff_access
 
 REPLAY_CHUNK = 64 * 1024
+# The page reconnects whenever a socket drops, so a staff member's live view is recorded once per
+# run per this window rather than once per connection.
+STAFF_RECORD_WINDOW = timedelta(minutes=10)
 
 
 class RunConsumer(AsyncJsonWebsocketConsumer):
@@ -76,7 +82,14 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         except ValueError:  # no run has that id: refused like another user's run
             return None
         runs = Run.objects.all() if user.is_staff else Run.objects.filter(owner=user)
-        return runs.filter(id=key).first()
+        run = runs.select_related("owner").filter(id=key).first()
+        if (
+            run is not None
+            and run.owner_id != user.pk
+            and not staff_access_recorded_since(viewer=user, run=run, what="live log", within=STAFF_RECORD_WINDOW)
+        ):
+            record_staff_access(viewer=user, owner=run.owner, what="live log", run=run, path=self.scope.get("path", ""))
+        return run
 
 
 def _offset(query: dict[str, list[str]], stream: str) -> int:

@@ -134,6 +134,11 @@ class RunEvent(models.Model):
     class Meta:
         ordering = ["at", "id"]
 
+    def __str__(self) -> str:
+        if self.at is None:
+            return self.state
+        return f"{self.state} at {self.at:%Y-%m-%d %H:%M:%S}.{self.at.microsecond // 1000:03d}"
+
 
 class RunOutputFile(models.Model):
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="outputs")
@@ -146,6 +151,9 @@ class RunOutputFile(models.Model):
         ordering = ["name"]
         constraints = [models.UniqueConstraint(fields=["run", "name"], name="output_name_per_run")]
 
+    def __str__(self) -> str:
+        return f"{self.name} ({self.size} bytes)"
+
 
 class CleanupCheck(models.Model):
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="cleanup_checks")
@@ -155,6 +163,9 @@ class CleanupCheck(models.Model):
 
     class Meta:
         ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"{self.name}: {'passed' if self.ok else 'FAILED'}"
 
 
 class RuntimeImage(models.Model):

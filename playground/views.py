@@ -1,19 +1,37 @@
 """Pages. Thin: they call selectors and services and render templates."""
 
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
 from uuid import UUID
 
 from django.conf import settings
-from django.contrib.auth import login
+from django.contrib import messages
+from django.contrib.auth import login, update_session_auth_hash
+from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
-from django.contrib.auth.forms import UserCreationForm
+from django.contrib.auth.forms import PasswordChangeForm, UserCreationForm
 from django.contrib.auth.models import User
-from django.http import Http404, HttpRequest, HttpResponse
+from django.core.exceptions import PermissionDenied
+from django.db import IntegrityError
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase
 from django.shortcuts import redirect, render
+from django.templatetags.static import static
+from django.urls import reverse
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_POST
+from django.views.generic import RedirectView
 
+from playground import throttle
+from playground.forms import InviteForm, TokenForm
+from playground.selectors.accounts import invite_list, token_list_for_user
 from playground.selectors.images import image_list_built
 from playground.selectors.notebooks import notebook_get_for_user
-from playground.selectors.runs import run_get_for_user, run_list_for_user
+from playground.selectors.runs import run_get_for_viewer, run_list_for_user
 from playground.services import notebooks as notebook_services
+from playground.services.accounts import token_create, token_revoke
+from playground.services.audit import record_staff_access
+from playground.services.invites import InviteInvalid, invite_check, invite_create, invite_redeem, invite_revoke
 
 
 def home(request: HttpRequest) -> HttpResponse:
@@ -48,8 +66,10 @@ def runs(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def run_detail(request: HttpRequest, run_id: UUID) -> HttpResponse:
-    run = run_get_for_user(user=request.user, run_id=run_id)  # type: ignore[arg-type]
-    return render(request, "run_detail.html", {"run": run})
+    """The run's page, for its owner or for staff (any run; each staff view is recorded)."""
+    run = run_get_for_viewer(user=request.user, run_id=run_id)  # type: ignore[arg-type]
+    record_staff_access(viewer=request.user, owner=run.owner, what="run page", run=run, path=request.get_full_path())
+    return render(request, "run_detail.html", {"run": run, "viewed_as_staff": run.owner_id != request.user.pk})
 
 
 @login_required
@@ -57,13 +77,176 @@ def images(request: HttpRequest) -> HttpResponse:
     return render(request, "images.html", {"images": image_list_built()})
 
 
+# --- accounts: log-in, sign-up (open, or by invite), the account page, invites ---------------------
+
+
+class LoginPage(auth_views.LoginView):
+    """Django's log-in view, telling the page whether visitors may sign up themselves."""
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        return {**super().get_context_data(**kwargs), "signup": settings.CORDON_SIGNUP}
+
+
+class Favicon(RedirectView):
+    """/favicon.ico, which browsers ask for on pages that do not name an icon: the site's SVG."""
+
+    def get_redirect_url(self, *args: Any, **kwargs: Any) -> str:
+        return static("favicon.svg")
+
+
 def signup(request: HttpRequest) -> HttpResponse:
-    """Self sign-up, only where the operator allows it (CORDON_SIGNUP)."""
+    """Sign-up: with an invite link (?invite=<key>) always, without one only where the operator
+    allows it (CORDON_SIGNUP)."""
+    key = request.GET.get("invite", "")
+    if key:
+        return _signup_with_invite(request, key)
     if not settings.CORDON_SIGNUP:
-        raise Http404("sign-up is closed on this site")
+        return render(request, "registration/signup_closed.html", status=404)
     form: UserCreationForm[User] = UserCreationForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         user = form.save()
         login(request, user)
         return redirect("home")
-    return render(request, "registration/signup.html", {"form": form})
+    return render(request, "registration/signup.html", {"form": form, "signup": True})
+
+
+def _signup_with_invite(request: HttpRequest, key: str) -> HttpResponse:
+    # An unknown key counts as a failed authentication against the address, like a bad token: keys
+    # are unguessable, but probing for them should cost what probing for passwords does.
+    subjects = [throttle.address_subject(throttle.client_address(request))]
+    wait_s = throttle.retry_after_s(subjects)
+    if wait_s is not None:
+        return _throttled(request, wait_s)
+    try:
+        invite_check(key=key)
+    except InviteInvalid as exc:
+        if exc.code == "unknown":
+            throttle.record_failure(subjects)
+        return _invite_invalid(request, exc)
+    form: UserCreationForm[User] = UserCreationForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        user = form.save(commit=False)  # the password hashed here, outside the transaction
+        try:
+            invite_redeem(key=key, user=user)
+        except InviteInvalid as exc:
+            return _invite_invalid(request, exc)
+        except IntegrityError:  # the name was taken between the form's check and the insert
+            form.add_error("username", "A user with that username already exists.")
+        else:
+            login(request, user)
+            return redirect("home")
+    return render(request, "registration/signup.html", {"form": form, "invite_key": key})
+
+
+def _invite_invalid(request: HttpRequest, exc: InviteInvalid) -> HttpResponse:
+    status = 404 if exc.code == "unknown" else 410
+    return render(request, "registration/invite_invalid.html", {"message": exc.message}, status=status)
+
+
+def _throttled(request: HttpRequest, wait_s: int) -> HttpResponse:
+    wait = f"{wait_s} seconds" if wait_s < 120 else f"{-(-wait_s // 60)} minutes"
+    response = render(
+        request, "registration/throttled.html", {"wait": wait, "heading": "Too many failed attempts"}, status=429
+    )
+    response["Retry-After"] = str(wait_s)
+    return response
+
+
+def staff_required(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResponseBase]:
+    @wraps(view)
+    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+        if not request.user.is_staff:
+            raise PermissionDenied("only staff can make invite links")
+        return view(request, *args, **kwargs)
+
+    return login_required(wrapped)
+
+
+@login_required
+def account(request: HttpRequest) -> HttpResponse:
+    return _account_page(request, PasswordChangeForm(request.user))
+
+
+def _account_page(request: HttpRequest, password_form: PasswordChangeForm, status: int = 200) -> HttpResponse:
+    # Django's form focuses the old password on load; on this page it would scroll past the tokens.
+    password_form.fields["old_password"].widget.attrs.pop("autofocus", None)
+    tokens = token_list_for_user(user=request.user)  # type: ignore[arg-type]
+    context = {"tokens": tokens, "token_form": TokenForm(), "password_form": password_form}
+    return render(request, "account.html", context, status=status)
+
+
+@never_cache  # the page carries a key shown once: no cache may keep it
+@require_POST
+@login_required
+def token_new(request: HttpRequest) -> HttpResponse:
+    form = TokenForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "A token's name is at most 64 characters.")
+        return redirect("account")
+    name = form.cleaned_data["name"]
+    key = token_create(user=request.user, name=name)  # type: ignore[arg-type]
+    return render(request, "account_token.html", {"key": key, "name": name})
+
+
+@require_POST
+@login_required
+def token_delete(request: HttpRequest, token_id: int) -> HttpResponse:
+    if not token_revoke(user=request.user, token_id=token_id):  # type: ignore[arg-type]
+        raise Http404("you have no token with that id")
+    messages.success(request, "Token revoked: clients using it now get 401.")
+    return redirect("account")
+
+
+@require_POST
+@login_required
+def password_change(request: HttpRequest) -> HttpResponse:
+    # A wrong current password counts against the account and the address like a failed log-in, so
+    # that a session left open does not let someone try passwords without limit.
+    subjects = [
+        throttle.address_subject(throttle.client_address(request)),
+        throttle.account_subject(request.user.get_username()),
+    ]
+    wait_s = throttle.retry_after_s(subjects)
+    if wait_s is not None:
+        return _throttled(request, wait_s)
+    form = PasswordChangeForm(request.user, request.POST)
+    if form.is_valid():
+        user = form.save()
+        update_session_auth_hash(request, user)  # this session stays logged in; others are logged out
+        messages.success(request, "Password changed.")
+        return redirect("account")
+    if "old_password" in form.errors:
+        throttle.record_failure(subjects)
+    return _account_page(request, form, status=400)
+
+
+@staff_required
+def invites(request: HttpRequest) -> HttpResponse:
+    return _invites_page(request, InviteForm())
+
+
+def _invites_page(request: HttpRequest, form: InviteForm, status: int = 200) -> HttpResponse:
+    context = {"form": form, "invites": invite_list(), "signup_open": settings.CORDON_SIGNUP}
+    return render(request, "account_invites.html", context, status=status)
+
+
+@never_cache
+@require_POST
+@staff_required
+def invite_new(request: HttpRequest) -> HttpResponse:
+    form = InviteForm(request.POST)
+    if not form.is_valid():
+        return _invites_page(request, form, status=400)
+    key = invite_create(by=request.user, **form.cleaned_data)  # type: ignore[arg-type]
+    link = request.build_absolute_uri(reverse("signup") + "?invite=" + key)
+    context = {"link": link, "note": form.cleaned_data["note"], "days": form.cleaned_data["lifetime_days"]}
+    return render(request, "account_invite_link.html", context)
+
+
+@require_POST
+@staff_required
+def invite_delete(request: HttpRequest, invite_id: int) -> HttpResponse:
+    if not invite_revoke(invite_id=invite_id):
+        raise Http404("no unused invite with that id")
+    messages.success(request, "Invite revoked: its link no longer works.")
+    return redirect("invites")

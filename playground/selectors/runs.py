@@ -1,16 +1,19 @@
-"""A user's runs, their stored logs (read from a byte offset) and their output files."""
+"""A user's runs, their stored logs (read from a byte offset) and their output files; staff may read
+any user's (the callers record such reads with services/audit.py)."""
 
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from typing import Any
 
 from django.contrib.auth.models import User
 from django.db.models import QuerySet
 from django.http import Http404
+from django.utils import timezone
 
 from playground.live import whole_utf8
-from playground.models import ACTIVE_STATES, Run, RunOutputFile
+from playground.models import ACTIVE_STATES, Run, RunOutputFile, StaffAccess
 from playground.services.logs import log_path
 
 
@@ -34,6 +37,30 @@ def run_get_for_user(*, user: User, run_id: Any) -> Run:
     return run
 
 
+def run_get_for_viewer(*, user: User, run_id: Any) -> Run:
+    """The run, for its owner or for staff (any run); 404 for anyone else, as if it did not exist."""
+    runs = Run.objects.all() if user.is_staff else Run.objects.filter(owner=user)
+    run = runs.filter(id=run_id).select_related("owner").prefetch_related("outputs", "events", "cleanup_checks").first()
+    if run is None:
+        raise Http404("no such run")
+    return run
+
+
+def output_get_for_viewer(*, user: User, run_id: Any, name: str) -> RunOutputFile:
+    """A stored output file, for its run's owner or for staff; 404 for anyone else."""
+    outputs = RunOutputFile.objects.all() if user.is_staff else RunOutputFile.objects.filter(run__owner=user)
+    output = outputs.filter(run_id=run_id, name=name).exclude(file="").select_related("run__owner").first()
+    if output is None:
+        raise Http404("no such output")
+    return output
+
+
+def staff_access_recorded_since(*, viewer: Any, run: Run, what: str, within: timedelta) -> bool:
+    """Whether `viewer`'s read of `what` of this run was already recorded within `within`."""
+    since = timezone.now() - within
+    return StaffAccess.objects.filter(staff_id=viewer.pk, run=run, what=what, at__gte=since).exists()
+
+
 def run_log_read(*, run: Run, stream: str, offset: int, limit: int) -> tuple[bytes, int, bool]:
     """(bytes from `offset`, the next offset, whether the log is complete). Cut after a whole
     character unless at the end, so a client never sees half a character between two reads."""
@@ -51,13 +78,6 @@ def run_log_read(*, run: Run, stream: str, offset: int, limit: int) -> tuple[byt
     if offset + len(data) < size or not complete:
         data = data[: whole_utf8(data)[1]]
     return data, offset + len(data), complete and offset + len(data) >= size
-
-
-def output_get_for_user(*, user: User, run_id: Any, name: str) -> RunOutputFile:
-    output = RunOutputFile.objects.filter(run__owner=user, run_id=run_id, name=name).exclude(file="").first()
-    if output is None:
-        raise Http404("no such output")
-    return output
 
 
 def run_stdout_text(*, user: User, run_id: Any, limit: int = 1 << 20) -> str | None:

@@ -33,3 +33,9 @@ def token_user(*, token: str) -> User | None:
     if found.last_used_at is None or now - found.last_used_at >= timedelta(seconds=TOKEN_LAST_USED_RESOLUTION_S):
         ApiToken.objects.filter(id=found.id).update(last_used_at=now)
     return found.user
+
+
+def token_revoke(*, user: User, token_id: int) -> bool:
+    """Delete one of the user's own tokens; False when they have none with that id."""
+    deleted, _ = ApiToken.objects.filter(user=user, id=token_id).delete()
+    return deleted > 0

@@ -213,8 +213,10 @@ const Cordon = (() => {
   // Its socket's messages (chunk, state, final) are described in playground/live.py. follow()
   // works the same for a finished run (it shows the stored record) and for a live one.
   class RunView {
-    constructor(root, { onOutputs, onActive } = {}) {
+    // canStop: false where the viewer may not cancel the run (staff on another user's run page).
+    constructor(root, { onOutputs, onActive, canStop = true } = {}) {
       this.root = root;
+      this.canStop = canStop;
       this.onOutputs = onOutputs;
       this.onActive = onActive;
       this.generation = 0;
@@ -275,7 +277,7 @@ const Cordon = (() => {
 
     setActive(active) {
       this.active = active;
-      this.stop.hidden = !active;
+      this.stop.hidden = !active || !this.canStop;
       this.stop.disabled = false;
       if (this.onActive) this.onActive(active);
     }

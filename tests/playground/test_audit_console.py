@@ -1,0 +1,231 @@
+"""The audit console: a run's audit page, staff reads of user data recorded and listed, the
+overview's figures and the CSV export of the filtered run list."""
+
+from __future__ import annotations
+
+import csv
+import io
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.test import Client
+from django.utils import timezone
+
+from playground.models import ApiToken, CleanupCheck, Run, RunEvent, RunOutputFile, StaffAccess
+from playground.services.logs import log_append
+from tests.playground.conftest import api
+from tests.playground.factories import UserFactory
+
+pytestmark = [pytest.mark.django_db]
+
+HOSTILE_STDOUT = b"<script>alert('owned')</script>\nsecond line\n"
+
+
+def _run(owner: Any, **fields: Any) -> Run:
+    values: dict[str, Any] = {
+        "runtime": "python", "code": "print('audited code')", "state": "finished", "outcome": "succeeded",
+        "engine": "namespace", "isolation": "namespace", "worker_host": "host-a", "image_name": "python",
+        "image_digest": "sha256:" + "ab" * 32, "wall_s": 1.0, "cpu_s": 0.5, "peak_memory_bytes": 50 * 1024 * 1024,
+        "cleanup_ok": True,
+    }  # fmt: skip
+    values.update(fields)
+    return Run.objects.create(owner=owner, **values)
+
+
+def _events(run: Run, offsets_ms: list[tuple[str, int]]) -> None:
+    for state, offset in offsets_ms:
+        event = RunEvent.objects.create(run=run, state=state)
+        RunEvent.objects.filter(id=event.id).update(at=run.created_at + timedelta(milliseconds=offset))
+
+
+def _client(user: Any) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def owner() -> Any:
+    return UserFactory()
+
+
+@pytest.fixture
+def staff() -> Any:
+    return UserFactory(is_staff=True, is_superuser=True)
+
+
+@pytest.fixture
+def audited_run(owner: Any) -> Run:
+    run = _run(owner, stdout_bytes=len(HOSTILE_STDOUT), stderr_bytes=6, timings={"start_s": 0.2, "total_s": 1.5})
+    log_append(run_id=run.id, stream="stdout", offset=0, data=HOSTILE_STDOUT)
+    log_append(run_id=run.id, stream="stderr", offset=0, data=b"oops!\n")
+    _events(run, [("queued", 0), ("claimed", 12), ("admitted", 40), ("starting", 41), ("running", 245),
+                  ("exporting", 1245), ("finished", 1302)])  # fmt: skip
+    CleanupCheck.objects.create(run=run, name="processes", ok=True)
+    output = RunOutputFile.objects.create(run=run, name="result.csv", size=4, sha256="c" * 64)
+    output.file.save("result", SimpleUploadedFile("result", b"a,b\n"))
+    return run
+
+
+def test_the_audit_page_shows_code_escaped_logs_and_phase_times_to_the_millisecond(
+    audited_run: Run, staff: Any
+) -> None:
+    page = _client(staff).get(f"/admin/playground/run/{audited_run.id}/change/")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "print(&#x27;audited code&#x27;)" in html
+    assert "&lt;script&gt;alert(&#x27;owned&#x27;)&lt;/script&gt;" in html and "<script>alert" not in html
+    assert "oops!" in html
+    assert "claimed → admitted" in html and "28 ms" in html and "1.000 s" in html  # running → exporting
+    created = timezone.localtime(audited_run.created_at)
+    assert f"{created + timedelta(milliseconds=245):%H:%M:%S}.{(created.microsecond // 1000 + 245) % 1000:03d}" in html
+    assert "50.0 MiB" in html  # peak memory in human units
+    assert "processes: passed" in html  # the cleanup inline's rows have readable titles
+    assert f"/api/runs/{audited_run.id}/outputs/result.csv" in html
+    assert 'name="_save"' not in html  # nobody edits a run record
+    assert StaffAccess.objects.filter(run=audited_run, what="audit page", staff=staff).count() == 1
+
+
+def test_a_long_log_is_cut_and_says_so(owner: Any, staff: Any) -> None:
+    run = _run(owner, stdout_bytes=100_000)
+    log_append(run_id=run.id, stream="stdout", offset=0, data=b"x" * 100_000)
+    html = _client(staff).get(f"/admin/playground/run/{run.id}/change/").content.decode()
+    assert "cut: the first 64.0 KiB of 97.7 KiB shown" in html
+
+
+def test_the_run_list_shows_peak_memory_and_image_names(audited_run: Run, staff: Any) -> None:
+    html = _client(staff).get("/admin/playground/run/").content.decode()
+    assert "50.0 MiB" in html and "python sha256:abababab" in html
+    assert "Export CSV" in html
+
+
+def test_a_staff_view_of_another_users_run_is_recorded_and_listed(audited_run: Run, staff: Any) -> None:
+    client = _client(staff)
+    base = f"/api/runs/{audited_run.id}"
+    assert client.get(f"/runs/{audited_run.id}/").status_code == 200
+    assert client.get(base).json()["code"] == "print('audited code')"
+    for _ in range(3):  # the page polls the log: recorded once per window
+        assert client.get(f"{base}/log?stream=stdout&offset=0").json()["data"].startswith("<script>")
+    download = client.get(f"{base}/outputs/result.csv")
+    assert download.status_code == 200 and download.getvalue() == b"a,b\n"
+    whats = sorted(StaffAccess.objects.filter(staff=staff, run=audited_run).values_list("what", flat=True))
+    assert whats == ["log (API)", "output", "run page", "run record and code (API)"]
+    assert all(a.owner_username == audited_run.owner.username for a in StaffAccess.objects.all())
+
+    listing = client.get("/admin/playground/staffaccess/").content.decode()
+    assert "run page" in listing and "output" in listing and audited_run.owner.username in listing
+    assert "Add staff access" not in listing
+    audit_page = client.get(f"/admin/playground/run/{audited_run.id}/change/").content.decode()
+    assert "Viewed by staff" in audit_page and "run record and code (API)" in audit_page
+
+
+def test_an_owners_own_views_are_not_recorded(audited_run: Run, owner: Any) -> None:
+    client = _client(owner)
+    assert client.get(f"/runs/{audited_run.id}/").status_code == 200
+    assert client.get(f"/api/runs/{audited_run.id}").status_code == 200
+    assert client.get(f"/api/runs/{audited_run.id}/log?stream=stdout&offset=0").status_code == 200
+    assert client.get(f"/api/runs/{audited_run.id}/outputs/result.csv").status_code == 200
+    assert not StaffAccess.objects.exists()
+
+
+def test_another_non_staff_user_still_gets_404_and_is_not_recorded(audited_run: Run) -> None:
+    client = _client(UserFactory())
+    base = f"/api/runs/{audited_run.id}"
+    assert client.get(f"/runs/{audited_run.id}/").status_code == 404
+    for url in (base, f"{base}/log?stream=stdout&offset=0", f"{base}/outputs/result.csv",
+                f"{base}/outputs/result.csv/preview"):  # fmt: skip
+        assert client.get(url).status_code == 404, url
+    assert not StaffAccess.objects.exists()
+
+
+def test_staff_cannot_cancel_or_rerun_another_users_run(audited_run: Run, staff: Any) -> None:
+    client = api(staff)
+    assert client.post(f"/api/runs/{audited_run.id}/rerun").status_code == 404
+    assert client.post(f"/api/runs/{audited_run.id}/cancel").status_code == 404
+    assert client.get(f"/api/runs/{audited_run.id}").status_code == 200  # reading is allowed
+    assert Run.objects.count() == 1 and not Run.objects.get().cancel_requested
+
+
+def test_api_tokens_cannot_be_added_in_the_admin_but_can_be_revoked(owner: Any, staff: Any) -> None:
+    token = ApiToken.objects.create(user=owner, prefix="abc", key_hash="f" * 64)
+    client = _client(staff)
+    assert client.get("/admin/playground/apitoken/add/").status_code == 403
+    listing = client.get("/admin/playground/apitoken/").content.decode()
+    assert "abc" in listing and "Add api token" not in listing
+    client.post(f"/admin/playground/apitoken/{token.id}/delete/", {"post": "yes"})
+    assert not ApiToken.objects.exists()
+
+
+def test_the_overview_shows_rates_percentiles_top_users_and_images(owner: Any, staff: Any) -> None:
+    other = UserFactory(username="heavy")
+    for wall, cpu in ((1.0, 1.0), (2.0, 1.0), (3.0, 1.0), (4.0, 1.0), (10.0, 1.0)):
+        _run(owner, wall_s=wall, cpu_s=cpu)
+    _run(other, outcome="sandbox_error", worker_host="host-b", wall_s=None, cpu_s=20.0, cleanup_ok=False)
+    old = _run(owner)  # moved outside the 7-day window (created_at is set on insert)
+    Run.objects.filter(id=old.id).update(created_at=timezone.now() - timedelta(days=9))
+
+    page = _client(staff).get("/admin/overview/")
+    assert page.status_code == 200
+    overview = page.context["overview"]
+    assert overview.runs == 6
+    assert (overview.wall.p50_s, overview.wall.p95_s) == (3.0, 10.0)
+    assert overview.last_24h.totals == {"succeeded": 5, "sandbox_error": 1}
+    host_b = next(r for r in overview.by_host if r.key == "host-b")
+    assert host_b.sandbox_error_rate == 1.0 and host_b.cleanup_failure_rate == 1.0
+    assert overview.top_users[0] == ("heavy", 20.0, 1)
+    html = page.content.decode()
+    assert "3.000 s" in html and "10.000 s" in html and "100.0 %" in html and "heavy" in html
+    assert 'id="overview-data" type="application/json"' in html and "static/js/overview.js" in html
+    assert "python" in html and "sha256:abababababab" in html
+    assert "/admin/overview/" in _client(staff).get("/admin/").content.decode()
+
+
+def test_the_overview_needs_staff(owner: Any) -> None:
+    response = _client(owner).get("/admin/overview/")
+    assert response.status_code == 302 and "/admin/login/" in response["Location"]
+
+
+def test_the_csv_export_keeps_the_filter_and_neutralises_formulas(owner: Any, staff: Any) -> None:
+    hostile = _run(owner, outcome="failed", reason='=HYPERLINK("http://evil")', image_name="@SUM(1)")
+    _run(owner, outcome="succeeded")
+    response = _client(staff).get("/admin/playground/run/export.csv?outcome=failed")
+    assert response.status_code == 200 and response["Content-Type"].startswith("text/csv")
+    content = b"".join(response.streaming_content)  # type: ignore[attr-defined]
+    rows = list(csv.reader(io.StringIO(content.decode())))
+    assert rows[0][:3] == ["id", "owner", "runtime"] and len(rows[0]) == 21
+    assert [row[0] for row in rows[1:]] == [str(hostile.id)]
+    header = rows[0]
+    assert rows[1][header.index("reason")] == '\'=HYPERLINK("http://evil")'
+    assert rows[1][header.index("image_name")] == "'@SUM(1)"
+    assert rows[1][header.index("peak_memory_bytes")] == str(50 * 1024 * 1024)
+
+
+def test_the_csv_export_needs_staff(owner: Any) -> None:
+    response = _client(owner).get("/admin/playground/run/export.csv")
+    assert response.status_code == 302
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.redis
+@pytest.mark.asyncio
+@pytest.mark.usefixtures("redis_server")
+async def test_a_staff_members_live_log_view_is_recorded_once_per_window() -> None:
+    from asgiref.sync import sync_to_async
+    from channels.testing import WebsocketCommunicator
+
+    from playground.asgi import application
+    from tests.playground.conftest import session_cookie
+
+    owner, staff = await sync_to_async(UserFactory)(), await sync_to_async(UserFactory)(is_staff=True)
+    run = await sync_to_async(_run)(owner)
+    for user in (staff, staff, owner):
+        cookie = await sync_to_async(session_cookie)(user)
+        socket = WebsocketCommunicator(application, f"/ws/runs/{run.id}/",
+                                       headers=[(b"cookie", cookie), (b"origin", b"http://127.0.0.1")])  # fmt: skip
+        connected, _ = await socket.connect()
+        assert connected
+        await socket.disconnect()
+    accesses = await sync_to_async(lambda: list(StaffAccess.objects.values_list("staff_username", "what")))()
+    assert accesses == [(staff.username, "live log")]

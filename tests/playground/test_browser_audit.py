@@ -1,0 +1,96 @@
+"""The audit console in a real browser: an admin opens a run's audit page, the overview with its
+charts and the CSV export of the filtered run list (fixtures from test_browser.py)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import shutil
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.models import User
+
+from playground.models import Run, RunEvent
+from playground.services.logs import log_append
+from tests.playground.test_browser import PASSWORD, Browser, chromium, shots, site  # noqa: F401 - fixtures
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.browser,
+    pytest.mark.redis,
+    pytest.mark.images,
+    pytest.mark.skipif(shutil.which("chromium") is None, reason="Debian's chromium is not installed"),
+]
+
+
+@pytest.fixture
+def seeded(site: str) -> Run:  # noqa: F811
+    """An admin and another user's finished run, made before the browser starts: Playwright's sync
+    API runs an event loop in this thread, where the ORM refuses to run."""
+    User.objects.create_superuser("root", password=PASSWORD)
+    owner = User.objects.create_user("bea", password=PASSWORD)
+    run = Run.objects.create(
+        owner=owner, runtime="python", code="print('<b>audited</b>')", state="finished", outcome="failed",
+        reason="exit status 1", engine="namespace", isolation="namespace", worker_host="host-a",
+        image_name="python", image_digest="sha256:" + "cd" * 32, wall_s=1.3, cpu_s=0.4,
+        peak_memory_bytes=30 << 20, stdout_bytes=31, stderr_bytes=10, cleanup_ok=True,
+    )  # fmt: skip
+    log_append(run_id=run.id, stream="stdout", offset=0, data=b"<script>window.pwned=1</script>")
+    log_append(run_id=run.id, stream="stderr", offset=0, data=b"Traceback\n")
+    for state, offset_ms in (("queued", 0), ("claimed", 15), ("admitted", 40), ("starting", 42), ("running", 300),
+                             ("exporting", 1300), ("finished", 1350)):  # fmt: skip
+        event = RunEvent.objects.create(run=run, state=state)
+        RunEvent.objects.filter(id=event.id).update(at=run.created_at + timedelta(milliseconds=offset_ms))
+    return run
+
+
+def test_an_admin_audits_a_run_reads_the_overview_and_exports_csv(
+    seeded: Run,
+    chromium: Browser,  # noqa: F811 - the fixture imported above
+    site: str,  # noqa: F811
+    shots: Path,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    from playwright.sync_api import expect
+
+    run = seeded
+    page = chromium.page(chromium.context(), "admin")
+    page.goto(f"{site}/admin/login/")
+    page.fill("#id_username", "root")
+    page.fill("#id_password", PASSWORD)
+    page.click("input[type=submit]")
+    expect(page.locator("#overview-link")).to_be_visible()
+
+    # The run's audit page: code, escaped logs, phase times to the millisecond, no Save.
+    page.goto(f"{site}/admin/playground/run/{run.id}/change/")
+    expect(page.locator("#audit-code pre")).to_have_text("print('<b>audited</b>')")
+    expect(page.locator("#audit-stdout pre")).to_have_text("<script>window.pwned=1</script>")
+    expect(page.locator("#audit-stderr pre")).to_contain_text("Traceback")
+    timeline = page.locator("#audit-timeline")
+    expect(timeline).to_contain_text("claimed → admitted")
+    expect(timeline).to_contain_text("25 ms")
+    expect(timeline).to_contain_text("1.000 s")  # running → exporting
+    expect(page.locator("input[name=_save]")).to_have_count(0)
+    assert page.evaluate("window.pwned") is None
+    page.screenshot(path=str(shots / "audit-run.png"), full_page=True)
+
+    # The overview: two charts drawn by uPlot, with their figures beside them.
+    page.goto(f"{site}/admin/overview/")
+    expect(page.locator("#chart-24h canvas")).to_have_count(1)
+    expect(page.locator("#chart-7d canvas")).to_have_count(1)
+    expect(page.locator("#totals-24h")).to_contain_text("failed")
+    expect(page.locator("#percentiles")).to_contain_text("1.300 s")
+    expect(page.locator("#images")).to_contain_text("python")
+    page.screenshot(path=str(shots / "audit-overview.png"), full_page=True)
+
+    # The CSV export of the filtered list.
+    page.goto(f"{site}/admin/playground/run/?outcome__exact=failed")
+    with page.expect_download() as download_info:
+        page.click("#export-csv")
+    saved = tmp_path / "runs.csv"
+    download_info.value.save_as(saved)
+    rows = list(csv.reader(io.StringIO(saved.read_text())))
+    assert rows[0][0] == "id" and "peak_memory_bytes" in rows[0]
+    assert [row[0] for row in rows[1:]] == [str(run.id)]
