@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -76,6 +77,7 @@ class Worker:
         self.env = env
         self.beat = beat
         self.procs: list[subprocess.Popen[bytes]] = []
+        self.schedule_dir: str | None = None  # beat's schedule file, gone with the worker
 
     def start(self) -> None:
         if SharedWorker.current is not None and SharedWorker.current.worker is not self:
@@ -85,8 +87,9 @@ class Worker:
         self.procs.append(subprocess.Popen(argv, cwd=PROJECT_ROOT, env=self.env, start_new_session=True,
                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))  # fmt: skip
         if self.beat:
+            self.schedule_dir = self.schedule_dir or tempfile.mkdtemp(prefix="cordon-beat-")
             beat = [CELERY, "-A", "playground", "beat", "--loglevel=INFO", "--schedule",
-                    str(Path(self.env["CORDON_DATA_DIR"]) / f"beat-{os.getpid()}.db")]  # fmt: skip
+                    str(Path(self.schedule_dir) / "beat.db")]  # fmt: skip
             self.procs.append(subprocess.Popen(beat, cwd=PROJECT_ROOT, env=self.env, start_new_session=True,
                                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))  # fmt: skip
         self.wait_ready()
@@ -112,6 +115,9 @@ class Worker:
         for proc in self.procs:
             proc.wait(timeout=30)
         self.procs = []
+        if self.schedule_dir is not None:
+            shutil.rmtree(self.schedule_dir, ignore_errors=True)
+            self.schedule_dir = None
 
     def stop(self) -> None:
         self.kill(signal.SIGTERM)
