@@ -13,13 +13,14 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.contrib import admin, messages
+from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.utils import unquote
 from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import UserAdmin
 from django.core.exceptions import PermissionDenied
 from django.core.handlers.asgi import ASGIRequest
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, HttpResponseBase, StreamingHttpResponse
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, URLResolver, path, reverse
 from django.utils import timezone
@@ -248,11 +249,14 @@ class RunAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             extra_context = {**(extra_context or {}), **_audit(run)}
         return super().change_view(request, object_id, form_url, extra_context)
 
-    def export_csv(self, request: HttpRequest) -> StreamingHttpResponse:
+    def export_csv(self, request: HttpRequest) -> HttpResponseBase:
         """The run list as filtered and searched on the changelist, as CSV, streamed in batches."""
         if not self.has_view_permission(request):
             raise PermissionDenied
-        changelist = self.get_changelist_instance(request)
+        try:
+            changelist = self.get_changelist_instance(request)
+        except IncorrectLookupParameters:
+            return HttpResponseBadRequest("the run list's filters are not valid")
         keys = list(changelist.queryset.values_list("pk", flat=True))
         writer = csv.writer(_Echo())
         header = writer.writerow(CSV_COLUMNS)
@@ -386,10 +390,14 @@ class DatasetAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_select_related = ("owner",)
     list_filter = ("sniffed_type", "created_at")
     search_fields = ("name", "owner__username", "sha256")
-    readonly_fields = ("id", "owner", "name", "file", "size", "sha256", "sniffed_type", "created_at")
+    # No file link: datasets are user data, and a download here would be a staff read not recorded.
+    readonly_fields = ("id", "owner", "name", "size", "sha256", "sniffed_type", "created_at")
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # a user's data goes with the audited purge action on runs, not one by one here
 
     @admin.display(description="size", ordering="size")
     def size_shown(self, dataset: Dataset) -> str:

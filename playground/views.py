@@ -153,10 +153,12 @@ def _throttled(request: HttpRequest, wait_s: int) -> HttpResponse:
 
 
 def staff_required(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResponseBase]:
+    """Staff who may create accounts (auth.add_user; every superuser): an invite makes one."""
+
     @wraps(view)
     def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
-        if not request.user.is_staff:
-            raise PermissionDenied("only staff can make invite links")
+        if not (request.user.is_staff and request.user.has_perm("auth.add_user")):
+            raise PermissionDenied("only staff who may create accounts can make invite links")
         return view(request, *args, **kwargs)
 
     return login_required(wrapped)

@@ -37,9 +37,16 @@ def run_get_for_user(*, user: User, run_id: Any) -> Run:
     return run
 
 
+def can_read_any_run(user: Any) -> bool:
+    """Staff who may view runs in the audit console (the playground.view_run permission; every
+    superuser) may read any user's run outside it too, each read recorded; other staff may not."""
+    return bool(user.is_active and user.is_staff and user.has_perm("playground.view_run"))
+
+
 def run_get_for_viewer(*, user: User, run_id: Any) -> Run:
-    """The run, for its owner or for staff (any run); 404 for anyone else, as if it did not exist."""
-    runs = Run.objects.all() if user.is_staff else Run.objects.filter(owner=user)
+    """The run, for its owner or for staff who may view runs (any run); 404 for anyone else, as if
+    it did not exist."""
+    runs = Run.objects.all() if can_read_any_run(user) else Run.objects.filter(owner=user)
     run = runs.filter(id=run_id).select_related("owner").prefetch_related("outputs", "events", "cleanup_checks").first()
     if run is None:
         raise Http404("no such run")
@@ -47,8 +54,8 @@ def run_get_for_viewer(*, user: User, run_id: Any) -> Run:
 
 
 def output_get_for_viewer(*, user: User, run_id: Any, name: str) -> RunOutputFile:
-    """A stored output file, for its run's owner or for staff; 404 for anyone else."""
-    outputs = RunOutputFile.objects.all() if user.is_staff else RunOutputFile.objects.filter(run__owner=user)
+    """A stored output file, for its run's owner or for staff who may view runs; 404 for anyone else."""
+    outputs = RunOutputFile.objects.all() if can_read_any_run(user) else RunOutputFile.objects.filter(run__owner=user)
     output = outputs.filter(run_id=run_id, name=name).exclude(file="").select_related("run__owner").first()
     if output is None:
         raise Http404("no such output")

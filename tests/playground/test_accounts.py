@@ -42,7 +42,12 @@ def _client(user: Any) -> Client:
 
 
 def _staff() -> Any:
-    return UserFactory(is_staff=True)
+    """Staff who may create accounts (auth.add_user), as invite links need."""
+    from django.contrib.auth.models import Permission
+
+    staff: Any = UserFactory(is_staff=True)
+    staff.user_permissions.add(Permission.objects.get(codename="add_user", content_type__app_label="auth"))
+    return staff
 
 
 def _new_token(client: Client, name: str = "laptop") -> str:
@@ -155,8 +160,9 @@ def _make_invite(client: Client, note: str = "for Bea", days: int = 7) -> str:
     return link.group(1)
 
 
-def test_only_staff_can_make_see_or_revoke_invites() -> None:
-    user = UserFactory()
+@pytest.mark.parametrize("who", ["user", "staff without add_user"])
+def test_only_staff_who_may_create_accounts_can_make_see_or_revoke_invites(who: str) -> None:
+    user = UserFactory(is_staff=who != "user")
     invite_create(by=_staff(), note="someone")
     invite = Invite.objects.get()
     client = _client(user)

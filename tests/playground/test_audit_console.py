@@ -6,14 +6,14 @@ from __future__ import annotations
 import csv
 import io
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 from django.utils import timezone
 
-from playground.models import ApiToken, CleanupCheck, Run, RunEvent, RunOutputFile, StaffAccess
+from playground.models import ApiToken, CleanupCheck, Dataset, Run, RunEvent, RunOutputFile, StaffAccess
 from playground.services.logs import log_append
 from tests.playground.conftest import api
 from tests.playground.factories import UserFactory
@@ -130,8 +130,9 @@ def test_an_owners_own_views_are_not_recorded(audited_run: Run, owner: Any) -> N
     assert not StaffAccess.objects.exists()
 
 
-def test_another_non_staff_user_still_gets_404_and_is_not_recorded(audited_run: Run) -> None:
-    client = _client(UserFactory())
+@pytest.mark.parametrize("who", ["user", "staff without view_run"])
+def test_another_user_or_staff_who_may_not_view_runs_gets_404_and_is_not_recorded(audited_run: Run, who: str) -> None:
+    client = _client(UserFactory(is_staff=who != "user"))
     base = f"/api/runs/{audited_run.id}"
     assert client.get(f"/runs/{audited_run.id}/").status_code == 404
     for url in (base, f"{base}/log?stream=stdout&offset=0", f"{base}/outputs/result.csv",
@@ -207,6 +208,17 @@ def test_the_csv_export_needs_staff(owner: Any) -> None:
     assert response.status_code == 302
 
 
+def test_a_csv_export_with_a_bad_filter_is_a_400_and_datasets_cannot_be_deleted_one_by_one(staff: Any) -> None:
+    client = _client(staff)
+    assert client.get("/admin/playground/run/export.csv?created_at__nonsense=1").status_code == 400
+    dataset = Dataset.objects.create(
+        owner=cast(Any, UserFactory()), name="d.csv", size=1, sha256="0" * 64, sniffed_type="csv"
+    )
+    assert client.get(f"/admin/playground/dataset/{dataset.id}/delete/").status_code == 403
+    page = client.get(f"/admin/playground/dataset/{dataset.id}/change/").content.decode()
+    assert "d.csv" in page and "/media/" not in page  # no unrecorded download link
+
+
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.redis
 @pytest.mark.asyncio
@@ -218,7 +230,8 @@ async def test_a_staff_members_live_log_view_is_recorded_once_per_window() -> No
     from playground.asgi import application
     from tests.playground.conftest import session_cookie
 
-    owner, staff = await sync_to_async(UserFactory)(), await sync_to_async(UserFactory)(is_staff=True)
+    owner = await sync_to_async(UserFactory)()
+    staff = await sync_to_async(UserFactory)(is_staff=True, is_superuser=True)
     run = await sync_to_async(_run)(owner)
     for user in (staff, staff, owner):
         cookie = await sync_to_async(session_cookie)(user)

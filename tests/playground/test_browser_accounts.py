@@ -89,7 +89,11 @@ def test_a_user_creates_a_token_uses_it_on_the_api_and_revokes_it(
 @pytest.fixture
 def staff_member(transactional_db: None) -> User:
     """Made before the browser starts: the ORM refuses to run inside Playwright's event loop."""
-    return User.objects.create_user("sam", password=PASSWORD, is_staff=True)
+    from django.contrib.auth.models import Permission
+
+    sam = User.objects.create_user("sam", password=PASSWORD, is_staff=True)
+    sam.user_permissions.add(Permission.objects.get(codename="add_user", content_type__app_label="auth"))
+    return sam
 
 
 def test_staff_make_an_invite_link_and_a_new_person_signs_up_with_it(
