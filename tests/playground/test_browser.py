@@ -18,13 +18,15 @@ from runner.config import paths_from_env
 from tests.playground.conftest import serve_web
 
 CHROMIUM = shutil.which("chromium")
-pytestmark = [
+# Every browser test's marks (the other test_browser_*.py files take them from here).
+BROWSER_MARKS = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.browser,
     pytest.mark.redis,
     pytest.mark.images,
     pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (make test installs it)"),
 ]
+pytestmark = BROWSER_MARKS
 
 PASSWORD = "a long enough password"
 NOTEBOOK_URL = re.compile(r"/notebooks/[0-9a-f-]{36}/$")

@@ -10,7 +10,7 @@ import pytest
 from django.contrib.auth.models import User
 
 from tests.playground.test_browser import (  # noqa: F401 - chromium, shots and site are fixtures
-    CHROMIUM,
+    BROWSER_MARKS,
     NOTEBOOK_URL,
     PASSWORD,
     Browser,
@@ -19,13 +19,7 @@ from tests.playground.test_browser import (  # noqa: F401 - chromium, shots and 
     site,
 )
 
-pytestmark = [
-    pytest.mark.django_db(transaction=True),
-    pytest.mark.browser,
-    pytest.mark.redis,
-    pytest.mark.images,
-    pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (make test installs it)"),
-]
+pytestmark = BROWSER_MARKS
 
 
 def _expect_status_logged(driven: Browser, label: str, status: int) -> None:

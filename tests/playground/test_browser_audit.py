@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import csv
 import io
-import shutil
 from datetime import timedelta
 from pathlib import Path
 
@@ -14,15 +13,9 @@ from django.contrib.auth.models import User
 
 from playground.models import Run, RunEvent
 from playground.services.logs import log_append
-from tests.playground.test_browser import PASSWORD, Browser, chromium, shots, site  # noqa: F401 - fixtures
+from tests.playground.test_browser import BROWSER_MARKS, PASSWORD, Browser, chromium, shots, site  # noqa: F401 - fixtures
 
-pytestmark = [
-    pytest.mark.django_db(transaction=True),
-    pytest.mark.browser,
-    pytest.mark.redis,
-    pytest.mark.images,
-    pytest.mark.skipif(shutil.which("chromium") is None, reason="Debian's chromium is not installed"),
-]
+pytestmark = BROWSER_MARKS
 
 
 @pytest.fixture
