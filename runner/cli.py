@@ -63,6 +63,9 @@ def _parser() -> argparse.ArgumentParser:
                          help=f"{unit}; default {default}")  # fmt: skip
     run.add_argument("--input", action="append", default=[], type=Path, help="a file to show under /input (repeat)")
     run.add_argument("--output-dir", type=Path, help="where files the job writes under /output are exported")
+    run.add_argument("--stdin-file", type=Path, help="a file whose bytes are the program's stdin (default: none)")
+    run.add_argument("--arg", action="append", default=[], dest="args", metavar="VALUE",
+                     help="an argument after the script (repeat; --arg=-x for one starting with a dash)")  # fmt: skip
     run.add_argument("--json", action="store_true", help="print only the result object")
     run.add_argument("script", help="the script to run ('-' reads it from standard input)")
 
@@ -153,7 +156,11 @@ def _pin_state(result: BuildResult) -> str:
 def _run(args: argparse.Namespace) -> int:
     script = sys.stdin.buffer.read() if args.script == "-" else Path(args.script).read_bytes()
     limits = Limits(**{name: getattr(args, name) for _, name, _, _ in LIMIT_FLAGS})
-    spec = RunSpec(runtime=args.runtime, script=script, limits=limits, inputs=tuple(args.input), engine=args.engine)
+    stdin = args.stdin_file.read_bytes() if args.stdin_file is not None else b""
+    spec = RunSpec(
+        runtime=args.runtime, script=script, limits=limits, inputs=tuple(args.input), engine=args.engine,
+        stdin=stdin, args=tuple(args.args),
+    )  # fmt: skip
     cancel = threading.Event()
     for signo in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signo, lambda *_: cancel.set())

@@ -20,6 +20,8 @@ from runner.spec import Limits, Outcome, OutputFile, RejectedOutput, RunnerError
 # \A and \Z, not ^ and $: `$` also matches before a final newline, so "x.csv\n" would pass.
 # Anchored at both ends, `match` and `fullmatch` agree, whichever a caller uses.
 SAFE_NAME = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._+-]{0,127}\Z")
+# An input's name may name folders too ("outputs/figure-1.png"), each part a SAFE_NAME.
+INPUT_MAX_DEPTH = 4
 _CHUNK = 1 << 16
 _OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
@@ -30,19 +32,30 @@ def _refuse(code: str, message: str) -> RunnerError:
 
 def stage_inputs(inputs: tuple[Path, ...], dest: Path, limits: Limits, names: tuple[str, ...] = ()) -> list[OutputFile]:
     """Copy exactly the designated files into `dest` (read-only), or refuse the whole set.
-    `names`, when given, are the names they appear under (a dataset's name, not its storage name)."""
+    `names`, when given, are the names they appear under (a dataset's name, not its storage name;
+    "a/b" stages b in a folder a, which the program may read but not change)."""
     if len(inputs) > limits.input_max_files:
         raise _refuse("too_many_inputs", f"{len(inputs)} input files; at most {limits.input_max_files} are allowed")
     staged: list[OutputFile] = []
     seen: set[str] = set()
+    made: list[str] = []  # folders made for names with a "/" (a check program's outputs/...)
     budget = limits.input_max_bytes
     for index, source in enumerate(inputs):
         name = names[index] if index < len(names) else source.name
-        if not SAFE_NAME.fullmatch(name):
-            raise _refuse("unsafe_input_name", f"input name {name!r} is not allowed (letters, digits, ._+- only)")
-        if name in seen:
-            raise _refuse("duplicate_input_name", f"two inputs are named {name!r}")
+        parts = name.split("/")
+        if len(parts) > INPUT_MAX_DEPTH or not all(SAFE_NAME.fullmatch(part) for part in parts):
+            raise _refuse(
+                "unsafe_input_name", f"input name {name!r} is not allowed (letters, digits, ._+- only, "
+                f"in at most {INPUT_MAX_DEPTH - 1} folders)",
+            )  # fmt: skip
+        folders = ["/".join(parts[:depth]) for depth in range(1, len(parts))]
+        if name in seen or name in made or any(folder in seen for folder in folders):
+            raise _refuse("duplicate_input_name", f"two inputs are named {name!r} (or one is a folder of another)")
         seen.add(name)
+        for folder in folders:
+            if folder not in made:
+                (dest / folder).mkdir(mode=0o700)
+                made.append(folder)
         try:
             fd = os.open(source, _OPEN_FLAGS)
         except OSError as exc:
@@ -66,6 +79,8 @@ def stage_inputs(inputs: tuple[Path, ...], dest: Path, limits: Limits, names: tu
         size, digest = copied
         budget -= size
         staged.append(OutputFile(name, size, digest))
+    for folder in reversed(made):
+        os.chmod(dest / folder, 0o555)  # noqa: S103 - as the staging folder itself
     os.chmod(dest, 0o555)  # noqa: S103 - the sandbox uid must read its inputs
     return staged
 

@@ -156,6 +156,11 @@ def maxima_from_env(environ: Mapping[str, str] | None = None) -> Limits:
 
 
 RUNTIMES = ("python", "node")
+# What a run may hand its program besides the script: its stdin (carried as UTF-8 text into a
+# microVM, so it must be that) and its command-line arguments.
+STDIN_MAX_BYTES = 1 * MIB
+ARGS_MAX_ITEMS = 64
+ARG_MAX_BYTES = 4096
 
 
 @dataclass(frozen=True)
@@ -168,10 +173,48 @@ class RunSpec:
     input_names: tuple[str, ...] = ()
     image: str | None = None  # default: the image named like the runtime
     engine: str = "auto"
+    stdin: bytes = b""  # the program's whole stdin; empty: /dev/null
+    args: tuple[str, ...] = ()  # after the script: sys.argv[1:], process.argv.slice(2)
 
     @property
     def image_name(self) -> str:
         return self.image or self.runtime
+
+    def check_stdin_and_args(self) -> None:
+        """Refuse (rejected_input) a stdin or argument list the engines cannot carry as given."""
+        problem = _stdin_problem(self.stdin) or _args_problem(self.args)
+        if problem is not None:
+            code, message = problem
+            raise RunnerError(code, message, outcome=Outcome.REJECTED_INPUT)
+
+
+def _stdin_problem(stdin: bytes) -> tuple[str, str] | None:
+    if not isinstance(stdin, bytes):
+        return "stdin_invalid", f"stdin must be bytes; got {type(stdin).__name__}"
+    if len(stdin) > STDIN_MAX_BYTES:
+        return "stdin_too_large", f"stdin is {len(stdin)} bytes; the maximum is {STDIN_MAX_BYTES}"
+    try:
+        stdin.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return "stdin_not_utf8", f"stdin must be valid UTF-8 text; byte {exc.start} is not"
+    return None
+
+
+def _args_problem(args: tuple[str, ...]) -> tuple[str, str] | None:
+    if len(args) > ARGS_MAX_ITEMS:
+        return "args_invalid", f"{len(args)} arguments; the maximum is {ARGS_MAX_ITEMS}"
+    for index, arg in enumerate(args):
+        if not isinstance(arg, str):
+            return "args_invalid", f"argument {index} must be text; got {type(arg).__name__}"
+        if "\x00" in arg:
+            return "args_invalid", f"argument {index} contains a NUL character"
+        try:
+            size = len(arg.encode("utf-8"))
+        except UnicodeEncodeError:
+            return "args_invalid", f"argument {index} is not valid UTF-8 text"
+        if size > ARG_MAX_BYTES:
+            return "args_invalid", f"argument {index} is {size} bytes; the maximum is {ARG_MAX_BYTES}"
+    return None
 
 
 @dataclass(frozen=True)

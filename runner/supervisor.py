@@ -56,6 +56,8 @@ SAMPLE_INTERVAL_S = 0.05
 # densely at first, so that a half-second run has a curve, then ever more sparsely, so that a
 # five-minute run has some 360 rows, not 6000.
 RECORD_INTERVALS_S = ((2.0, 0.05), (10.0, 0.25), (float("inf"), 1.0))
+# The script's file name in the sandbox's script directory, by runtime.
+SCRIPT_NAMES = {"python": "main.py", "node": "main.js"}
 
 
 def record_interval(t: float) -> float:
@@ -248,6 +250,7 @@ class Supervisor:
         problems = spec.limits.over(self.maxima)
         if problems:
             raise RunnerError("limits_over_maxima", "; ".join(m for _, m in problems), outcome=Outcome.REJECTED_INPUT)
+        spec.check_stdin_and_args()
 
     def _image(self, name: str) -> Any:
         ref = self.images.resolve(name)
@@ -434,7 +437,7 @@ class Supervisor:
     @staticmethod
     def _write_script(ctx: RunContext) -> None:
         """The script goes into scratch, root-owned and read-only (the job may still delete it)."""
-        path = ctx.scratch_dir / Path(ctx.argv[-1]).name
+        path = ctx.scratch_dir / SCRIPT_NAMES[ctx.spec.runtime]
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o444)
         with os.fdopen(fd, "wb") as handle:
             handle.write(ctx.spec.script)
@@ -506,10 +509,13 @@ class Supervisor:
 
 
 def program_argv(spec: RunSpec, script_dir: str = "/tmp") -> list[str]:
+    """The program's argv: interpreter, its options, the script, then the run's own arguments
+    (sys.argv[1:] in Python, process.argv.slice(2) in Node), each one element, never parsed."""
+    script = f"{script_dir}/{SCRIPT_NAMES[spec.runtime]}"
     if spec.runtime == "python":
-        return ["/usr/bin/python3", f"{script_dir}/main.py"]
+        return ["/usr/bin/python3", script, *spec.args]
     heap_mib = max(16, int(spec.limits.memory_mib * 0.6))
-    return ["/usr/bin/node", f"--max-old-space-size={heap_mib}", f"{script_dir}/main.js"]
+    return ["/usr/bin/node", f"--max-old-space-size={heap_mib}", script, *spec.args]
 
 
 def _announce(emit: EventSink, phase: Phase, **detail: Any) -> None:

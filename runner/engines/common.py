@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import signal
@@ -77,6 +78,8 @@ class Launch:
     # ...or what a child forked from the supervisor itself does once it is in the run's cgroups,
     # just before exec: plain syscalls only (no locks, no allocation-heavy work).
     before_exec: Callable[[], None] | None = None
+    # The process's whole stdin (a sealed memfd); empty: /dev/null.
+    stdin: bytes = b""
 
 
 @dataclass(frozen=True)
@@ -163,14 +166,16 @@ class CgroupEngine(Engine, Generic[StateT]):
         state.files_at_start = areas_used_bytes(self.file_areas(ctx)) or 0
         control_read, control_write = os.pipe()
         fds = {"control": control_write}
+        stdin = -1
         try:
             launch = self.launch(ctx, fds)
+            stdin = stdin_fd(launch.stdin)
             if launch.drop is not None:
-                process: Process = _spawn(launch, launch.drop, state.cgroup.procs_files, list(fds.values()))
+                process: Process = _spawn(launch, launch.drop, state.cgroup.procs_files, list(fds.values()), stdin)
             else:
                 process = subprocess.Popen(
                     launch.argv,
-                    stdin=subprocess.DEVNULL,
+                    stdin=stdin,
                     stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE,
                     pass_fds=tuple(fds.values()),
@@ -184,6 +189,8 @@ class CgroupEngine(Engine, Generic[StateT]):
         finally:
             for fd in fds.values():
                 os.close(fd)
+            if stdin >= 0:
+                os.close(stdin)
         state.control_fd = control_read
         return process
 
@@ -254,28 +261,47 @@ class CgroupEngine(Engine, Generic[StateT]):
         return None if held is None else max(0, held - state.files_at_start)
 
 
-def _spawn(launch: Launch, drop: Drop, procs_files: list[str], passed: list[int]) -> Process:
-    """Start a sandbox launcher through this process's spawner: stdin from /dev/null, stdout and
+def _spawn(launch: Launch, drop: Drop, procs_files: list[str], passed: list[int], stdin: int) -> Process:
+    """Start a sandbox launcher through this process's spawner: `stdin` as its stdin, stdout and
     stderr pipes the supervisor reads, `passed` at their own numbers, nothing else open."""
     if any(fd <= 2 for fd in passed):
         raise RuntimeError(f"an fd to pass collides with the standard streams: {passed}")
     out_read, out_write = os.pipe2(os.O_CLOEXEC)
     err_read, err_write = os.pipe2(os.O_CLOEXEC)
-    null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
     try:
         steps = Steps(cgroup_procs=procs_files, uid=drop.uid, rlimits=drop.rlimits)
-        fds = {0: null, 1: out_write, 2: err_write, **{fd: fd for fd in passed}}
+        fds = {0: stdin, 1: out_write, 2: err_write, **{fd: fd for fd in passed}}
         process = Spawner.here().spawn(launch.argv, env=launch.env, fds=fds, steps=steps)
     except BaseException:
         os.close(out_read)
         os.close(err_read)
         raise
     finally:
-        for fd in (null, out_write, err_write):
+        for fd in (out_write, err_write):
             os.close(fd)
     process.stdout = open(out_read, "rb", buffering=0)  # noqa: SIM115 - closed with the run's pipes
     process.stderr = open(err_read, "rb", buffering=0)  # noqa: SIM115
     return process
+
+
+def stdin_fd(data: bytes) -> int:
+    """A process's stdin, close-on-exec here: /dev/null for none, else a memfd holding exactly
+    `data`, sealed so that nothing, the program included, can change or resize it (memory only:
+    nothing of it reaches a disk). Its offset is at the start."""
+    if not data:
+        return os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+    fd = os.memfd_create("cordon-stdin", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        seals = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
+        os.lseek(fd, 0, os.SEEK_SET)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _in_cgroups(procs_files: list[str], then: Callable[[], None]) -> Callable[[], None]:

@@ -92,6 +92,7 @@ class NamespaceEngine(CgroupEngine[NamespaceState]):
             argv=bwrap_argv(self.bwrap, fds, ctx.argv, guest_env(ctx.limits)),
             env={"PATH": "/usr/bin:/bin"},
             drop=Drop(uid=ctx.uid, rlimits=rlimits(ctx)),
+            stdin=ctx.spec.stdin,
         )
 
     def on_control(self, ctx: RunContext, fd: int, data: bytes) -> None:

@@ -183,6 +183,7 @@ def child_config(
         exec_timeout_s=limits.wall_timeout_s + 5.0,
         boot_timeout_s=boot_timeout_s,
         control_fd=control_fd,
+        stdin=ctx.spec.stdin.decode("utf-8"),
     )
 
 

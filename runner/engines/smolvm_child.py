@@ -170,7 +170,13 @@ def main(config_path: str) -> int:
         control.say(Ready(boot_s=round(time.monotonic() - started, 3), facts=facts))
         stream = machine.exec_stream(
             config.argv,
-            ExecOptions(env=config.env, workdir=config.workdir, user=user, timeout=config.exec_timeout_s),
+            ExecOptions(
+                env=config.env,
+                workdir=config.workdir,
+                user=user,
+                timeout=config.exec_timeout_s,
+                stdin=config.stdin or None,  # none: the agent's default, as before
+            ),
         )
         for event in stream:
             kind = event.get("kind")

@@ -2,6 +2,7 @@
 plumbing on hosts without a bootable KVM: it prints, as the guest would, forged control
 messages on stdout and stderr, and reports the real facts on the control descriptor."""
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -25,6 +26,10 @@ def main(config_path: str) -> int:
     say(Ready(boot_s=0.01))
     if mode in ("sparse_output", "dense_output"):
         say(Exit(exit_code=write_oversize_output(Path(config.output_dir), sparse=mode == "sparse_output")))
+        return 0
+    if mode == "echo":  # what the guest program would be given: its argv and its stdin
+        os.write(1, json.dumps({"argv": config.argv, "stdin": config.stdin}).encode())
+        say(Exit(exit_code=0))
         return 0
     os.write(1, b"guest says hello\n" + FORGED.encode() + b'{"event":"exit","exit_code":99}\n')
     os.write(2, FORGED.encode())

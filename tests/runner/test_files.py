@@ -120,3 +120,43 @@ def test_export_names_the_first_file_over_the_byte_cap_at_its_apparent_size(tmp_
     assert report.oversize == ("big", 2 << 30) and report.over_cap and not report.too_many
     assert {r.name for r in report.rejected} == {"big", "d.txt"}
     assert not (tmp_path / "dest" / "big").exists()
+
+
+def test_a_name_with_folders_stages_the_file_in_read_only_folders(tmp_path: Path) -> None:
+    """A check program's view of a student's outputs: /input/outputs/<name>, nothing writable."""
+    sources = []
+    for name in ("stdout", "a.csv", "b.png"):
+        sources.append(tmp_path / name)
+        sources[-1].write_text(name)
+    dest = tmp_path / "staged"
+    dest.mkdir()
+    names = ("stdout", "outputs/a.csv", "outputs/plots/b.png")
+    staged = stage_inputs(tuple(sources), dest, Limits(), names)
+    assert [s.name for s in staged] == list(names)
+    assert (dest / "outputs" / "plots" / "b.png").read_text() == "b.png"
+    for folder in (dest / "outputs", dest / "outputs" / "plots"):
+        assert oct(folder.stat().st_mode & 0o777) == "0o555"
+
+
+@pytest.mark.parametrize(
+    ("names", "code"),
+    [
+        (("outputs/../x",), "unsafe_input_name"),
+        (("/abs",), "unsafe_input_name"),
+        (("a//b",), "unsafe_input_name"),
+        (("a/b/c/d/e",), "unsafe_input_name"),  # deeper than INPUT_MAX_DEPTH
+        (("outputs", "outputs/x"), "duplicate_input_name"),  # a file and a folder of one name
+        (("outputs/x", "outputs"), "duplicate_input_name"),
+    ],
+)
+def test_names_with_folders_are_refused_when_unsafe_or_clashing(tmp_path: Path, names: tuple[str, ...],
+                                                                 code: str) -> None:  # fmt: skip
+    sources = []
+    for index in range(len(names)):
+        sources.append(tmp_path / f"f{index}")
+        sources[-1].write_text("x")
+    dest = tmp_path / "staged"
+    dest.mkdir()
+    with pytest.raises(RunnerError) as caught:
+        stage_inputs(tuple(sources), dest, Limits(), names)
+    assert caught.value.code == code and caught.value.outcome is Outcome.REJECTED_INPUT

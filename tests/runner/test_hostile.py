@@ -116,6 +116,7 @@ class Inputs:
     def __init__(self, tmp: Path):
         self.tmp = tmp
         self.paths: list[Path] = []
+        self.names: list[str] = []  # the name each input is staged under
         self.listener: socket.socket | None = None
 
     def build(self, kinds: list[str]) -> tuple[Path, ...]:
@@ -123,11 +124,16 @@ class Inputs:
             getattr(self, f"_{kind}")()
         return tuple(self.paths)
 
-    def _file(self, name: str, data: bytes) -> Path:
+    def _file(self, name: str, data: bytes, staged_as: str | None = None) -> Path:
         path = self.tmp / name
         path.write_bytes(data)
         self.paths.append(path)
+        self.names.append(staged_as or name)
         return path
+
+    def _nested(self) -> None:
+        """Inputs in a folder, as a check program's view of a student's outputs."""
+        self._file("result.csv", b"n,double\n21,42\n", staged_as="outputs/result.csv")
 
     def _data(self) -> None:
         self._file("data.csv", b"name,value\na,10\nb,20\nc,30\n")
@@ -150,6 +156,7 @@ class Inputs:
         link = self.tmp / "link.csv"
         link.symlink_to(target)
         self.paths.append(link)
+        self.names.append(link.name)
 
     def _oversize(self) -> None:
         self._file("big.bin", b"\0" * 4096)
@@ -162,6 +169,7 @@ class Inputs:
         path = self.tmp / "pipe.csv"
         os.mkfifo(path)
         self.paths.append(path)
+        self.names.append(path.name)
 
     def accepted_connections(self) -> int:
         assert self.listener is not None
@@ -182,7 +190,10 @@ def run_case(supervisor: Supervisor, case: Case, engine: str, tmp: Path) -> tupl
         script=case.path.read_bytes(),
         limits=case.limits,
         inputs=inputs.build(case.expect.get("inputs", [])),
+        input_names=tuple(inputs.names),
         engine=engine,
+        stdin=case.expect.get("stdin", "").encode(),
+        args=tuple(case.expect.get("args", [])),
     )
     out = tmp / "exported"
     out.mkdir()

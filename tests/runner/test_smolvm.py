@@ -18,21 +18,22 @@ import pytest
 from runner.config import PROJECT_ROOT, paths_from_env
 from runner.engines.base import RunContext
 from runner.engines.smolvm import ControlChannel, SmolvmEngine, child_config, machine_name
-from runner.engines.smolvm_protocol import Facts
+from runner.engines.smolvm_protocol import ChildConfig, Facts
 from runner.spec import Limits, Outcome, RunSpec
-from runner.supervisor import Supervisor, SupervisorSettings
+from runner.supervisor import Supervisor, SupervisorSettings, program_argv
 from tests.conftest import child_env
 
 pytestmark = pytest.mark.images
 
 
-def _ctx(tmp_path: Path, **limits: Any) -> RunContext:
+def _ctx(tmp_path: Path, spec: RunSpec | None = None, **limits: Any) -> RunContext:
     store = Supervisor().images
+    spec = spec or RunSpec(runtime="python", script=b"")
     return RunContext(
-        run_id="abc123", spec=RunSpec(runtime="python", script=b""), limits=replace(Limits(), **limits),
+        run_id="abc123", spec=spec, limits=replace(Limits(), **limits),
         run_dir=tmp_path / "run", view_dir=tmp_path / "view", input_dir=tmp_path / "run" / "in",
         scratch_dir=tmp_path / "view" / "scratch", output_dir=tmp_path / "view" / "out", slot=0, uid=0,
-        image=store.resolve("python"), argv=["/usr/bin/python3", "/job/main.py"],
+        image=store.resolve("python"), argv=program_argv(spec, "/job"),
     )  # fmt: skip
 
 
@@ -59,6 +60,59 @@ def test_the_child_config_keeps_the_guest_offline_and_bounded(tmp_path: Path) ->
     assert set(config.env) == {
         "PATH", "HOME", "TMPDIR", "LANG", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE", "NODE_PATH", "OMP_NUM_THREADS",
     }  # fmt: skip
+
+
+def test_the_child_config_carries_the_stdin_as_text_and_the_args_after_the_script(tmp_path: Path) -> None:
+    spec = RunSpec(runtime="python", script=b"", stdin="3 4\nü\n".encode(), args=("a b", "--x"))
+    config = child_config(_ctx(tmp_path, spec), state_root=tmp_path / "state", boot_timeout_s=20, control_fd=9)
+    assert config.stdin == "3 4\nü\n"
+    assert config.argv[-4:] == ["/usr/bin/python3", "/job/main.py", "a b", "--x"]
+    assert ChildConfig.from_json(config.to_json()) == config
+    plain = child_config(_ctx(tmp_path), state_root=tmp_path / "state", boot_timeout_s=20, control_fd=9)
+    assert plain.stdin == ""  # none: the child asks the agent for none
+
+
+@pytest.mark.parametrize(("stdin", "given"), [("line\nü\n", "line\nü\n"), ("", None)], ids=["stdin", "none"])
+def test_the_child_hands_the_agent_the_stdin_only_when_there_is_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stdin: str, given: str | None
+) -> None:
+    """smolvm_child itself, against the SDK with only Machine.create replaced: nothing boots."""
+    import smol
+
+    from runner.engines import smolvm_child
+
+    class FakeMachine:
+        def __init__(self) -> None:
+            self.opts: Any = None
+            self.deleted = False
+
+        def exec_stream(self, argv: list[str], opts: Any) -> Any:
+            self.argv, self.opts = argv, opts
+            return iter([{"kind": "exit", "exit_code": 0}])
+
+        def delete(self) -> None:
+            self.deleted = True
+
+    machine = FakeMachine()
+    monkeypatch.setattr(smol.Machine, "create", lambda config, connect: machine)
+    monkeypatch.setenv("HOME", os.environ.get("HOME", "/root"))  # the child sets its own
+    spec = RunSpec(runtime="python", script=b"", stdin=stdin.encode(), args=("x",))
+    ctx = _ctx(tmp_path, spec)
+    ctx.output_dir.mkdir(parents=True)
+    control_read, control_write = os.pipe()
+    config = child_config(ctx, state_root=tmp_path / "state", boot_timeout_s=20, control_fd=control_write)
+    (tmp_path / "config.json").write_text(config.to_json())
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        assert smolvm_child.main(str(tmp_path / "config.json")) == 0
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        os.close(control_write)
+    with os.fdopen(control_read, "rb") as control:
+        events = [json.loads(line)["event"] for line in control.read().splitlines()]
+    assert events == ["starting", "ready", "exit", "deleted"]
+    assert isinstance(machine.opts, smol.ExecOptions) and machine.opts.stdin == given
+    assert machine.argv == config.argv and machine.argv[-1] == "x" and machine.deleted
 
 
 def test_the_child_environment_is_built_from_nothing_and_hardened(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -114,6 +168,16 @@ def test_a_boot_error_on_the_control_channel_is_a_retryable_sandbox_error(monkey
     assert result.outcome is Outcome.SANDBOX_ERROR and not result.outcome.charged
     assert result.error is not None and result.error.code == "boot_failed" and result.error.retryable
     assert result.wall_s is None  # the program never started
+    assert result.cleanup_ok, result.cleanup
+
+
+def test_a_run_hands_its_stdin_and_args_to_the_smolvm_child(monkeypatch: pytest.MonkeyPatch) -> None:
+    supervisor = _fake_supervisor("echo", monkeypatch)
+    spec = RunSpec(runtime="python", script=b"pass", engine="smolvm", stdin=b"in\xc3\xbc\n", args=("-v", "a b"))
+    result = supervisor.run(spec)
+    assert result.outcome is Outcome.SUCCEEDED, result.to_json()
+    said = json.loads(result.stdout)
+    assert said["stdin"] == "inü\n" and said["argv"][-4:] == ["/usr/bin/python3", "/job/main.py", "-v", "a b"]
     assert result.cleanup_ok, result.cleanup
 
 
