@@ -28,7 +28,9 @@ from django.utils import timezone
 from playground.models import (
     ApiToken,
     CleanupCheck,
+    Course,
     Dataset,
+    Membership,
     Run,
     RuntimeImage,
     StaffAccess,
@@ -159,18 +161,19 @@ class ImageFilter(admin.SimpleListFilter):
 @admin.register(Run)
 class RunAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_display = (
-        "id", "owner", "runtime", "engine", "isolation", "state", "outcome", "wall", "cpu", "peak_memory",
+        "id", "owner", "kind", "runtime", "engine", "isolation", "state", "outcome", "wall", "cpu", "peak_memory",
         "image", "cleanup_ok", "created_at",
     )  # fmt: skip
-    list_filter = ("outcome", "engine", "isolation", "runtime", "state", CleanupIncomplete, ImageFilter, "created_at")
+    list_filter = ("outcome", "engine", "isolation", "runtime", "state", "kind", CleanupIncomplete, ImageFilter,
+                   "created_at")  # fmt: skip
     list_select_related = ("owner",)
     search_fields = ("id", "owner__username", "image_digest", "sandbox_id")
     date_hierarchy = "created_at"
     inlines = (CleanupInline,)
     actions = ("cancel_runs", "rerun_runs", "purge_owner_data")
     fieldsets = (
-        ("Run", {"fields": ("id", "owner", "runtime", "state", "outcome", "reason", "charged", "cancel_requested",
-                            "exit_code", "signal", "error_code", "error_message")}),
+        ("Run", {"fields": ("id", "owner", "kind", "course", "runtime", "state", "outcome", "reason", "charged",
+                            "cancel_requested", "exit_code", "signal", "error_code", "error_message")}),
         ("Figures", {"fields": ("wall", "cpu", "peak_memory", "peak_files", "stdout", "stderr", "limits",
                                 "timings")}),
         ("Where it ran", {"fields": ("image", "engine", "isolation", "worker_host", "cleanup_ok", "engine_requested",
@@ -402,6 +405,35 @@ class DatasetAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     @admin.display(description="size", ordering="size")
     def size_shown(self, dataset: Dataset) -> str:
         return human_bytes(dataset.size)
+
+
+class MembershipInline(ReadOnlyInline):
+    model = Membership
+    fields = readonly_fields = ("user", "role", "joined_at")
+
+
+@admin.register(Course)
+class CourseAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """Courses as their instructors set them up (read-only here: courses are run from their pages;
+    submissions' code is read there, where each staff read is recorded)."""
+
+    list_display = ("title", "created_by", "created_at", "require_vm", "members")
+    list_select_related = ("created_by",)
+    search_fields = ("title", "created_by__username")
+    inlines = (MembershipInline,)
+    readonly_fields = ("id", "title", "created_by", "created_at", "allowed_runtimes", "limits_ceiling", "require_vm",
+                       "quota_concurrent_runs", "quota_runs_per_hour")  # fmt: skip
+    exclude = ("join_code",)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    @admin.display(description="members")
+    def members(self, course: Course) -> int:
+        return course.memberships.count()
 
 
 @admin.register(RuntimeImage)

@@ -18,7 +18,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from playground.live import chunk_message, final_message, run_group, state_message
 from playground.models import ACTIVE_STATES, Run
-from playground.selectors.runs import can_read_any_run, run_log_read, staff_access_recorded_since
+from playground.selectors.runs import run_log_read, runs_readable_by, staff_access_recorded_since
 from playground.services.audit import record_staff_access
 
 REPLAY_CHUNK = 64 * 1024
@@ -81,8 +81,7 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
             key = uuid.UUID(run_id)
         except ValueError:  # no run has that id: refused like another user's run
             return None
-        runs = Run.objects.all() if can_read_any_run(user) else Run.objects.filter(owner=user)
-        run = runs.select_related("owner").filter(id=key).first()
+        run = runs_readable_by(user).select_related("owner").filter(id=key).first()
         if (
             run is not None
             and run.owner_id != user.pk

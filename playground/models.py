@@ -15,8 +15,12 @@ from runner.spec import Phase
 
 
 class Dataset(models.Model):
+    """A user's file, staged read-only into /input of the runs that name it. A course dataset
+    (course set) is uploaded by the course's staff (its owner) and read by its members' runs."""
+
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="datasets")
+    course = models.ForeignKey("Course", null=True, blank=True, on_delete=models.CASCADE, related_name="datasets")
     name = models.CharField(max_length=128)
     file = models.FileField(upload_to="datasets/%Y/%m/", max_length=300)
     size = models.BigIntegerField()
@@ -26,7 +30,14 @@ class Dataset(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
-        constraints = [models.UniqueConstraint(fields=["owner", "name"], name="dataset_name_per_owner")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["owner", "name"], condition=models.Q(course=None), name="dataset_name_per_owner"
+            ),
+            models.UniqueConstraint(
+                fields=["course", "name"], condition=~models.Q(course=None), name="dataset_name_per_course"
+            ),
+        ]
 
     def __str__(self) -> str:
         return self.name
@@ -54,9 +65,29 @@ WORKER_STATES = (RunState.CLAIMED, RunState.ADMITTED, RunState.STARTING, RunStat
 ACTIVE_STATES = (RunState.QUEUED, *WORKER_STATES)
 
 
+class RunKind(models.TextChoices):
+    """Who a run is for. A user's own runs (`run`: the playground, a notebook, an assignment's Run
+    button) are theirs to read; a grading run (`test`: the student's code under one test; `check`:
+    the instructor's check program over its results) is owned by the student for accounting but
+    readable only by the course's staff, so no hidden test reaches its student through a run."""
+
+    RUN = "run"
+    TEST = "test"
+    CHECK = "check"
+
+
+class RunQuerySet(models.QuerySet["Run"]):
+    def own(self, user: Any) -> RunQuerySet:
+        """The runs `user` may read as their owner: their own, never a grading run."""
+        return self.filter(owner=user, kind=RunKind.RUN)
+
+
 class Run(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="runs")
+    kind = models.CharField(max_length=8, choices=RunKind.choices, default=RunKind.RUN, db_index=True)
+    # The course a run belongs to (an assignment's Run button, a grading run): its staff may read it.
+    course = models.ForeignKey("Course", null=True, blank=True, on_delete=models.CASCADE, related_name="runs")
     runtime = models.CharField(max_length=16)
     code = models.TextField()
     datasets = models.ManyToManyField(Dataset, blank=True, related_name="runs")
@@ -64,6 +95,12 @@ class Run(models.Model):
         "RunOutputFile", blank=True, related_name="used_by"
     )
     limits = models.JSONField(default=dict)
+    # What the program gets besides its code: stdin (UTF-8 text) and command-line arguments.
+    stdin = models.TextField(blank=True)
+    args = models.JSONField(default=list, blank=True)
+    # Files staged into /input that are neither datasets nor outputs (a check run's view of the
+    # student's results): [{"name": "stdout", "path": <storage name under MEDIA_ROOT>}, ...]
+    staged_files = models.JSONField(default=list, blank=True)
     engine_requested = models.CharField(max_length=16, default="auto")
     queue = models.CharField(max_length=32, default="namespace")
 
@@ -115,6 +152,8 @@ class Run(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     logs_purged = models.BooleanField(default=False)
+
+    objects = RunQuerySet.as_manager()
 
     class Meta:
         ordering = ["-created_at"]
@@ -272,3 +311,224 @@ class Invite(models.Model):
 
     def __str__(self) -> str:
         return f"invite {self.prefix}…"
+
+
+# --- classrooms ---------------------------------------------------------------------------
+
+
+class Course(models.Model):
+    """A course: its people (Membership), datasets (Dataset.course), assignments and policy. The
+    policy caps every run of the course under the operator's maxima: allowed runtimes, a limits
+    ceiling (a partial Limits: what it leaves out is capped by the operator's maximum only),
+    microVMs required or not, and per-student quotas for the Run button."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    title = models.CharField(max_length=200)
+    join_code = models.CharField(max_length=16, unique=True, null=True, blank=True)  # None: joining closed
+    allowed_runtimes = models.JSONField(default=list)
+    limits_ceiling = models.JSONField(default=dict, blank=True)
+    require_vm = models.BooleanField(default=False)
+    quota_concurrent_runs = models.PositiveIntegerField(default=2)
+    quota_runs_per_hour = models.PositiveIntegerField(default=60)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="courses_created"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return self.title
+
+
+class Role(models.TextChoices):
+    INSTRUCTOR = "instructor"
+    ASSISTANT = "assistant"
+    STUDENT = "student"
+
+
+STAFF_ROLES = (Role.INSTRUCTOR, Role.ASSISTANT)
+
+
+class Membership(models.Model):
+    course = models.ForeignKey(Course, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=16, choices=Role.choices)
+    joined_at = models.DateTimeField(auto_now_add=True)
+    # When this student's grading was last served a slot: the round-robin's order (oldest first).
+    served_at = models.DateTimeField(null=True, blank=True, db_index=True)
+
+    class Meta:
+        ordering = ["role", "user__username"]
+        constraints = [models.UniqueConstraint(fields=["course", "user"], name="one_membership_per_course")]
+
+    def __str__(self) -> str:
+        return f"{self.user} ({self.role}) in {self.course}"
+
+
+class CourseInvitation(models.Model):
+    """A roster line: a username or an email address invited to join as a student (or assistant);
+    the user it names accepts it from their courses page."""
+
+    course = models.ForeignKey(Course, on_delete=models.CASCADE, related_name="invitations")
+    identifier = models.CharField(max_length=254)  # a username, or an email address (lowercased)
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.STUDENT)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="course_invitations_sent"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    accepted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+        related_name="course_invitations_accepted",
+    )  # fmt: skip
+    accepted_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["identifier"]
+        constraints = [models.UniqueConstraint(fields=["course", "identifier"], name="one_invitation_per_identifier")]
+
+    def __str__(self) -> str:
+        return f"{self.identifier} to {self.course}"
+
+
+class Assignment(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    course = models.ForeignKey(Course, on_delete=models.CASCADE, related_name="assignments")
+    title = models.CharField(max_length=200)
+    instructions = models.TextField(blank=True)  # markdown
+    runtime = models.CharField(max_length=16)
+    starter_code = models.TextField(blank=True)
+    datasets = models.ManyToManyField(Dataset, blank=True, related_name="assignments")
+    limits = models.JSONField(default=dict)
+    opens_at = models.DateTimeField(null=True, blank=True)
+    due_at = models.DateTimeField(null=True, blank=True)
+    attempts_allowed = models.PositiveIntegerField(default=0)  # 0: unlimited
+    accept_late = models.BooleanField(default=False)
+    tests_version = models.PositiveIntegerField(default=1)  # raised by every change of the tests
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["due_at", "created_at"]
+
+    def __str__(self) -> str:
+        return self.title
+
+
+class Visibility(models.TextChoices):
+    VISIBLE = "visible"
+    HIDDEN = "hidden"
+    AFTER_DUE = "after_due"
+
+
+class Match(models.TextChoices):
+    EXACT = "exact"
+    STRIP = "strip"
+    REGEX = "regex"
+
+
+class AssignmentTest(models.Model):
+    """One test: the student's code run with `stdin` and `args`, passed by an expected stdout
+    (`expected_stdout` with `match`) or by the instructor's check program (`check_code`, run in a
+    sandbox of its own over the student's results). Never staged into the student's sandbox."""
+
+    assignment = models.ForeignKey(Assignment, on_delete=models.CASCADE, related_name="tests")
+    position = models.PositiveIntegerField(default=0)
+    name = models.CharField(max_length=200)
+    points = models.FloatField(default=1)
+    visibility = models.CharField(max_length=16, choices=Visibility.choices, default=Visibility.VISIBLE)
+    stdin = models.TextField(blank=True)
+    args = models.JSONField(default=list, blank=True)
+    expected_stdout = models.TextField(null=True, blank=True)
+    match = models.CharField(max_length=8, choices=Match.choices, default=Match.STRIP)
+    check_code = models.TextField(blank=True)
+    check_runtime = models.CharField(max_length=16, blank=True)  # blank: the assignment's runtime
+
+    class Meta:
+        ordering = ["position", "id"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class SubmissionState(models.TextChoices):
+    QUEUED = "queued"  # waiting for grading slots
+    GRADING = "grading"  # some of its tests are running
+    GRADED = "graded"  # every test has a result: scored and charged
+    NOT_GRADED = "not_graded"  # grading failed for a reason not the student's: not charged
+
+
+class Submission(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    assignment = models.ForeignKey(Assignment, on_delete=models.CASCADE, related_name="submissions")
+    student = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="submissions")
+    code = models.TextField()
+    state = models.CharField(max_length=16, choices=SubmissionState.choices, default=SubmissionState.QUEUED)
+    score = models.FloatField(null=True, blank=True)
+    max_score = models.FloatField(default=0)
+    # Counted as an attempt: None while grading, True once graded, False if not graded.
+    charged = models.BooleanField(null=True)
+    late = models.BooleanField(default=False)
+    tests_version = models.PositiveIntegerField(default=1)
+    note = models.CharField(max_length=500, blank=True)  # what the student is told (retries, errors)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    graded_at = models.DateTimeField(null=True, blank=True)
+    regraded = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"submission {self.id}"
+
+
+class TestStatus(models.TextChoices):
+    PENDING = "pending"  # waiting for a grading slot
+    RUNNING = "running"  # the student's code runs under the test
+    CHECKING = "checking"  # the check program runs over its results
+    PASSED = "passed"
+    FAILED = "failed"  # the program ended, but its output did not pass
+    # otherwise the student run's own outcome (timed_out, memory_limit, ...): failed, in plain words
+    NOT_GRADED = "not_graded"  # infrastructure failed every try: not the student's
+
+
+class TestResult(models.Model):
+    """One test of one submission: the test as it was when grading began (`spec`: stdin, args,
+    expectation or checker, so an edit mid-grading cannot mix two versions), the student's run,
+    the check run, and the result."""
+
+    __test__ = False  # not a pytest class
+
+    submission = models.ForeignKey(Submission, on_delete=models.CASCADE, related_name="results")
+    test = models.ForeignKey(AssignmentTest, null=True, on_delete=models.SET_NULL, related_name="results")
+    position = models.PositiveIntegerField(default=0)
+    name = models.CharField(max_length=200)
+    points = models.FloatField(default=1)
+    visibility = models.CharField(max_length=16, choices=Visibility.choices)
+    spec = models.JSONField(default=dict)
+    status = models.CharField(max_length=24, default=TestStatus.PENDING, db_index=True)
+    outcome = models.CharField(max_length=24, blank=True)  # the student run's outcome
+    exit_code = models.IntegerField(null=True, blank=True)
+    score = models.FloatField(null=True, blank=True)
+    detail = models.CharField(max_length=500, blank=True)  # plain words: why it failed
+    diff = models.TextField(blank=True)  # expected vs got, for a failed expected-stdout test
+    feedback = models.TextField(blank=True)  # the check program's stdout
+    run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="test_results")
+    check_run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="check_results")
+    tries = models.PositiveSmallIntegerField(default=0)  # grading runs started (infrastructure retries)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["position", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.status}"
+
+
+class GradingLock(models.Model):
+    """One row, locked while grading slots are handed out (services/grading.py), so that two
+    processes handing them out at once cannot both count the same free slot. (On SQLite every
+    write transaction is IMMEDIATE and serialises already.)"""
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1)

@@ -64,6 +64,10 @@ try:
     CORDON_LEASE_S = env_int("CORDON_LEASE_S", 20, minimum=5)
     # Seconds a queued run may wait for a live worker host that serves its engine.
     CORDON_QUEUE_WAIT_S = env_int("CORDON_QUEUE_WAIT_S", 300, minimum=10)
+    # Grading runs (a test of a submission, a check program) in flight at once, site-wide: the rest
+    # wait in the grading queue, served round-robin per student (services/grading.py). About the
+    # workers' concurrency: fewer leaves workers idle, many more lets one student's burst queue up.
+    CORDON_GRADING_SLOTS = env_int("CORDON_GRADING_SLOTS", 4, minimum=1)
     # The operator's maximum for each limit (CORDON_MAX_<LIMIT>), read and checked once, here.
     CORDON_MAXIMA = maxima_from_env()
 except ConfigError as exc:

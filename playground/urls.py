@@ -2,9 +2,14 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from playground import views
+from playground import views, views_courses
 from playground.api import api
+from playground.api_courses import router as courses_router
 from playground.throttle import throttled_login
+
+# The classroom's operations (courses, assignments, submissions, gradebook), in their own module
+# built on api.py's schemas: mounted here, once both are imported.
+api.add_router("/", courses_router)
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -14,6 +19,13 @@ urlpatterns = [
     path("runs/", views.runs, name="runs"),
     path("runs/<uuid:run_id>/", views.run_detail, name="run_detail"),
     path("images/", views.images, name="images"),
+    path("courses/", views_courses.courses, name="courses"),
+    path("courses/join/<str:code>/", views_courses.course_join, name="course_join"),
+    path("courses/<uuid:course_id>/", views_courses.course, name="course"),
+    path("courses/<uuid:course_id>/assignments/new/", views_courses.assignment_new, name="assignment_new"),
+    path("assignments/<uuid:assignment_id>/", views_courses.assignment, name="assignment"),
+    path("assignments/<uuid:assignment_id>/edit/", views_courses.assignment_edit, name="assignment_edit"),
+    path("submissions/<uuid:submission_id>/", views_courses.submission, name="submission"),
     path("accounts/login/", throttled_login(views.LoginPage.as_view()), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("accounts/signup/", views.signup, name="signup"),

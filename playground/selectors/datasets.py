@@ -14,11 +14,11 @@ from playground.services.errors import ServiceError
 
 
 def dataset_list_for_user(*, user: User) -> QuerySet[Dataset]:
-    return Dataset.objects.filter(owner=user)
+    return Dataset.objects.filter(owner=user, course=None)
 
 
 def dataset_get_for_user(*, user: User, dataset_id: Any) -> Dataset:
-    dataset = Dataset.objects.filter(owner=user, id=dataset_id).first()
+    dataset = Dataset.objects.filter(owner=user, course=None, id=dataset_id).first()
     if dataset is None:
         raise Http404("no such dataset")
     return dataset

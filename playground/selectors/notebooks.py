@@ -11,7 +11,7 @@ from django.db.models import QuerySet
 from django.http import Http404
 
 from playground.markdown import render_markdown
-from playground.models import Dataset, Notebook, RunOutputFile
+from playground.models import Dataset, Notebook, Run, RunOutputFile
 
 
 def notebook_list_for_user(*, user: User) -> QuerySet[Notebook]:
@@ -36,8 +36,9 @@ def inputs_found(*, user: User, refs: list[dict[str, Any]]) -> Found:
     """The user's own datasets and still stored outputs that input references name, by their key."""
     dataset_ids = [str(ref["id"]) for ref in refs if ref["kind"] == "dataset"]
     output_ids = [int(ref["id"]) for ref in refs if ref["kind"] == "output"]
-    found: Found = {("dataset", str(d.id)): d for d in Dataset.objects.filter(owner=user, id__in=dataset_ids)}
-    outputs = RunOutputFile.objects.filter(run__owner=user, id__in=output_ids).exclude(file="")
+    datasets = Dataset.objects.filter(owner=user, course=None, id__in=dataset_ids)
+    found: Found = {("dataset", str(d.id)): d for d in datasets}
+    outputs = RunOutputFile.objects.filter(run__in=Run.objects.own(user), id__in=output_ids).exclude(file="")
     found.update({("output", str(o.id)): o for o in outputs})
     return found
 
@@ -55,7 +56,7 @@ def notebook_view(*, notebook: Notebook) -> dict[str, Any]:
         return input_key(ref) not in found
 
     broken_names = {ref["name"] for ref in refs if is_broken(ref)}
-    by_name = {d.name: d for d in Dataset.objects.filter(owner=notebook.owner, name__in=broken_names)}
+    by_name = {d.name: d for d in Dataset.objects.filter(owner=notebook.owner, course=None, name__in=broken_names)}
 
     def input_view(ref: dict[str, Any]) -> dict[str, Any]:
         fix = by_name.get(ref["name"]) if is_broken(ref) else None

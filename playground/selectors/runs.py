@@ -8,19 +8,19 @@ from datetime import timedelta
 from typing import Any
 
 from django.contrib.auth.models import User
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.http import Http404
 from django.utils import timezone
 
 from playground.live import whole_utf8
-from playground.models import ACTIVE_STATES, Run, RunOutputFile, StaffAccess
+from playground.models import ACTIVE_STATES, STAFF_ROLES, Membership, Run, RunKind, RunOutputFile, StaffAccess
 from playground.services.logs import log_path
 
 
 def run_list_for_user(
     *, user: User, state: str | None = None, outcome: str | None = None, runtime: str | None = None
 ) -> QuerySet[Run]:
-    runs = Run.objects.filter(owner=user).prefetch_related("outputs", "cleanup_checks")
+    runs = Run.objects.own(user).prefetch_related("outputs", "cleanup_checks")
     if state:
         runs = runs.filter(state=state)
     if outcome:
@@ -31,7 +31,7 @@ def run_list_for_user(
 
 
 def run_get_for_user(*, user: User, run_id: Any) -> Run:
-    run = Run.objects.filter(owner=user, id=run_id).prefetch_related("outputs", "events", "cleanup_checks").first()
+    run = Run.objects.own(user).filter(id=run_id).prefetch_related("outputs", "events", "cleanup_checks").first()
     if run is None:
         raise Http404("no such run")
     return run
@@ -43,19 +43,28 @@ def can_read_any_run(user: Any) -> bool:
     return bool(user.is_active and user.is_staff and user.has_perm("playground.view_run"))
 
 
+def runs_readable_by(user: Any) -> QuerySet[Run]:
+    """Every run `user` may read: staff who may view runs, any; others their own (never a grading
+    run) and, as a course's instructor or assistant, every run of that course (grading runs too)."""
+    if can_read_any_run(user):
+        return Run.objects.all()
+    staff_of = Membership.objects.filter(user=user, role__in=STAFF_ROLES).values("course_id")
+    return Run.objects.filter(Q(owner=user, kind=RunKind.RUN) | Q(course__in=staff_of))
+
+
 def run_get_for_viewer(*, user: User, run_id: Any) -> Run:
-    """The run, for its owner or for staff who may view runs (any run); 404 for anyone else, as if
-    it did not exist."""
-    runs = Run.objects.all() if can_read_any_run(user) else Run.objects.filter(owner=user)
-    run = runs.filter(id=run_id).select_related("owner").prefetch_related("outputs", "events", "cleanup_checks").first()
+    """The run, for its owner, a course's staff (its runs) or staff who may view runs (any run);
+    404 for anyone else, as if it did not exist."""
+    runs = runs_readable_by(user).filter(id=run_id).select_related("owner")
+    run = runs.prefetch_related("outputs", "events", "cleanup_checks").first()
     if run is None:
         raise Http404("no such run")
     return run
 
 
 def output_get_for_viewer(*, user: User, run_id: Any, name: str) -> RunOutputFile:
-    """A stored output file, for its run's owner or for staff who may view runs; 404 for anyone else."""
-    outputs = RunOutputFile.objects.all() if can_read_any_run(user) else RunOutputFile.objects.filter(run__owner=user)
+    """A stored output file, for whoever may read its run (runs_readable_by); 404 for anyone else."""
+    outputs = RunOutputFile.objects.filter(run__in=runs_readable_by(user))
     output = outputs.filter(run_id=run_id, name=name).exclude(file="").select_related("run__owner").first()
     if output is None:
         raise Http404("no such output")
@@ -89,7 +98,7 @@ def run_log_read(*, run: Run, stream: str, offset: int, limit: int) -> tuple[byt
 
 def run_stdout_text(*, user: User, run_id: Any, limit: int = 1 << 20) -> str | None:
     """The first `limit` bytes of a run's stdout as text (a notebook's export), None for no such run."""
-    run = Run.objects.filter(owner=user, id=run_id).first()
+    run = Run.objects.own(user).filter(id=run_id).first()
     if run is None:
         return None
     data, _, _ = run_log_read(run=run, stream="stdout", offset=0, limit=limit)

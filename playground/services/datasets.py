@@ -13,12 +13,14 @@ from django.core.files.uploadedfile import UploadedFile
 from django.db import IntegrityError, transaction
 from django.db.models import Sum
 
-from playground.models import Dataset, RunOutputFile
+from playground.models import Course, Dataset, RunOutputFile
 from playground.services.errors import ServiceError
 from runner.files import SAFE_NAME
 
 
-def dataset_create(*, user: User, upload: UploadedFile) -> Dataset:
+def dataset_create(*, user: User, upload: UploadedFile, course: Course | None = None) -> Dataset:
+    """A dataset of the user's own, or (with `course`) of a course, uploaded by its staff member
+    `user` (who owns the file for the storage quota) for the course's runs to read."""
     name = upload.name or ""
     if "/" in name or "\\" in name or not SAFE_NAME.fullmatch(name):
         raise ServiceError(
@@ -30,8 +32,9 @@ def dataset_create(*, user: User, upload: UploadedFile) -> Dataset:
             "too_large", f"the file is {upload.size} bytes; the maximum is {limit}", field="file", status=413
         )
     _check_storage_quota(user, upload.size)
-    if Dataset.objects.filter(owner=user, name=name).exists():
-        raise ServiceError("duplicate_name", f"you already have a dataset named {name!r}", field="file", status=409)
+    same_name = Dataset.objects.filter(course=course, name=name)
+    if (same_name if course is not None else same_name.filter(owner=user)).exists():
+        raise ServiceError("duplicate_name", _duplicate(name, course), field="file", status=409)
     digest = hashlib.sha256()
     head = b""
     for chunk in upload.chunks():
@@ -39,17 +42,21 @@ def dataset_create(*, user: User, upload: UploadedFile) -> Dataset:
         if len(head) < 4096:
             head += chunk[: 4096 - len(head)]
     upload.seek(0)
-    dataset = Dataset(owner=user, name=name, size=upload.size, sha256=digest.hexdigest(), sniffed_type=sniff(head))
+    dataset = Dataset(
+        owner=user, course=course, name=name, size=upload.size, sha256=digest.hexdigest(), sniffed_type=sniff(head)
+    )
     dataset.file.save(secrets.token_hex(16), File(upload), save=False)
     try:
         with transaction.atomic():
             dataset.save()
     except IntegrityError:  # a parallel upload of the same name won the constraint
         dataset.file.delete(save=False)
-        raise ServiceError(
-            "duplicate_name", f"you already have a dataset named {name!r}", field="file", status=409
-        ) from None
+        raise ServiceError("duplicate_name", _duplicate(name, course), field="file", status=409) from None
     return dataset
+
+
+def _duplicate(name: str, course: Course | None) -> str:
+    return f"{'the course has' if course else 'you already have'} a dataset named {name!r}"
 
 
 def sniff(head: bytes) -> str:

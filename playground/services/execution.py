@@ -56,9 +56,12 @@ def run_spec(*, run: Run) -> RunSpec:
     """What the supervisor is asked to do, from the run's row."""
     inputs = [(Path(d.file.path), d.name) for d in run.datasets.all()]
     inputs += [(Path(o.file.path), o.name.rsplit("/", 1)[-1]) for o in run.input_outputs.all()]
+    inputs += [(Path(settings.MEDIA_ROOT) / f["path"], f["name"]) for f in run.staged_files]
     return RunSpec(
         runtime=run.runtime,
         script=run.code.encode(),
+        stdin=run.stdin.encode(),
+        args=tuple(run.args),
         limits=limits_from_record(run.limits),
         inputs=tuple(path for path, _ in inputs),
         input_names=tuple(name for _, name in inputs),

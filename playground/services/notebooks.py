@@ -252,4 +252,4 @@ def _input_name(target: Dataset | RunOutputFile) -> str:
 def _purged_output(user: User, ref: dict[str, Any]) -> RunOutputFile | None:
     if ref["kind"] != "output":
         return None
-    return RunOutputFile.objects.filter(run__owner=user, id=int(ref["id"]), file="").first()
+    return RunOutputFile.objects.filter(run__in=Run.objects.own(user), id=int(ref["id"]), file="").first()

@@ -14,12 +14,23 @@ from django.db import transaction
 from django.utils import timezone
 
 from playground.limits import limits_from_record, over_maximum
-from playground.models import ACTIVE_STATES, WORKER_STATES, Dataset, Run, RunEvent, RunOutputFile, RunState
+from playground.models import (
+    ACTIVE_STATES,
+    WORKER_STATES,
+    Course,
+    Dataset,
+    Membership,
+    Run,
+    RunEvent,
+    RunKind,
+    RunOutputFile,
+    RunState,
+)
 from playground.selectors.hosts import live_engines
 from playground.services.dispatch import choose_queue, enqueue, requeue_stale
 from playground.services.errors import ServiceError
 from runner.registry import REQUESTABLE
-from runner.spec import RUNTIMES, Limits, Outcome
+from runner.spec import RUNTIMES, STDIN_MAX_BYTES, Limits, Outcome
 
 MAX_CODE_BYTES = 256 * 1024
 
@@ -33,7 +44,13 @@ def run_create(
     output_ids: list[int] | None = None,
     limits: Limits | None = None,
     engine: str = "auto",
+    course: Course | None = None,
+    datasets: list[Dataset] | None = None,
+    stdin: str = "",
+    args: list[str] | None = None,
 ) -> Run:
+    """A user's own run. With `course` (an assignment's Run button) it is a course run: the
+    course's datasets given as `datasets`, its runtimes, and its quotas besides the site's."""
     if runtime not in RUNTIMES:
         raise ServiceError(
             "unknown_runtime", f"runtime must be one of {', '.join(RUNTIMES)}", field="runtime", status=422
@@ -45,14 +62,23 @@ def run_create(
         raise ServiceError("unknown_engine", f"engine must be {allowed}", field="engine", status=422)
     limits = limits or Limits()
     check_limits(limits=limits)
-    datasets = list(Dataset.objects.filter(owner=user, id__in=dataset_ids))
-    if len(datasets) != len(set(map(str, dataset_ids))):
+    if course is not None and not Membership.objects.filter(course=course, user=user).exists():
+        raise ServiceError("not_a_member", "you are no longer a member of this run's course", status=404)
+    if course is not None and runtime not in (course.allowed_runtimes or RUNTIMES):
+        allowed = ", ".join(course.allowed_runtimes)
+        raise ServiceError("runtime_not_allowed", f"this course allows {allowed}", field="runtime", status=422)
+    _check_program_input(stdin, args or [])
+    own = list(Dataset.objects.filter(owner=user, course=None, id__in=dataset_ids))
+    if len(own) != len(set(map(str, dataset_ids))):
         raise ServiceError(
             "dataset_not_found", "a dataset in dataset_ids does not exist", field="dataset_ids", status=404
         )
-    outputs = list(RunOutputFile.objects.filter(run__owner=user, id__in=output_ids or []).exclude(file=""))
+    outputs = list(
+        RunOutputFile.objects.filter(run__in=Run.objects.own(user), id__in=output_ids or []).exclude(file="")
+    )
     if len(outputs) != len(set(output_ids or [])):
         raise ServiceError("output_not_found", "an output in output_ids does not exist", field="output_ids", status=404)
+    datasets = own + list(datasets or [])
     names = [d.name for d in datasets] + [o.name.rsplit("/", 1)[-1] for o in outputs]
     if len(names) != len(set(names)):
         raise ServiceError("duplicate_input_name", "two inputs have the same name", field="dataset_ids", status=422)
@@ -62,9 +88,12 @@ def run_create(
         # a row lock on PostgreSQL; on SQLite the IMMEDIATE transaction already serialises.
         User.objects.select_for_update().get(pk=user.pk)
         _check_run_quotas(user)
+        if course is not None:
+            _check_course_quotas(user, course)
         run = Run.objects.create(
-            owner=user, runtime=runtime, code=code, limits=limits.to_json(), engine_requested=engine, queue=queue
-        )
+            owner=user, runtime=runtime, code=code, limits=limits.to_json(), engine_requested=engine, queue=queue,
+            course=course, stdin=stdin, args=list(args or []),
+        )  # fmt: skip
         run.datasets.set(datasets)
         run.input_outputs.set(outputs)
         record_event(run=run, state=RunState.QUEUED)
@@ -79,16 +108,45 @@ def check_limits(*, limits: Limits) -> None:
 
 
 def _check_run_quotas(user: User) -> None:
-    active = Run.objects.filter(owner=user, state__in=ACTIVE_STATES).count()
+    active = Run.objects.own(user).filter(state__in=ACTIVE_STATES).count()  # grading runs have their queue
     if active >= settings.CORDON_QUOTA_CONCURRENT_RUNS:
         raise ServiceError(
             "quota_exceeded", f"{active} runs are active; at most {settings.CORDON_QUOTA_CONCURRENT_RUNS} at once",
             status=429,
         )  # fmt: skip
-    hour = Run.objects.filter(owner=user, created_at__gte=timezone.now() - timedelta(hours=1), retry_of=None).count()
+    hour = Run.objects.own(user).filter(created_at__gte=timezone.now() - timedelta(hours=1), retry_of=None).count()
     if hour >= settings.CORDON_QUOTA_RUNS_PER_HOUR:
         raise ServiceError(
             "quota_exceeded", f"{hour} runs in the last hour; at most {settings.CORDON_QUOTA_RUNS_PER_HOUR}", status=429
+        )
+
+
+def _check_course_quotas(user: User, course: Course) -> None:
+    """A course's own quotas on its students' Run button (grading has its own queue)."""
+    runs = Run.objects.own(user).filter(course=course)
+    active = runs.filter(state__in=ACTIVE_STATES).count()
+    if active >= course.quota_concurrent_runs:
+        raise ServiceError(
+            "quota_exceeded", f"{active} runs of this course are active; the course allows "
+            f"{course.quota_concurrent_runs} at once", status=429,
+        )  # fmt: skip
+    hour = runs.filter(created_at__gte=timezone.now() - timedelta(hours=1), retry_of=None).count()
+    if hour >= course.quota_runs_per_hour:
+        raise ServiceError(
+            "quota_exceeded", f"{hour} runs of this course in the last hour; it allows {course.quota_runs_per_hour}",
+            status=429,
+        )  # fmt: skip
+
+
+def _check_program_input(stdin: str, args: list[str]) -> None:
+    """The supervisor's own bounds on stdin and arguments (runner.spec), as an API error."""
+    if len(stdin.encode()) > STDIN_MAX_BYTES or "\0" in stdin:
+        raise ServiceError(
+            "invalid_stdin", f"stdin: at most {STDIN_MAX_BYTES} bytes, no NUL", field="stdin", status=422
+        )
+    if len(args) > 64 or any(len(a.encode()) > 4096 or "\0" in a for a in args):
+        raise ServiceError(
+            "invalid_args", "args: at most 64 strings of up to 4096 bytes, no NUL", field="args", status=422
         )
 
 
@@ -109,10 +167,14 @@ def run_cancel(*, run: Run, by: User) -> Run:
 
 
 def run_rerun(*, run: Run, by: User) -> Run:
+    if run.kind != RunKind.RUN:  # as its owner's run it would show them a hidden test's stdin
+        raise ServiceError("not_rerunnable", "a grading run is run again by a regrade, not rerun", status=422)
+    datasets = list(run.datasets.all())
     new = run_create(
-        user=run.owner, runtime=run.runtime, code=run.code, dataset_ids=[d.id for d in run.datasets.all()],
+        user=run.owner, runtime=run.runtime, code=run.code, dataset_ids=[d.id for d in datasets if d.course is None],
         output_ids=[o.id for o in run.input_outputs.all()], limits=limits_from_record(run.limits),
-        engine=run.engine_requested,
+        engine=run.engine_requested, course=run.course, datasets=[d for d in datasets if d.course is not None],
+        stdin=run.stdin, args=run.args,
     )  # fmt: skip
     Run.objects.filter(id=new.id).update(rerun_of=run)
     new.refresh_from_db()
@@ -121,8 +183,8 @@ def run_rerun(*, run: Run, by: User) -> Run:
 
 def retry_once(*, run: Run) -> Run | None:
     """A sandbox error is not the user's: run it once more, as a new, linked run."""
-    if run.retry_count >= 1 or run.cancel_requested:
-        return None
+    if run.retry_count >= 1 or run.cancel_requested or run.kind != RunKind.RUN:
+        return None  # a grading run is tried again by the grading queue (services/grading.py)
     try:  # the same check as a new run's: the maxima may have been lowered since
         check_limits(limits=limits_from_record(run.limits))
     except ServiceError as exc:
@@ -130,7 +192,8 @@ def retry_once(*, run: Run) -> Run | None:
         return None
     retry = Run.objects.create(
         owner=run.owner, runtime=run.runtime, code=run.code, limits=run.limits, engine_requested=run.engine_requested,
-        queue=run.queue, retry_of=run, retry_count=run.retry_count + 1,
+        queue=run.queue, retry_of=run, retry_count=run.retry_count + 1, course=run.course, stdin=run.stdin,
+        args=run.args,
     )  # fmt: skip
     retry.datasets.set(run.datasets.all())
     retry.input_outputs.set(run.input_outputs.all())

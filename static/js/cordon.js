@@ -1,5 +1,6 @@
-// Shared browser code: API calls, figures in human units, safe ANSI rendering, table previews,
-// and the live view of one run (used by the notebook's cells and the run detail page).
+// Shared browser code: API calls, the API's errors beside form fields, limit fields, figures in
+// human units, safe ANSI rendering, table previews, and the live view of one run (used by the
+// notebook's cells, the run detail page and an assignment's Run button).
 "use strict";
 
 const Cordon = (() => {
@@ -65,9 +66,71 @@ const Cordon = (() => {
     return [...parsed.body.childNodes];
   }
 
+  // An API error's message beside the field it names ({"field": "tests.1.points"}): the element
+  // under `root` whose data-field is that path, or else its nearest named parent ("tests.1", then
+  // "tests"). Returns false when no field matched (the caller shows the message elsewhere).
+  function showFieldError(root, error) {
+    const parts = error && error.data && error.data.field ? String(error.data.field).split(".") : [];
+    for (let n = parts.length; n > 0; n -= 1) {
+      const path = parts.slice(0, n).join(".");
+      const field = [...root.querySelectorAll("[data-field]")].find((node) => node.dataset.field === path);
+      if (!field) continue;
+      field.classList.add("invalid");
+      field.append(el("p", { class: "field-error", role: "alert" }, error.message));
+      return true;
+    }
+    return false;
+  }
+
+  function clearFieldErrors(root) {
+    for (const node of root.querySelectorAll(".field-error")) node.remove();
+    for (const node of root.querySelectorAll("[data-field].invalid")) node.classList.remove("invalid");
+  }
+
   // --- figures in human units ----------------------------------------------------------------
 
+  // The limits a user may set on a run, by their API names; unit, default and maximum come from
+  // /api/limits.
+  const LIMITS = [["wall_timeout_s", "wall-clock"], ["cpu_time_s", "CPU"], ["memory_mib", "memory"]];
+
   function known(value) { return value !== null && value !== undefined; }
+
+  // A number field per limit in LIMITS (`info`: /api/limits by name), each in a data-field named
+  // `${prefix}.${name}` where the API's error about it is shown. Empty means "not set": the
+  // placeholder says what applies then (`unset`: "default" or "maximum").
+  function limitFields(info, values = {}, { prefix = "limits", unset = "default" } = {}) {
+    return LIMITS.map(([name, label]) => {
+      const about = info[name] || {};
+      const input = el("input", { type: "number", min: "0", step: about.type === "integer" ? "1" : "any", name,
+        id: `${prefix}-${name}`, placeholder: known(about[unset]) ? String(about[unset]) : null,
+        max: known(about.maximum) ? String(about.maximum) : null,
+        title: known(about.maximum) ? `at most ${about.maximum} ${about.unit} on this service` : null });
+      if (known(values[name])) input.value = values[name];
+      return el("div", { class: "field limit", "data-field": `${prefix}.${name}` },
+        el("label", { for: input.id }, `${label} (${about.unit || ""})`), input);
+    });
+  }
+
+  // The limits set in fields made by limitFields, by name.
+  function limitValues(container) {
+    const values = {};
+    for (const input of container.querySelectorAll("input[type=number]")) {
+      if (input.value !== "") values[input.name] = Number(input.value);
+    }
+    return values;
+  }
+
+  // A moment from the API (ISO text) in the reader's time zone; null is "none".
+  function formatWhen(iso) {
+    if (!iso) return "none";
+    return new Date(iso).toLocaleString(undefined, { dateStyle: "medium", timeStyle: "short" });
+  }
+
+  // A score out of its maximum, "1.5/2"; unknown (not graded yet) is a dash.
+  function formatScore(score, max) {
+    const number = (value) => String(+Number(value).toFixed(2));
+    return `${known(score) ? number(score) : "–"}/${known(max) ? number(max) : "–"}`;
+  }
 
   function formatBytes(bytes) {
     if (!known(bytes)) return "unknown";
@@ -445,5 +508,6 @@ const Cordon = (() => {
     }
   }
 
-  return { api, el, pathPart, markdownNodes, formatBytes, formatSeconds, tableView, RunView, describe, describeTimings };
+  return { api, el, pathPart, markdownNodes, showFieldError, clearFieldErrors, LIMITS, limitFields, limitValues,
+    formatBytes, formatSeconds, formatWhen, formatScore, tableView, RunView, describe, describeTimings };
 })();

@@ -4,12 +4,10 @@
 "use strict";
 
 (() => {
-  const { api, el, markdownNodes, RunView } = Cordon;
+  const { api, el, markdownNodes, RunView, LIMITS } = Cordon;  // LIMITS: the limits a cell offers
   const root = document.getElementById("notebook");
   const notebookId = root.dataset.notebookId;
   const cellList = document.getElementById("cells");
-  // The limits a cell offers, by their API names; unit, default and maximum come from /api/limits.
-  const LIMITS = [["wall_timeout_s", "wall-clock"], ["cpu_time_s", "CPU"], ["memory_mib", "memory"]];
   const TYPES = [["python", "Python"], ["node", "JavaScript"], ["markdown", "Markdown"]];
   const SAVE_DELAY_MS = 700;
   const RETRY_DELAY_MS = 5000;

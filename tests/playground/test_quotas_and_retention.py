@@ -31,6 +31,32 @@ def test_the_concurrent_run_quota_names_its_limit(redis_server: Any) -> None:
     assert refused.value.status == 429 and "at most 2 at once" in refused.value.message
 
 
+@override_settings(CORDON_QUOTA_CONCURRENT_RUNS=2)
+def test_grading_runs_count_in_no_quota_of_their_student(redis_server: Any) -> None:
+    """A student's submission being graded (its runs are the grading queue's, owned by the
+    student) leaves their own run quota whole."""
+    from playground.models import RunKind
+
+    user: Any = UserFactory()
+    for kind in (RunKind.TEST, RunKind.CHECK, RunKind.TEST):
+        Run.objects.create(owner=user, kind=kind, runtime="python", code="1", state=RunState.RUNNING)
+    Run.objects.create(owner=user, runtime="python", code="1", state=RunState.RUNNING)
+    assert run_services.run_create(user=user, runtime="python", code="1", dataset_ids=[]).kind == RunKind.RUN
+    with pytest.raises(ServiceError):  # two of their own now: the quota of 2 is reached
+        run_services.run_create(user=user, runtime="python", code="1", dataset_ids=[])
+
+
+def test_a_course_run_is_refused_once_its_user_left_the_course(redis_server: Any) -> None:
+    from playground.models import Course
+
+    user: Any = UserFactory()
+    course = Course.objects.create(title="Gone", allowed_runtimes=["python"])
+    old = Run.objects.create(owner=user, course=course, runtime="python", code="1", state=RunState.FINISHED)
+    with pytest.raises(ServiceError) as refused:
+        run_services.run_rerun(run=old, by=user)
+    assert refused.value.status == 404 and refused.value.code == "not_a_member"
+
+
 @override_settings(CORDON_QUOTA_STORAGE_BYTES=10)
 def test_the_storage_quota_counts_existing_data(redis_server: Any) -> None:
     user: Any = UserFactory()

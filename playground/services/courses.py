@@ -1,0 +1,393 @@
+"""Courses: creation, policy, joining (a code or link the instructor rotates or closes), roster
+imports (invitations by username or email), members' roles, and assignments with their tests.
+Who may call what is checked by the callers through selectors/courses.py; what is checked here is
+the data: a policy within the operator's maxima, an assignment within its course's policy."""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+import secrets
+from dataclasses import fields
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from playground.models import (
+    Assignment,
+    AssignmentTest,
+    Course,
+    CourseInvitation,
+    Dataset,
+    Match,
+    Membership,
+    Role,
+    Visibility,
+)
+from playground.selectors.courses import course_by_join_code
+from playground.services.errors import ServiceError
+from runner.spec import RUNTIMES, Limits
+
+JOIN_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I: read aloud in a classroom
+JOIN_CODE_LENGTH = 8
+MAX_TESTS = 50
+MAX_TEST_TEXT = 256 * 1024  # a test's stdin, expected stdout or check program
+MAX_ROSTER_LINES = 2000
+LIMIT_NAMES = tuple(f.name for f in fields(Limits))
+_EMAIL = re.compile(r"\A[^@\s]+@[^@\s]+\Z")
+_USERNAME = re.compile(r"\A[\w.@+-]{1,150}\Z")
+
+
+# --- courses ------------------------------------------------------------------------------
+
+
+def course_create(*, user: User, title: str, policy: dict[str, Any] | None = None) -> Course:
+    with transaction.atomic():
+        course = Course.objects.create(
+            title=_title(title), created_by=user, join_code=_new_join_code(), allowed_runtimes=list(RUNTIMES)
+        )
+        Membership.objects.create(course=course, user=user, role=Role.INSTRUCTOR)
+        if policy:
+            course_update(course=course, changes=policy)
+    return course
+
+
+def course_update(*, course: Course, changes: dict[str, Any]) -> Course:
+    """Title and policy. A lower ceiling applies to runs from now on; assignments whose limits
+    are over it are capped when they run (effective_limits), not rewritten."""
+    if "title" in changes:
+        course.title = _title(changes["title"])
+    if "allowed_runtimes" in changes:
+        runtimes = list(dict.fromkeys(changes["allowed_runtimes"] or []))
+        unknown = [r for r in runtimes if r not in RUNTIMES]
+        if unknown or not runtimes:
+            raise ServiceError(
+                "invalid_policy", f"allowed_runtimes must be a non-empty list of {', '.join(RUNTIMES)}",
+                field="allowed_runtimes", status=422,
+            )  # fmt: skip
+        course.allowed_runtimes = runtimes
+    if "limits_ceiling" in changes:
+        course.limits_ceiling = check_partial_limits(changes["limits_ceiling"] or {}, field="limits_ceiling")
+    if "require_vm" in changes:
+        course.require_vm = bool(changes["require_vm"])
+    for quota in ("quota_concurrent_runs", "quota_runs_per_hour"):
+        if quota in changes:
+            value = changes[quota]
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 100_000:
+                raise ServiceError(
+                    "invalid_policy", f"{quota} must be a whole number from 1 to 100000", field=quota, status=422
+                )
+            setattr(course, quota, value)
+    course.save()
+    return course
+
+
+def course_join_code(*, course: Course, action: str) -> Course:
+    """Rotate the join code (the old one stops working at once) or close joining."""
+    if action not in ("rotate", "close"):
+        raise ServiceError("invalid_action", "action must be 'rotate' or 'close'", field="action", status=422)
+    course.join_code = _new_join_code() if action == "rotate" else None
+    course.save(update_fields=["join_code"])
+    return course
+
+
+def course_join(*, user: User, join_code: str) -> Membership:
+    course = course_by_join_code(join_code)
+    if course is None:
+        raise ServiceError(
+            "invalid_join_code", "no course has this join code (it may have been rotated or closed)",
+            field="join_code", status=404,
+        )  # fmt: skip
+    return _add_member(course=course, user=user, role=Role.STUDENT)
+
+
+def invitation_accept(*, user: User, invitation: CourseInvitation) -> Membership:
+    with transaction.atomic():
+        membership = _add_member(course=invitation.course, user=user, role=invitation.role)
+        CourseInvitation.objects.filter(id=invitation.id).update(accepted_by=user, accepted_at=timezone.now())
+    return membership
+
+
+def _add_member(*, course: Course, user: User, role: str) -> Membership:
+    existing = Membership.objects.filter(course=course, user=user).first()
+    if existing is not None:
+        return existing  # joining twice is harmless; a role is changed by an instructor only
+    try:
+        with transaction.atomic():
+            return Membership.objects.create(course=course, user=user, role=role)
+    except IntegrityError:  # a parallel join won
+        return Membership.objects.get(course=course, user=user)
+
+
+def member_set_role(*, course: Course, membership: Membership, role: str) -> Membership:
+    if role not in Role.values:
+        raise ServiceError("invalid_role", f"role must be one of {', '.join(Role.values)}", field="role", status=422)
+    if membership.role == Role.INSTRUCTOR and role != Role.INSTRUCTOR:
+        _keep_an_instructor(course, membership)
+    membership.role = role
+    membership.save(update_fields=["role"])
+    return membership
+
+
+def member_remove(*, course: Course, membership: Membership) -> None:
+    if membership.role == Role.INSTRUCTOR:
+        _keep_an_instructor(course, membership)
+    membership.delete()
+
+
+def _keep_an_instructor(course: Course, leaving: Membership) -> None:
+    others = Membership.objects.filter(course=course, role=Role.INSTRUCTOR).exclude(id=leaving.id)
+    if not others.exists():
+        raise ServiceError(
+            "last_instructor", "a course keeps at least one instructor; make another one first", status=409
+        )
+
+
+def roster_import(*, course: Course, by: User, data: bytes) -> dict[str, Any]:
+    """One username or email per line (a header line is skipped; a second column may name the
+    role: student or assistant). Each new one becomes an invitation its user accepts."""
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise ServiceError("invalid_roster", "the roster must be UTF-8 text (CSV)", field="file", status=422) from None
+    rows = list(csv.reader(io.StringIO(text)))
+    if len(rows) > MAX_ROSTER_LINES:
+        raise ServiceError(
+            "invalid_roster", f"{len(rows)} lines; at most {MAX_ROSTER_LINES} at once", field="file", status=422
+        )
+    counts: dict[str, Any] = {"invited": 0, "already_members": 0, "already_invited": 0, "invalid": []}
+    for index, row in enumerate(rows):
+        cells = [cell.strip() for cell in row]
+        if not cells or not cells[0]:
+            continue
+        identifier = cells[0].lower()
+        if index == 0 and identifier in ("username", "email", "identifier", "user"):
+            continue
+        role = cells[1].lower() if len(cells) > 1 and cells[1] else Role.STUDENT
+        if role not in (Role.STUDENT, Role.ASSISTANT) or not (_EMAIL.match(identifier) or _USERNAME.match(identifier)):
+            counts["invalid"].append(",".join(cells)[:200])
+            continue
+        user = _user_named(identifier)
+        if user is not None and Membership.objects.filter(course=course, user=user).exists():
+            counts["already_members"] += 1
+            continue
+        _, created = CourseInvitation.objects.get_or_create(
+            course=course, identifier=identifier, defaults={"role": role, "created_by": by}
+        )
+        counts["invited" if created else "already_invited"] += 1
+    return counts
+
+
+def _user_named(identifier: str) -> User | None:
+    # An email address names the account with that email only (as invitations_for_user reads it),
+    # never one whose username merely is that address.
+    if "@" in identifier:
+        return User.objects.filter(email__iexact=identifier).first()
+    return User.objects.filter(username__iexact=identifier).first()
+
+
+def _new_join_code() -> str:
+    while True:
+        code = "".join(secrets.choice(JOIN_ALPHABET) for _ in range(JOIN_CODE_LENGTH))
+        if not Course.objects.filter(join_code=code).exists():
+            return code
+
+
+def _title(value: Any) -> str:
+    title = str(value or "").strip()
+    if not title or len(title) > 200:
+        raise ServiceError("invalid_title", "a title of 1 to 200 characters is needed", field="title", status=422)
+    return title
+
+
+# --- limits under a course's ceiling -------------------------------------------------------
+
+
+def check_partial_limits(values: Any, *, field: str, ceiling: Limits | None = None) -> dict[str, Any]:
+    """Some limits by name, each a positive number within `ceiling` (default: the operator's
+    maxima); returns them as stored."""
+    if not isinstance(values, dict):
+        raise ServiceError("invalid_limit", f"{field} must be an object of limits", field=field, status=422)
+    ceiling = ceiling or settings.CORDON_MAXIMA
+    clean: dict[str, Any] = {}
+    for name, value in values.items():
+        where = f"{field}.{name}"
+        if name not in LIMIT_NAMES:
+            raise ServiceError(
+                "unknown_limit", f"unknown limit {name!r}; known: {', '.join(LIMIT_NAMES)}", field=where, status=422
+            )
+        whole = isinstance(getattr(Limits(), name), int)
+        if isinstance(value, bool) or not isinstance(value, int | float) or value != value or value <= 0:
+            raise ServiceError("invalid_limit", f"{where} must be a positive number", field=where, status=422)
+        if whole and not float(value).is_integer():
+            raise ServiceError("invalid_limit", f"{where} must be a whole number", field=where, status=422)
+        if value > getattr(ceiling, name):
+            raise ServiceError(
+                "limit_over_maximum", f"{where} is over the maximum here: {value} (maximum {getattr(ceiling, name):g})",
+                field=where, status=422,
+            )  # fmt: skip
+        clean[name] = int(value) if whole else float(value)
+    return clean
+
+
+def course_ceiling(course: Course) -> Limits:
+    """The course's ceiling as whole Limits: its own caps, under the operator's maxima."""
+    maxima = settings.CORDON_MAXIMA.to_json()
+    own = {name: min(value, maxima[name]) for name, value in (course.limits_ceiling or {}).items() if name in maxima}
+    return Limits.from_json({**maxima, **own})
+
+
+def effective_limits(course: Course, limits: dict[str, Any]) -> Limits:
+    """A course run's limits: the defaults and the limits set (an assignment's), each capped by
+    the course's ceiling (which the operator's maxima cap in turn)."""
+    ceiling = course_ceiling(course).to_json()
+    wanted = {**Limits().to_json(), **{k: v for k, v in limits.items() if k in ceiling}}
+    return Limits.from_json({name: min(value, ceiling[name]) for name, value in wanted.items()})
+
+
+# --- assignments --------------------------------------------------------------------------
+
+
+def assignment_save(*, course: Course, data: dict[str, Any], assignment: Assignment | None = None) -> Assignment:
+    """Create or replace an assignment and its tests, checked against the course's policy. A
+    change of the tests raises tests_version (a regrade then grades with the new ones)."""
+    title = _title(data.get("title"))
+    runtime = data.get("runtime") or ""
+    if runtime not in (course.allowed_runtimes or RUNTIMES):
+        allowed = ", ".join(course.allowed_runtimes or RUNTIMES)
+        raise ServiceError("runtime_not_allowed", f"this course allows {allowed}", field="runtime", status=422)
+    limits = check_partial_limits(data.get("limits") or {}, field="limits", ceiling=course_ceiling(course))
+    opens_at, due_at = data.get("opens_at"), data.get("due_at")
+    if opens_at and due_at and due_at <= opens_at:
+        raise ServiceError("invalid_dates", "due_at must be after opens_at", field="due_at", status=422)
+    dataset_ids = [str(i) for i in data.get("dataset_ids") or []]
+    datasets = list(Dataset.objects.filter(course=course, id__in=dataset_ids))
+    if len(datasets) != len(set(dataset_ids)):
+        raise ServiceError(
+            "dataset_not_found", "a dataset in dataset_ids is not one of this course's", field="dataset_ids",
+            status=404,
+        )  # fmt: skip
+    tests = [_clean_test(test, index, runtime, course) for index, test in enumerate(data.get("tests") or [])]
+    if len(tests) > MAX_TESTS:
+        raise ServiceError("too_many_tests", f"at most {MAX_TESTS} tests", field="tests", status=422)
+    fields_ = {
+        "title": title, "instructions": str(data.get("instructions") or "")[:MAX_TEST_TEXT], "runtime": runtime,
+        "starter_code": _text(data.get("starter_code"), "starter_code"), "limits": limits, "opens_at": opens_at,
+        "due_at": due_at, "attempts_allowed": int(data.get("attempts_allowed") or 0),
+        "accept_late": bool(data.get("accept_late")),
+    }  # fmt: skip
+    with transaction.atomic():
+        if assignment is None:
+            assignment = Assignment.objects.create(course=course, **fields_)
+        else:
+            before = _tests_signature(list(assignment.tests.all()))
+            for name, value in fields_.items():
+                setattr(assignment, name, value)
+            if before != [_signature(t) for t in tests]:
+                assignment.tests_version += 1
+            assignment.save()
+            assignment.tests.all().delete()
+        assignment.datasets.set(datasets)
+        AssignmentTest.objects.bulk_create(
+            [AssignmentTest(assignment=assignment, position=index, **test) for index, test in enumerate(tests)]
+        )
+    return assignment
+
+
+def _clean_test(test: dict[str, Any], index: int, runtime: str, course: Course) -> dict[str, Any]:
+    where = f"tests.{index}"
+    name = str(test.get("name") or "").strip()
+    if not name or len(name) > 200:
+        raise ServiceError("invalid_test", f"{where}.name: 1 to 200 characters", field=f"{where}.name", status=422)
+    points = test.get("points", 1)
+    if isinstance(points, bool) or not isinstance(points, int | float) or not 0 <= points <= 1000:
+        raise ServiceError(
+            "invalid_test", f"{where}.points must be a number from 0 to 1000", field=f"{where}.points", status=422
+        )
+    visibility = test.get("visibility") or Visibility.VISIBLE
+    if visibility not in Visibility.values:
+        raise ServiceError(
+            "invalid_test", f"{where}.visibility must be one of {', '.join(Visibility.values)}",
+            field=f"{where}.visibility", status=422,
+        )  # fmt: skip
+    args = test.get("args") or []
+    if not isinstance(args, list) or len(args) > 64 or any(not isinstance(a, str) or "\0" in a or len(a) > 4096
+                                                           for a in args):  # fmt: skip
+        raise ServiceError(
+            "invalid_test", f"{where}.args: at most 64 strings of up to 4096 characters, no NUL",
+            field=f"{where}.args", status=422,
+        )  # fmt: skip
+    expected, check_code = test.get("expected_stdout"), test.get("check_code") or ""
+    if (expected is None) == (not check_code):
+        raise ServiceError(
+            "invalid_test", f"{where}: give either expected_stdout or check_code (exactly one)",
+            field=f"{where}.expected_stdout", status=422,
+        )  # fmt: skip
+    match = test.get("match") or Match.STRIP
+    if match not in Match.values:
+        raise ServiceError(
+            "invalid_test", f"{where}.match must be one of {', '.join(Match.values)}", field=f"{where}.match",
+            status=422,
+        )  # fmt: skip
+    if expected is not None and match == Match.REGEX:
+        try:
+            re.compile(expected)
+        except re.error as exc:
+            raise ServiceError(
+                "invalid_test", f"{where}.expected_stdout is not a valid regular expression: {exc}",
+                field=f"{where}.expected_stdout", status=422,
+            ) from None  # fmt: skip
+    check_runtime = test.get("check_runtime") or ""
+    if check_code and check_runtime and check_runtime not in RUNTIMES:
+        raise ServiceError(
+            "invalid_test", f"{where}.check_runtime must be one of {', '.join(RUNTIMES)}",
+            field=f"{where}.check_runtime", status=422,
+        )  # fmt: skip
+    return {
+        "name": name, "points": float(points), "visibility": visibility,
+        "stdin": _text(test.get("stdin"), f"{where}.stdin"), "args": args,
+        "expected_stdout": None if expected is None else _text(expected, f"{where}.expected_stdout"),
+        "match": match, "check_code": _text(check_code, f"{where}.check_code"),
+        "check_runtime": check_runtime if check_code else "",
+    }  # fmt: skip
+
+
+def _text(value: Any, field: str) -> str:
+    text = str(value or "")
+    if len(text.encode()) > MAX_TEST_TEXT or "\0" in text:
+        raise ServiceError("invalid_text", f"{field}: at most {MAX_TEST_TEXT} bytes, no NUL", field=field, status=422)
+    return text
+
+
+_SIGNED = ("name", "points", "visibility", "stdin", "args", "expected_stdout", "match", "check_code", "check_runtime")
+
+
+def _signature(test: dict[str, Any]) -> tuple[Any, ...]:
+    return tuple(test[name] for name in _SIGNED)
+
+
+def _tests_signature(tests: list[AssignmentTest]) -> list[tuple[Any, ...]]:
+    return [tuple(getattr(t, name) for name in _SIGNED) for t in tests]
+
+
+def assignment_delete(*, assignment: Assignment) -> None:
+    assignment.delete()
+
+
+def parse_when(value: Any) -> datetime | None:
+    """An aware datetime from the API's ISO text (naive ones are in the server's zone)."""
+    if value in (None, ""):
+        return None
+    if isinstance(value, datetime):
+        when = value
+    else:
+        try:
+            when = datetime.fromisoformat(str(value))
+        except ValueError:
+            raise ServiceError("invalid_date", f"{value!r} is not an ISO date and time", status=422) from None
+    return when if timezone.is_aware(when) else timezone.make_aware(when)

@@ -1,0 +1,520 @@
+"""Grading: a submission's tests, each its own supervised run of the student's code, and the
+instructor's check programs, each in a sandbox of its own over the student's results.
+
+The grading queue is the TestResult rows still pending. `pump` hands out grading slots (at most
+CORDON_GRADING_SLOTS grading runs in flight, site-wide), one test run at a time, round-robin per
+student of a course: the next slot goes to the student whose turn came first (served longest
+ago, or submitted since), so one student's fifty submissions wait behind everyone else's, not in
+front, and a submission begun is finished before later arrivals are started. `settle` turns
+finished grading runs into results; both run after every grading run ends (the worker's task)
+and from the periodic reaper.
+
+Only the student's code, stdin and args enter the student's sandbox; expectations and check
+programs never do. A grading run that ends in an infrastructure outcome (sandbox_error,
+rejected_capacity, cancelled) is run again, up to MAX_TRIES; a submission whose grading still
+failed is `not_graded` and not charged as an attempt, and its student is told so."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import logging
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from playground.models import (
+    ACTIVE_STATES,
+    Assignment,
+    AssignmentTest,
+    Course,
+    GradingLock,
+    Match,
+    Membership,
+    Run,
+    RunKind,
+    RunState,
+    Submission,
+    SubmissionState,
+    TestResult,
+    TestStatus,
+)
+from playground.selectors.courses import assignment_is_open, assignment_past_due
+from playground.services.courses import effective_limits
+from playground.services.dispatch import choose_queue, enqueue
+from playground.services.errors import ServiceError
+from playground.services.logs import log_path
+from playground.services.runs import MAX_CODE_BYTES, record_event
+from runner.spec import Limits, Outcome
+
+log = logging.getLogger(__name__)
+MAX_TRIES = 3  # grading runs of one test (or check) that ended in an infrastructure outcome
+INFRASTRUCTURE = {Outcome.SANDBOX_ERROR.value, Outcome.REJECTED_CAPACITY.value, Outcome.CANCELLED.value}
+FINAL = {TestStatus.PASSED, TestStatus.FAILED, TestStatus.NOT_GRADED}
+IN_PROGRESS = (TestStatus.PENDING, TestStatus.RUNNING, TestStatus.CHECKING)
+DIFF_MAX = 8 * 1024
+FEEDBACK_MAX = 8 * 1024
+COMPARE_MAX = 1 << 20  # the stdout compared with an expectation (the run's own cap is usually this)
+REGEX_TIMEOUT_S = 2.0
+
+PLAIN = {
+    TestStatus.PENDING: "waiting to run",
+    TestStatus.RUNNING: "running",
+    TestStatus.CHECKING: "being checked",
+    TestStatus.PASSED: "passed",
+    TestStatus.FAILED: "failed: the output was not what was expected",
+    TestStatus.NOT_GRADED: "not graded: the grader failed (not your code); this does not count as an attempt",
+    Outcome.FAILED.value: "failed: the program exited with an error",
+    Outcome.TIMED_OUT.value: "failed: the program ran out of time",
+    Outcome.CPU_LIMIT.value: "failed: the program used up its CPU time",
+    Outcome.MEMORY_LIMIT.value: "failed: the program ran out of memory",
+    Outcome.OUTPUT_LIMIT.value: "failed: the program wrote more output than allowed",
+    Outcome.DISK_LIMIT.value: "failed: the program filled its disk",
+    Outcome.PROCESS_LIMIT.value: "failed: the program started too many processes",
+}
+
+
+def status_words(status: str, detail: str = "") -> str:
+    return PLAIN.get(status, status.replace("_", " "))
+
+
+# --- submitting ---------------------------------------------------------------------------
+
+
+def attempts_used(*, assignment: Assignment, student: User) -> int:
+    """Submissions that count: graded (charged) ones and those still being graded."""
+    mine = Submission.objects.filter(assignment=assignment, student=student)
+    return mine.filter(Q(charged=True) | Q(charged=None)).count()
+
+
+def submission_create(*, user: User, assignment: Assignment, code: str) -> Submission:
+    if len(code.encode()) > MAX_CODE_BYTES:
+        raise ServiceError("code_too_large", f"code is over {MAX_CODE_BYTES} bytes", field="code", status=422)
+    if not assignment_is_open(assignment):
+        raise ServiceError("not_open", "this assignment is not open yet", status=422)
+    late = assignment_past_due(assignment)
+    if late and not assignment.accept_late:
+        raise ServiceError("past_due", "the due time has passed and late submissions are not accepted", status=422)
+    tests = list(assignment.tests.all())
+    with transaction.atomic():
+        # One submission of a student at a time, so the attempt count and the insert cannot race.
+        User.objects.select_for_update().get(pk=user.pk)
+        used = attempts_used(assignment=assignment, student=user)
+        if assignment.attempts_allowed and used >= assignment.attempts_allowed:
+            raise ServiceError("no_attempts_left", f"all {assignment.attempts_allowed} attempts are used", status=422)
+        submission = Submission.objects.create(
+            assignment=assignment, student=user, code=code, late=late, tests_version=assignment.tests_version,
+            max_score=sum(t.points for t in tests),
+        )  # fmt: skip
+        _add_results(submission, tests)
+        _ensure_member_row(assignment.course, user)
+        transaction.on_commit(pump)
+    return submission
+
+
+def _add_results(submission: Submission, tests: list[AssignmentTest]) -> None:
+    TestResult.objects.bulk_create(
+        [
+            TestResult(
+                submission=submission,
+                test=test,
+                position=index,
+                name=test.name,
+                points=test.points,
+                visibility=test.visibility,
+                spec=_spec(test, submission.assignment),
+            )
+            for index, test in enumerate(tests)
+        ]
+    )
+    if not tests:  # nothing to run: graded at once, with 0 of 0
+        _finish_submission(submission.id)
+
+
+def _spec(test: AssignmentTest, assignment: Assignment) -> dict[str, Any]:
+    return {
+        "stdin": test.stdin, "args": list(test.args or []), "expected_stdout": test.expected_stdout,
+        "match": test.match, "check_code": test.check_code, "check_runtime": test.check_runtime or assignment.runtime,
+    }  # fmt: skip
+
+
+def _ensure_member_row(course: Course, user: User) -> None:
+    """Staff may submit too (to try their tests); they are served like a student."""
+    Membership.objects.get_or_create(course=course, user=user, defaults={"role": "student"})
+
+
+def regrade(*, assignment: Assignment) -> int:
+    """Grade every student's latest graded submission again with the current tests (after the
+    instructor changed them). The attempt stays charged as it was; the score is replaced."""
+    tests = list(assignment.tests.all())
+    latest: dict[int, Submission] = {}
+    graded = assignment.submissions.filter(state=SubmissionState.GRADED).order_by("created_at")
+    for submission in graded:
+        latest[submission.student_id] = submission
+    with transaction.atomic():
+        for submission in latest.values():
+            submission.results.all().delete()
+            Submission.objects.filter(id=submission.id).update(
+                state=SubmissionState.QUEUED, score=None, max_score=sum(t.points for t in tests), graded_at=None,
+                tests_version=assignment.tests_version, regraded=submission.regraded + 1,
+                note="being graded again with the assignment's updated tests",
+            )  # fmt: skip
+            _add_results(submission, tests)
+        transaction.on_commit(pump)
+    return len(latest)
+
+
+# --- the grading queue --------------------------------------------------------------------
+
+
+def pump() -> int:
+    """Hand out free grading slots: checks of tests already begun first, then the next test of the
+    student of a course served longest ago. Returns the grading runs started."""
+    started = 0
+    with transaction.atomic():
+        GradingLock.objects.get_or_create(id=1)
+        GradingLock.objects.select_for_update().get(id=1)
+        grading = Run.objects.filter(kind__in=(RunKind.TEST, RunKind.CHECK), state__in=ACTIVE_STATES)
+        free = settings.CORDON_GRADING_SLOTS - grading.count()
+        if free <= 0:
+            return 0
+        for result in _checks_due()[:free]:
+            started += _start_check(result)
+        free -= started
+        if free <= 0:
+            return started
+        pending = TestResult.objects.filter(status=TestStatus.PENDING, run=None).select_related(
+            "submission__assignment__course"
+        )
+        by_student: dict[tuple[Any, int], list[TestResult]] = {}
+        for result in pending.order_by("submission__created_at", "position"):
+            key = (result.submission.assignment.course_id, result.submission.student_id)
+            by_student.setdefault(key, []).append(result)
+        if not by_student:
+            return started
+        served = {
+            (m.course_id, m.user_id): m
+            for m in Membership.objects.filter(
+                course_id__in={c for c, _ in by_student}, user_id__in={u for _, u in by_student}
+            )
+        }
+        epoch = timezone.now() - timedelta(days=36500)
+
+        def turn(key: tuple[Any, int]) -> tuple[Any, Any, int]:
+            """A student's place: when they were last served, or (if later) when they submitted
+            the oldest submission still waiting. So each student waits behind those served or
+            submitting before them, a student served just now goes to the back, and one with
+            fifty submissions is one student in the line, not fifty."""
+            last = getattr(served.get(key), "served_at", None) or epoch
+            waiting = by_student[key][0].submission.created_at
+            return max(last, waiting), waiting, key[1]
+
+        while free > 0 and by_student:
+            key = min(by_student, key=turn)
+            result = by_student[key].pop(0)
+            if not by_student[key]:
+                del by_student[key]
+            now = timezone.now()
+            if key in served:
+                served[key].served_at = now
+                Membership.objects.filter(id=served[key].id).update(served_at=now)
+            started += _start_test(result)
+            free -= 1
+    return started
+
+
+def _checks_due() -> list[TestResult]:
+    due = TestResult.objects.filter(status=TestStatus.CHECKING, check_run=None).select_related(
+        "submission__assignment__course", "run"
+    )
+    return list(due.order_by("submission__created_at", "position"))
+
+
+def _start_test(result: TestResult) -> int:
+    submission, spec = result.submission, result.spec
+    assignment = submission.assignment
+    run = _grading_run(
+        kind=RunKind.TEST, submission=submission, runtime=assignment.runtime, code=submission.code,
+        stdin=spec.get("stdin", ""), args=spec.get("args", []), limits=effective_limits(assignment.course,
+                                                                                       assignment.limits),
+        datasets=list(assignment.datasets.all()),
+    )  # fmt: skip
+    if run is None:
+        return 0
+    TestResult.objects.filter(id=result.id).update(status=TestStatus.RUNNING, run=run, tries=result.tries + 1)
+    Submission.objects.filter(id=submission.id, state=SubmissionState.QUEUED).update(state=SubmissionState.GRADING)
+    return 1
+
+
+def _start_check(result: TestResult) -> int:
+    """The check program over the student's results, in a sandbox of its own: /input/stdout,
+    /input/stderr, /input/status.json, /input/stdin and the student's files under /input/outputs/."""
+    submission, spec, student_run = result.submission, result.spec, result.run
+    if student_run is None:  # settled already by another process
+        return 0
+    folder = Path("grading") / str(result.id) / f"try-{result.tries}"
+    root = Path(settings.MEDIA_ROOT)
+    (root / folder).mkdir(parents=True, exist_ok=True)
+    status = {
+        "outcome": student_run.outcome, "exit_code": student_run.exit_code, "signal": student_run.signal,
+        "wall_s": student_run.wall_s, "stdout_truncated": student_run.stdout_truncated,
+        "stderr_truncated": student_run.stderr_truncated, "args": spec.get("args", []),
+    }  # fmt: skip
+    files = {"status.json": json.dumps(status, indent=1).encode(), "stdin": spec.get("stdin", "").encode()}
+    for stream in ("stdout", "stderr"):
+        files[stream] = _read_log(student_run, stream, limit=COMPARE_MAX * 4)
+    staged = []
+    for name, data in files.items():
+        (root / folder / name).write_bytes(data)
+        staged.append({"name": name, "path": str(folder / name)})
+    outputs = list(student_run.outputs.exclude(file=""))
+    staged += [{"name": f"outputs/{o.name}", "path": o.file.name} for o in outputs]
+    course = submission.assignment.course
+    base = effective_limits(course, submission.assignment.limits)
+    maxima = settings.CORDON_MAXIMA
+    limits = Limits.from_json({
+        **base.to_json(),
+        "input_max_files": min(maxima.input_max_files, len(staged)),
+        "input_max_bytes": min(maxima.input_max_bytes, sum(len(d) for d in files.values())
+                               + sum(o.size for o in outputs) + 4096),
+    })  # fmt: skip
+    run = _grading_run(
+        kind=RunKind.CHECK, submission=submission, runtime=spec.get("check_runtime") or submission.assignment.runtime,
+        code=spec.get("check_code", ""), stdin="", args=[], limits=limits, datasets=[], staged=staged,
+    )  # fmt: skip
+    if run is None:
+        return 0
+    TestResult.objects.filter(id=result.id).update(check_run=run)
+    return 1
+
+
+def _grading_run(
+    *, kind: str, submission: Submission, runtime: str, code: str, stdin: str, args: list[str], limits: Limits,
+    datasets: list[Any], staged: list[dict[str, str]] | None = None,
+) -> Run | None:  # fmt: skip
+    course = submission.assignment.course
+    engine = "smolvm" if course.require_vm else "auto"
+    try:
+        queue = choose_queue(engine)
+    except ServiceError as exc:  # no live host serves what the course requires: not the student's
+        _fail_infrastructure_now(submission, str(exc.message))
+        return None
+    run = Run.objects.create(
+        owner=submission.student, kind=kind, course=course, runtime=runtime, code=code, stdin=stdin, args=args,
+        staged_files=staged or [], limits=limits.to_json(), engine_requested=engine, queue=queue,
+    )  # fmt: skip
+    run.datasets.set(datasets)
+    record_event(run=run, state=RunState.QUEUED, detail={"grading": kind, "submission": str(submission.id)})
+    enqueue(run=run)
+    return run
+
+
+def _fail_infrastructure_now(submission: Submission, why: str) -> None:
+    TestResult.objects.filter(submission=submission, status__in=IN_PROGRESS).update(
+        status=TestStatus.NOT_GRADED, detail=why[:500], finished_at=timezone.now()
+    )
+    _finish_submission(submission.id)
+
+
+# --- results ------------------------------------------------------------------------------
+
+
+def settle() -> int:
+    """Turn finished grading runs into results (a retry, a check to start, a pass or a fail), then
+    hand out the slots they freed. Idempotent: each result moves on by a conditional update."""
+    settled = 0
+    running = TestResult.objects.filter(status=TestStatus.RUNNING, run__state=RunState.FINISHED)
+    for result in running.select_related("run", "submission"):
+        settled += _settle_test(result)
+    checking = TestResult.objects.filter(status=TestStatus.CHECKING, check_run__state=RunState.FINISHED)
+    for result in checking.select_related("run", "check_run", "submission"):
+        settled += _settle_check(result)
+    pump()
+    return settled
+
+
+def _settle_test(result: TestResult) -> int:
+    run = result.run
+    if run is None:
+        return 0
+    outcome = run.outcome or ""
+    if outcome in INFRASTRUCTURE or outcome == Outcome.REJECTED_INPUT.value:
+        return _retry_or_give_up(result, run, field="run")
+    changes: dict[str, Any] = {"outcome": outcome, "exit_code": run.exit_code}
+    if result.spec.get("check_code"):
+        changes["status"] = TestStatus.CHECKING
+        changes["check_run"] = None
+        done = _move(result, TestStatus.RUNNING, changes)
+        if done:
+            Submission.objects.filter(id=result.submission_id).update(note="")
+        return done
+    if outcome != Outcome.SUCCEEDED.value:
+        changes.update(status=outcome, score=0.0, detail=status_words(outcome))
+    else:
+        got = _read_log(run, "stdout", limit=COMPARE_MAX).decode("utf-8", errors="replace")
+        passed, diff = compare(got, result.spec.get("expected_stdout") or "", result.spec.get("match", Match.STRIP))
+        status = TestStatus.PASSED if passed else TestStatus.FAILED
+        changes.update(status=status, score=result.points if passed else 0.0, diff=diff,
+                       detail="" if passed else status_words(status))  # fmt: skip
+    changes["finished_at"] = timezone.now()
+    done = _move(result, TestStatus.RUNNING, changes)
+    if done:
+        _finish_submission(result.submission_id)
+    return done
+
+
+def _settle_check(result: TestResult) -> int:
+    check = result.check_run
+    if check is None:
+        return 0
+    outcome = check.outcome or ""
+    if outcome in INFRASTRUCTURE:
+        return _retry_or_give_up(result, check, field="check_run")
+    feedback = _read_log(check, "stdout", limit=FEEDBACK_MAX).decode("utf-8", errors="replace")
+    changes: dict[str, Any] = {"feedback": feedback, "finished_at": timezone.now()}
+    if outcome == Outcome.SUCCEEDED.value:
+        changes.update(status=TestStatus.PASSED, score=result.points, detail="")
+    elif outcome == Outcome.FAILED.value:  # the check program said no (a non-zero exit)
+        student = result.outcome
+        status = student if student and student != Outcome.SUCCEEDED.value else TestStatus.FAILED
+        changes.update(status=status, score=0.0, detail=status_words(status))
+    else:  # the instructor's program itself ran out of something: not the student's doing
+        changes.update(status=TestStatus.NOT_GRADED, score=None,
+                       detail=f"the check program ended with {outcome}: the instructor's to fix")  # fmt: skip
+    done = _move(result, TestStatus.CHECKING, changes)
+    if done:
+        _finish_submission(result.submission_id)
+    return done
+
+
+def _retry_or_give_up(result: TestResult, run: Run, *, field: str) -> int:
+    why = f"{run.outcome}: {run.error_code or run.reason}"[:300]
+    if result.tries < MAX_TRIES and run.outcome != Outcome.REJECTED_INPUT.value:
+        status = TestStatus.PENDING if field == "run" else TestStatus.CHECKING
+        changes: dict[str, Any] = {field: None}
+        if field == "run":
+            changes["status"] = status
+        else:
+            changes["tries"] = result.tries + 1
+        done = _move(result, result.status, changes)
+        if done:
+            note = (f"the grader hit an error on test {result.name!r} ({run.outcome}); it is being retried "
+                    "and this does not count against you")  # fmt: skip
+            Submission.objects.filter(id=result.submission_id).update(note=note[:500])
+        return done
+    done = _move(result, result.status, {"status": TestStatus.NOT_GRADED, "detail": why, "finished_at": timezone.now()})
+    if done:
+        _finish_submission(result.submission_id)
+    return done
+
+
+def _move(result: TestResult, from_status: str, changes: dict[str, Any]) -> int:
+    """The conditional update that moves a result on exactly once, whoever settles it."""
+    key = {"id": result.id, "status": from_status}
+    if from_status == TestStatus.RUNNING:
+        key["run"] = result.run_id
+    elif from_status == TestStatus.CHECKING:
+        key["check_run"] = result.check_run_id
+    return TestResult.objects.filter(**key).update(**changes)
+
+
+def _finish_submission(submission_id: Any) -> None:
+    """Once every test has a result: graded (scored, charged) or, if the grader failed on any,
+    not graded (not charged: the student is told, and may submit again)."""
+    with transaction.atomic():
+        submission = Submission.objects.select_for_update().get(id=submission_id)
+        results = list(submission.results.all())
+        if any(r.status in IN_PROGRESS for r in results):
+            return
+        now = timezone.now()
+        failed = [r for r in results if r.status == TestStatus.NOT_GRADED]
+        if failed:
+            submission.state, submission.score = SubmissionState.NOT_GRADED, None
+            submission.charged = False if submission.charged is None else submission.charged
+            submission.note = (f"not graded: the grader failed on {', '.join(repr(r.name) for r in failed[:3])} "
+                               "(not your code); this submission does not count as an attempt")[:500]  # fmt: skip
+        else:
+            submission.state = SubmissionState.GRADED
+            submission.score = round(sum(r.score or 0.0 for r in results), 4)
+            submission.charged = True if submission.charged is None else submission.charged
+            if submission.note.startswith("the grader hit") or submission.note.startswith("being graded again"):
+                submission.note = ""
+        submission.graded_at = now
+        submission.save(update_fields=["state", "score", "charged", "note", "graded_at"])
+
+
+def _read_log(run: Run, stream: str, *, limit: int) -> bytes:
+    try:
+        with open(log_path(run.id, stream), "rb") as handle:
+            return handle.read(limit)
+    except FileNotFoundError:
+        return b""
+
+
+# --- comparing output ---------------------------------------------------------------------
+
+
+def normalise(text: str) -> str:
+    """`strip`: trailing whitespace of every line and trailing blank lines do not count."""
+    return "\n".join(line.rstrip() for line in text.replace("\r\n", "\n").split("\n")).rstrip("\n")
+
+
+def compare(got: str, expected: str, match: str) -> tuple[bool, str]:
+    """(passed, a unified diff of expected against got when it did not)."""
+    if match == Match.REGEX:
+        passed = regex_fullmatch(expected, got.rstrip())
+        return passed, "" if passed else _cut(f"expected output matching the pattern:\n{expected}\n\ngot:\n{got}")
+    left, right = (expected, got) if match == Match.EXACT else (normalise(expected), normalise(got))
+    if left == right:
+        return True, ""
+    if normalise(left) == normalise(right):  # a diff of the lines would show nothing
+        return False, "the outputs differ only in whitespace at line ends or in the final newline\n"
+    diff = difflib.unified_diff(
+        left.splitlines(keepends=True), right.splitlines(keepends=True), "expected", "your output", n=2
+    )
+    return False, _cut("".join(line if line.endswith("\n") else line + "\n" for line in diff))
+
+
+def regex_fullmatch(pattern: str, text: str) -> bool:
+    """The instructor's pattern against the student's output, in a separate process with a time
+    limit: a pattern that backtracks catastrophically on a hostile output cannot hang a worker."""
+    program = "import re,sys;d=sys.stdin.read();sys.exit(0 if re.fullmatch(sys.argv[1],d,re.DOTALL) else 1)"
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-I", "-c", program, pattern], input=text.encode(), capture_output=True,
+            timeout=REGEX_TIMEOUT_S, check=False,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return False
+    return proc.returncode == 0
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= DIFF_MAX else text[:DIFF_MAX] + "\n[... cut]\n"
+
+
+# --- the Run button -----------------------------------------------------------------------
+
+
+def assignment_try(
+    *, user: User, assignment: Assignment, code: str, stdin: str = "", args: list[str] | None = None
+) -> Run:
+    """A student's own run of their code for an assignment (not a submission): the course's
+    datasets under /input, the assignment's limits, the course's engine policy and quotas."""
+    from playground.services.runs import run_create
+
+    course = assignment.course
+    return run_create(
+        user=user, runtime=assignment.runtime, code=code, dataset_ids=[], limits=effective_limits(course,
+                                                                                               assignment.limits),
+        engine="smolvm" if course.require_vm else "auto", course=course, datasets=list(assignment.datasets.all()),
+        stdin=stdin, args=args or [],
+    )  # fmt: skip
