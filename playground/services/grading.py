@@ -35,7 +35,6 @@ from playground.models import (
     ACTIVE_STATES,
     Assignment,
     AssignmentTest,
-    Course,
     GradingLock,
     Match,
     Membership,
@@ -115,7 +114,6 @@ def submission_create(*, user: User, assignment: Assignment, code: str) -> Submi
             max_score=sum(t.points for t in tests),
         )  # fmt: skip
         _add_results(submission, tests)
-        _ensure_member_row(assignment.course, user)
         transaction.on_commit(pump)
     return submission
 
@@ -144,11 +142,6 @@ def _spec(test: AssignmentTest, assignment: Assignment) -> dict[str, Any]:
         "stdin": test.stdin, "args": list(test.args or []), "expected_stdout": test.expected_stdout,
         "match": test.match, "check_code": test.check_code, "check_runtime": test.check_runtime or assignment.runtime,
     }  # fmt: skip
-
-
-def _ensure_member_row(course: Course, user: User) -> None:
-    """Staff may submit too (to try their tests); they are served like a student."""
-    Membership.objects.get_or_create(course=course, user=user, defaults={"role": "student"})
 
 
 def regrade(*, assignment: Assignment) -> int:
@@ -437,10 +430,14 @@ def _finish_submission(submission_id: Any) -> None:
         now = timezone.now()
         failed = [r for r in results if r.status == TestStatus.NOT_GRADED]
         if failed:
+            names = ", ".join(repr(r.name) for r in failed[:3])
             submission.state, submission.score = SubmissionState.NOT_GRADED, None
-            submission.charged = False if submission.charged is None else submission.charged
-            submission.note = (f"not graded: the grader failed on {', '.join(repr(r.name) for r in failed[:3])} "
-                               "(not your code); this submission does not count as an attempt")[:500]  # fmt: skip
+            if submission.charged is None:
+                submission.charged = False
+                submission.note = (f"not graded: the grader failed on {names} (not your code); this submission "
+                                   "does not count as an attempt")[:500]  # fmt: skip
+            else:  # a regrade of a graded attempt: it stays counted, and the instructor can regrade again
+                submission.note = f"the regrade failed on {names} (not your code); an instructor can regrade"[:500]
         else:
             submission.state = SubmissionState.GRADED
             submission.score = round(sum(r.score or 0.0 for r in results), 4)

@@ -143,6 +143,10 @@ def _log(run: Run) -> str:
 def test_a_sandbox_error_is_retried_not_charged_and_the_student_is_told(settings: Any) -> None:
     """A course that requires microVMs, on a host that serves none: every grading run is refused
     for capacity; the submission is not graded, not charged, and says why."""
+    from playground.selectors.hosts import live_engines
+
+    if "smolvm" in live_engines():
+        pytest.skip("a live host here serves microVMs, so a require_vm course is graded for real")
     instructor = api(UserFactory())
     course_id, code, assignment = course_with(instructor, [{"name": "t", "expected_stdout": "4", "stdin": "2"}],
                                               attempts_allowed=1)  # fmt: skip
@@ -270,3 +274,29 @@ def test_grading_slots_go_round_robin_per_student_in_the_order_they_came(
     # each test of the flooder's first submission ran before any of their second's
     results = TestResult.objects.filter(submission__student=flooder, run__isnull=False).order_by("run__created_at")
     assert len({r.submission_id for r in list(results)[:3]}) == 1
+
+
+def test_a_regrade_the_grader_cannot_run_keeps_the_attempt_counted_and_says_so(
+    redis_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A graded attempt stays counted when its regrade fails for the infrastructure's reasons."""
+    from playground.models import Assignment, Course, Membership, SubmissionState
+    from playground.services import grading
+    from playground.services.errors import ServiceError
+
+    course = Course.objects.create(title="c", allowed_runtimes=["python"])
+    assignment = Assignment.objects.create(course=course, title="a", runtime="python")
+    assignment.tests.create(name="t", expected_stdout="4", stdin="2")
+    student = UserFactory()
+    Membership.objects.create(course=course, user=student, role="student")
+    graded = Submission.objects.create(assignment=assignment, student=student, code=DOUBLE, state="graded",
+                                       score=1, max_score=1, charged=True)  # fmt: skip
+
+    def no_host(engine: str) -> str:  # as dispatch answers when no live host serves the engine
+        raise ServiceError("engine_unavailable", "no live worker host serves the smolvm engine", status=503)
+
+    monkeypatch.setattr(grading, "choose_queue", no_host)
+    assert grading.regrade(assignment=assignment) == 1
+    graded.refresh_from_db()
+    assert graded.state == SubmissionState.NOT_GRADED and graded.charged is True and graded.score is None
+    assert graded.note.startswith("the regrade failed on 't'") and graded.regraded == 1
