@@ -257,7 +257,8 @@ def test_grading_slots_go_round_robin_per_student_in_the_order_they_came(
     assignment = Assignment.objects.create(course=course, title="a", runtime="python")
     for index in range(3):
         assignment.tests.create(name=f"t{index}", position=index, expected_stdout="4", stdin="2")
-    flooder, first, second = UserFactory(), UserFactory(), UserFactory()
+    users: list[Any] = [UserFactory() for _ in range(3)]
+    flooder, first, second = users
     for user in (flooder, first, second):
         Membership.objects.create(course=course, user=user, role="student")
     for _ in range(5):
@@ -287,7 +288,7 @@ def test_a_regrade_the_grader_cannot_run_keeps_the_attempt_counted_and_says_so(
     course = Course.objects.create(title="c", allowed_runtimes=["python"])
     assignment = Assignment.objects.create(course=course, title="a", runtime="python")
     assignment.tests.create(name="t", expected_stdout="4", stdin="2")
-    student = UserFactory()
+    student: Any = UserFactory()
     Membership.objects.create(course=course, user=student, role="student")
     graded = Submission.objects.create(assignment=assignment, student=student, code=DOUBLE, state="graded",
                                        score=1, max_score=1, charged=True)  # fmt: skip
