@@ -183,18 +183,26 @@ def child_config(
         exec_timeout_s=limits.wall_timeout_s + 5.0,
         boot_timeout_s=boot_timeout_s,
         control_fd=control_fd,
-        stdin=ctx.spec.stdin.decode("utf-8"),
     )
+
+
+# A run's stdin, written beside the script in /job (read-only) and given to the program by the
+# guest's shell: smolvm's agent hands a streamed command no stdin (ExecOptions.stdin reached the
+# program empty under make test-vm). The shell's script is this constant; the program and its
+# arguments reach it as positional parameters, never parsed as shell text.
+STDIN_NAME = "stdin"
+STDIN_REDIRECT = ["/bin/sh", "-c", f'exec "$@" < /job/{STDIN_NAME}', "sh"]
 
 
 def guest_argv(ctx: RunContext) -> list[str]:
     """The program with exactly Cordon's guest environment (the agent's container adds its own,
     e.g. TERM; the namespace engine's job sees guest_env and PWD, so this one does too), under
-    an in-guest process cap (the guest kernel has no pids cgroup for it)."""
+    an in-guest process cap (the guest kernel has no pids cgroup for it), its stdin from /job."""
     env = [f"{key}={value}" for key, value in sorted({**guest_env(ctx.limits), "PWD": GUEST_WORKDIR}.items())]
+    redirect = STDIN_REDIRECT if ctx.spec.stdin else []
     return [
         "/usr/bin/env", "-i", *env,
-        "/usr/bin/prlimit", f"--nproc={ctx.limits.max_processes}", "--core=0", "--", *ctx.argv,
+        "/usr/bin/prlimit", f"--nproc={ctx.limits.max_processes}", "--core=0", "--", *redirect, *ctx.argv,
     ]  # fmt: skip
 
 
@@ -279,6 +287,10 @@ class SmolvmEngine(CgroupEngine[SmolvmState]):
         # the read-only mount keeps even a VMM running as root from writing into the image.
         bind_views(ctx, {"root": ctx.image.rootfs, "in": ctx.input_dir})
         ctx.scratch_dir.mkdir(mode=0o755)  # holds the script, mounted read-only at /job
+        if ctx.spec.stdin:  # and the stdin, which the guest's shell opens as the program's fd 0
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            with os.fdopen(os.open(ctx.scratch_dir / STDIN_NAME, flags, 0o444), "wb") as handle:
+                handle.write(ctx.spec.stdin)
         # The VMM runs as a per-VM uid known only once it starts; it is in the kvm group (it opens
         # /dev/kvm), so the area is root:kvm 0770 until the child hands it to that uid.
         mount_output_area(ctx, uid=0, gid=_kvm_gid(), mode=0o770)

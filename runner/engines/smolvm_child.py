@@ -175,7 +175,6 @@ def main(config_path: str) -> int:
                 workdir=config.workdir,
                 user=user,
                 timeout=config.exec_timeout_s,
-                stdin=config.stdin or None,  # none: the agent's default, as before
             ),
         )
         for event in stream:

@@ -45,9 +45,6 @@ class ChildConfig:
     boot_timeout_s: float
     control_fd: int  # the write end of the control pipe, inherited
     sdk_path: str | None  # where to import the smol package from (the traversable copy)
-    # The program's whole stdin (RunSpec.stdin, checked to be UTF-8: the agent carries text);
-    # empty: none. In this private config and the agent's connection only, never the guest's disk.
-    stdin: str = ""
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))

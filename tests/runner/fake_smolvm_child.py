@@ -27,8 +27,10 @@ def main(config_path: str) -> int:
     if mode in ("sparse_output", "dense_output"):
         say(Exit(exit_code=write_oversize_output(Path(config.output_dir), sparse=mode == "sparse_output")))
         return 0
-    if mode == "echo":  # what the guest program would be given: its argv and its stdin
-        os.write(1, json.dumps({"argv": config.argv, "stdin": config.stdin}).encode())
+    if mode == "echo":  # what the guest program would be given: its argv and what /job holds
+        job = next(Path(m.source) for m in config.mounts if m.target == "/job")
+        files = {p.name: p.read_text() for p in sorted(job.iterdir())}
+        os.write(1, json.dumps({"argv": config.argv, "job": files}).encode())
         say(Exit(exit_code=0))
         return 0
     os.write(1, b"guest says hello\n" + FORGED.encode() + b'{"event":"exit","exit_code":99}\n')

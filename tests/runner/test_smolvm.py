@@ -17,7 +17,7 @@ import pytest
 
 from runner.config import PROJECT_ROOT, paths_from_env
 from runner.engines.base import RunContext
-from runner.engines.smolvm import ControlChannel, SmolvmEngine, child_config, machine_name
+from runner.engines.smolvm import STDIN_REDIRECT, ControlChannel, SmolvmEngine, child_config, machine_name
 from runner.engines.smolvm_protocol import ChildConfig, Facts
 from runner.spec import Limits, Outcome, RunSpec
 from runner.supervisor import Supervisor, SupervisorSettings, program_argv
@@ -62,20 +62,20 @@ def test_the_child_config_keeps_the_guest_offline_and_bounded(tmp_path: Path) ->
     }  # fmt: skip
 
 
-def test_the_child_config_carries_the_stdin_as_text_and_the_args_after_the_script(tmp_path: Path) -> None:
-    spec = RunSpec(runtime="python", script=b"", stdin="3 4\nü\n".encode(), args=("a b", "--x"))
+def test_the_guest_reads_its_stdin_from_job_through_a_constant_shell_and_args_follow_the_script(
+    tmp_path: Path,
+) -> None:
+    spec = RunSpec(runtime="python", script=b"", stdin="3 4\nü\n".encode(), args=("a b", "--x", "$(id)"))
     config = child_config(_ctx(tmp_path, spec), state_root=tmp_path / "state", boot_timeout_s=20, control_fd=9)
-    assert config.stdin == "3 4\nü\n"
-    assert config.argv[-4:] == ["/usr/bin/python3", "/job/main.py", "a b", "--x"]
+    program = ["/usr/bin/python3", "/job/main.py", "a b", "--x", "$(id)"]
+    assert config.argv[-9:] == [*STDIN_REDIRECT, *program]  # the args are positional, never shell text
+    assert STDIN_REDIRECT[2] == 'exec "$@" < /job/stdin'
     assert ChildConfig.from_json(config.to_json()) == config
     plain = child_config(_ctx(tmp_path), state_root=tmp_path / "state", boot_timeout_s=20, control_fd=9)
-    assert plain.stdin == ""  # none: the child asks the agent for none
+    assert "/bin/sh" not in plain.argv  # no stdin: the program as before, stdin the agent's (empty)
 
 
-@pytest.mark.parametrize(("stdin", "given"), [("line\nü\n", "line\nü\n"), ("", None)], ids=["stdin", "none"])
-def test_the_child_hands_the_agent_the_stdin_only_when_there_is_one(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stdin: str, given: str | None
-) -> None:
+def test_the_child_asks_the_agent_for_no_stdin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """smolvm_child itself, against the SDK with only Machine.create replaced: nothing boots."""
     import smol
 
@@ -96,7 +96,7 @@ def test_the_child_hands_the_agent_the_stdin_only_when_there_is_one(
     machine = FakeMachine()
     monkeypatch.setattr(smol.Machine, "create", lambda config, connect: machine)
     monkeypatch.setenv("HOME", os.environ.get("HOME", "/root"))  # the child sets its own
-    spec = RunSpec(runtime="python", script=b"", stdin=stdin.encode(), args=("x",))
+    spec = RunSpec(runtime="python", script=b"", stdin=b"line\n", args=("x",))
     ctx = _ctx(tmp_path, spec)
     ctx.output_dir.mkdir(parents=True)
     control_read, control_write = os.pipe()
@@ -111,7 +111,7 @@ def test_the_child_hands_the_agent_the_stdin_only_when_there_is_one(
     with os.fdopen(control_read, "rb") as control:
         events = [json.loads(line)["event"] for line in control.read().splitlines()]
     assert events == ["starting", "ready", "exit", "deleted"]
-    assert isinstance(machine.opts, smol.ExecOptions) and machine.opts.stdin == given
+    assert isinstance(machine.opts, smol.ExecOptions) and machine.opts.stdin is None
     assert machine.argv == config.argv and machine.argv[-1] == "x" and machine.deleted
 
 
@@ -177,7 +177,8 @@ def test_a_run_hands_its_stdin_and_args_to_the_smolvm_child(monkeypatch: pytest.
     result = supervisor.run(spec)
     assert result.outcome is Outcome.SUCCEEDED, result.to_json()
     said = json.loads(result.stdout)
-    assert said["stdin"] == "inü\n" and said["argv"][-4:] == ["/usr/bin/python3", "/job/main.py", "-v", "a b"]
+    assert said["job"] == {"main.py": "pass", "stdin": "inü\n"}  # /job, read-only in the guest
+    assert said["argv"][-8:] == [*STDIN_REDIRECT, "/usr/bin/python3", "/job/main.py", "-v", "a b"]
     assert result.cleanup_ok, result.cleanup
 
 
