@@ -19,6 +19,7 @@ from __future__ import annotations
 import difflib
 import json
 import logging
+import shutil
 import subprocess
 import sys
 from datetime import timedelta
@@ -369,6 +370,7 @@ def _settle_check(result: TestResult) -> int:
     if check is None:
         return 0
     outcome = check.outcome or ""
+    _remove_staged(check)  # a retry stages them afresh
     if outcome in INFRASTRUCTURE:
         return _retry_or_give_up(result, check, field="check_run")
     feedback = _read_log(check, "stdout", limit=FEEDBACK_MAX).decode("utf-8", errors="replace")
@@ -446,6 +448,15 @@ def _finish_submission(submission_id: Any) -> None:
                 submission.note = ""
         submission.graded_at = now
         submission.save(update_fields=["state", "score", "charged", "note", "graded_at"])
+
+
+def _remove_staged(check: Run) -> None:
+    """The copies of the student's results a check run was given (grading/<result>/try-N/): once it
+    has ended they are not needed, and they must not outlive the logs they copy (retention)."""
+    root = Path(settings.MEDIA_ROOT)
+    folders = {(root / f["path"]).parent for f in check.staged_files if f["path"].startswith("grading/")}
+    for folder in folders:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _read_log(run: Run, stream: str, *, limit: int) -> bytes:

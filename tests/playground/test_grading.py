@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -85,6 +86,12 @@ def test_a_hanging_test_times_out_alone_and_the_others_keep_their_points() -> No
     assert runs.count() == 4 and runs.filter(outcome="timed_out").count() == 1
     assert all(r.wall_s is not None and r.wall_s < 1.5 for r in runs.exclude(outcome="timed_out"))
     assert time.monotonic() - started < 60
+    # the check program's copies of the student's results went with its end
+    from django.conf import settings as django_settings
+
+    check = TestResult.objects.get(submission_id=submitted["id"], name="args").check_run
+    assert check is not None and [f["name"] for f in check.staged_files][:2] == ["status.json", "stdin"]
+    assert not any((Path(django_settings.MEDIA_ROOT) / f["path"]).exists() for f in check.staged_files)
 
 
 @pytest.mark.usefixtures("worker")
