@@ -5,9 +5,9 @@ The grading queue is the TestResult rows still pending. `pump` hands out grading
 CORDON_GRADING_SLOTS grading runs in flight, site-wide), one test run at a time, round-robin per
 student of a course: the next slot goes to the student whose turn came first (served longest
 ago, or submitted since), so one student's fifty submissions wait behind everyone else's, not in
-front, and a submission begun is finished before later arrivals are started. `settle` turns
-finished grading runs into results; both run after every grading run ends (the worker's task)
-and from the periodic reaper.
+front, and a student already being graded goes on before students who submitted after they were
+last served. `settle` turns finished grading runs into results; both run after every grading
+run ends (the worker's task) and from the periodic reaper.
 
 Only the student's code, stdin and args enter the student's sandbox; expectations and check
 programs never do. A grading run that ends in an infrastructure outcome (sandbox_error,
