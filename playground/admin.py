@@ -25,6 +25,7 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, URLResolver, path, reverse
 from django.utils import timezone
 
+from playground.csvcells import csv_cell
 from playground.models import (
     ApiToken,
     CleanupCheck,
@@ -56,8 +57,6 @@ CSV_COLUMNS = (
     "image_digest", "wall_s", "cpu_s", "peak_memory_bytes", "peak_file_bytes", "stdout_bytes", "stderr_bytes",
     "cleanup_ok", "created_at", "started_at", "finished_at",
 )  # fmt: skip
-# A spreadsheet runs a cell starting with one of these as a formula (OWASP "CSV injection").
-FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
 def human_bytes(count: int | None) -> str:
@@ -91,18 +90,6 @@ def ms_time(moment: datetime | None) -> str:
         return NOT_APPLICABLE
     local = timezone.localtime(moment)
     return f"{local:%Y-%m-%d %H:%M:%S}.{local.microsecond // 1000:03d}"
-
-
-def csv_cell(value: Any) -> Any:
-    """A value as a CSV cell a spreadsheet shows as text: a string that would start a formula gets a
-    leading apostrophe; numbers stay numbers."""
-    if value is None:
-        return ""
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
-        return "'" + value
-    return value
 
 
 class _Echo:

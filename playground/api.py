@@ -354,11 +354,9 @@ def _output_out(output: RunOutputFile) -> dict[str, Any]:
     }  # fmt: skip
 
 
-# --- datasets ---------------------------------------------------------------------------
-
-
-@api.post("/datasets", response=_answers({201: DatasetOut}, 409, 422), tags=["datasets"])
-def dataset_upload(request: HttpRequest, file: UploadedFile | None = File(None)) -> Status[Any]:  # type: ignore[type-arg]  # noqa: B008
+def uploaded_file(request: HttpRequest, file: UploadedFile | None, what: str) -> UploadedFile:
+    """The multipart field `file` of an upload (a dataset, a roster), or the refusal of a name that
+    is not plain (it is stored as sent, never rewritten) or of a missing file."""
     if refused := refused_upload_names(request):
         raise ServiceError(
             "unsafe_name", f"file name {refused[0]!r} is refused: send a plain name (letters, digits, ._+-), "
@@ -366,10 +364,19 @@ def dataset_upload(request: HttpRequest, file: UploadedFile | None = File(None))
         )  # fmt: skip
     if file is None:
         raise ServiceError(
-            "file_required", "send the dataset as a multipart file field named 'file', with a file name",
+            "file_required", f"send the {what} as a multipart file field named 'file', with a file name",
             field="file", status=422,
         )  # fmt: skip
-    return Status(201, dataset_services.dataset_create(user=request.user, upload=file))  # type: ignore[arg-type]
+    return file
+
+
+# --- datasets ---------------------------------------------------------------------------
+
+
+@api.post("/datasets", response=_answers({201: DatasetOut}, 409, 422), tags=["datasets"])
+def dataset_upload(request: HttpRequest, file: UploadedFile | None = File(None)) -> Status[Any]:  # type: ignore[type-arg]  # noqa: B008
+    upload = uploaded_file(request, file, "dataset")
+    return Status(201, dataset_services.dataset_create(user=request.user, upload=upload))  # type: ignore[arg-type]
 
 
 @api.get("/datasets", response=_answers({200: list[DatasetOut]}), tags=["datasets"])

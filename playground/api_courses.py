@@ -14,12 +14,20 @@ from typing import Any, Literal
 from uuid import UUID
 
 from django.http import Http404, HttpRequest, HttpResponse
-from django.utils import timezone
 from django.utils.http import content_disposition_header
 from ninja import Field, File, Router, Schema, Status
 from ninja.files import UploadedFile
 
-from playground.api import MAX_IDS, STAFF_POLL_RECORD_WINDOW, DatasetOut, RuntimeName, _answers, _run_out
+from playground.api import (
+    MAX_IDS,
+    STAFF_POLL_RECORD_WINDOW,
+    DatasetOut,
+    RuntimeName,
+    _answers,
+    _run_out,
+    uploaded_file,
+)
+from playground.csvcells import csv_cell
 from playground.markdown import render_markdown
 from playground.models import (
     Assignment,
@@ -27,7 +35,6 @@ from playground.models import (
     Dataset,
     Membership,
     Role,
-    StaffAccess,
     Submission,
     SubmissionState,
     TestResult,
@@ -35,12 +42,12 @@ from playground.models import (
 )
 from playground.selectors import courses as course_selectors
 from playground.selectors.courses import assignment_past_due, is_staff
+from playground.selectors.runs import staff_access_recorded_since
 from playground.services import courses as course_services
 from playground.services import datasets as dataset_services
 from playground.services import grading
 from playground.services.audit import record_staff_access
 from playground.services.errors import ServiceError
-from playground.uploads import refused_upload_names
 from runner.spec import RUNTIMES
 
 router = Router(tags=["courses"])
@@ -351,7 +358,7 @@ def _attempt_numbers(submissions: list[Submission]) -> dict[Any, int]:
     numbers: dict[Any, int] = {}
     counts: dict[int, int] = {}
     for submission in sorted(submissions, key=lambda s: s.created_at):
-        if submission.charged is not False:
+        if submission.counted:
             counts[submission.student_id] = counts.get(submission.student_id, 0) + 1
             numbers[submission.id] = counts[submission.student_id]
     return numbers
@@ -374,7 +381,7 @@ def _submission_out(submission: Submission, *, staff: bool, attempt: int | None,
 
 def _my_progress(assignment: Assignment, user: Any) -> dict[str, Any]:
     mine = list(Submission.objects.filter(assignment=assignment, student=user).order_by("-created_at"))
-    used = sum(1 for s in mine if s.charged is not False)
+    used = sum(1 for s in mine if s.counted)
     latest = next((s for s in mine if s.state == SubmissionState.GRADED), mine[0] if mine else None)
     left = None if not assignment.attempts_allowed else max(0, assignment.attempts_allowed - used)
     return {
@@ -406,16 +413,6 @@ def _assignment_data(payload: AssignmentIn) -> dict[str, Any]:
     data["opens_at"] = course_services.parse_when(payload.opens_at)
     data["due_at"] = course_services.parse_when(payload.due_at)
     return data
-
-
-def _upload(request: HttpRequest, file: UploadedFile | None, what: str) -> UploadedFile:
-    if refused := refused_upload_names(request):
-        raise ServiceError("unsafe_name", f"file name {refused[0]!r} is refused: send a plain name", field="file")
-    if file is None:
-        raise ServiceError(
-            "file_required", f"send the {what} as a multipart file field named 'file'", field="file", status=422
-        )
-    return file
 
 
 # --- courses ------------------------------------------------------------------------------
@@ -492,7 +489,7 @@ def roster_import(request: HttpRequest, course_id: UUID, file: UploadedFile | No
     """A CSV of usernames or email addresses (a second column may give the role: student or
     assistant); each one not yet a member gets an invitation, accepted from their courses page."""
     course, _ = course_selectors.course_for_staff(user=request.user, course_id=course_id, instructor=True)
-    upload = _upload(request, file, "roster")
+    upload = uploaded_file(request, file, "roster")
     if (upload.size or 0) > ROSTER_MAX_BYTES:
         raise ServiceError("too_large", f"a roster is at most {ROSTER_MAX_BYTES} bytes", field="file", status=413)
     return course_services.roster_import(course=course, by=request.user, data=upload.read())  # type: ignore[arg-type]
@@ -538,7 +535,7 @@ def course_dataset_list(request: HttpRequest, course_id: UUID) -> Any:
 @router.post("/courses/{course_id}/datasets", response=_answers({201: DatasetOut}, 404, 409, 422))
 def course_dataset_upload(request: HttpRequest, course_id: UUID, file: UploadedFile | None = File(None)) -> Status[Any]:  # type: ignore[type-arg]  # noqa: B008
     course, _ = course_selectors.course_for_staff(user=request.user, course_id=course_id)
-    upload = _upload(request, file, "dataset")
+    upload = uploaded_file(request, file, "dataset")
     return Status(201, dataset_services.dataset_create(user=request.user, upload=upload, course=course))  # type: ignore[arg-type]
 
 
@@ -651,21 +648,17 @@ def submission_list(request: HttpRequest, assignment_id: UUID, student: str | No
 def submission_get(request: HttpRequest, submission_id: UUID) -> dict[str, Any]:
     submission, membership = course_selectors.submission_for_viewer(user=request.user, submission_id=submission_id)
     staff = is_staff(membership)
-    if submission.student_id != request.user.pk and not _read_recorded_lately(request.user, submission):
+    # The page polls this while grading runs: recorded once per staff member per window, as a run's
+    # polled record is (the page's own load is recorded every time).
+    if submission.student_id != request.user.pk and not staff_access_recorded_since(
+        viewer=request.user, what="submission", detail=str(submission.id), within=STAFF_POLL_RECORD_WINDOW
+    ):
         record_staff_access(
             viewer=request.user, owner=submission.student, what="submission", detail=str(submission.id),
             path=request.get_full_path(),
         )  # fmt: skip
     siblings = list(Submission.objects.filter(assignment_id=submission.assignment_id, student=submission.student))
     return _submission_out(submission, staff=staff, attempt=_attempt_numbers(siblings).get(submission.id), full=True)
-
-
-def _read_recorded_lately(viewer: Any, submission: Submission) -> bool:
-    """The submission page polls while grading runs: its reads are recorded once per staff member
-    per window (as a run's polled record is); the page's own load is recorded every time."""
-    since = timezone.now() - STAFF_POLL_RECORD_WINDOW
-    reads = StaffAccess.objects.filter(staff_id=viewer.pk, what="submission", detail=str(submission.id))
-    return reads.filter(at__gte=since).exists()
 
 
 # --- gradebook ----------------------------------------------------------------------------
@@ -679,7 +672,7 @@ def _gradebook(course: Course) -> dict[str, Any]:
     attempts: dict[tuple[int, Any], int] = {}
     for submission in Submission.objects.filter(assignment__course=course).order_by("created_at"):
         key = (submission.student_id, submission.assignment_id)
-        if submission.charged is not False:
+        if submission.counted:
             attempts[key] = attempts.get(key, 0) + 1
         current = latest.get(key)
         if current is None or submission.state == SubmissionState.GRADED or current.state != SubmissionState.GRADED:
@@ -718,15 +711,10 @@ def gradebook_csv(request: HttpRequest, course_id: UUID) -> HttpResponse:
     book = _gradebook(course)
     out = io.StringIO()
     writer = csv.writer(out)
-    writer.writerow(["student", *[_csv_safe(f"{a['title']} (/{a['max_score']:g})") for a in book["assignments"]]])
+    writer.writerow(["student", *[csv_cell(f"{a['title']} (/{a['max_score']:g})") for a in book["assignments"]]])
     for row in book["students"]:
         scores = ["" if c is None or c["score"] is None else f"{c['score']:g}" for c in row["cells"]]
-        writer.writerow([_csv_safe(row["username"]), *scores])
+        writer.writerow([csv_cell(row["username"]), *scores])
     response = HttpResponse(out.getvalue(), content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = content_disposition_header(True, f"gradebook-{course.id}.csv") or ""
     return response
-
-
-def _csv_safe(text: str) -> str:
-    """No cell starts a spreadsheet formula."""
-    return "'" + text if text[:1] in ("=", "+", "-", "@") else text

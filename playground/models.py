@@ -482,6 +482,11 @@ class Submission(models.Model):
     def __str__(self) -> str:
         return f"submission {self.id}"
 
+    @property
+    def counted(self) -> bool:
+        """Whether it counts as an attempt: graded (charged), or still being graded."""
+        return self.charged is not False
+
 
 class TestStatus(models.TextChoices):
     PENDING = "pending"  # waiting for a grading slot

@@ -182,10 +182,16 @@ class RunSpec:
 
     def check_stdin_and_args(self) -> None:
         """Refuse (rejected_input) a stdin or argument list the engines cannot carry as given."""
-        problem = _stdin_problem(self.stdin) or _args_problem(self.args)
+        problem = stdin_and_args_problem(self.stdin, self.args)
         if problem is not None:
             code, message = problem
             raise RunnerError(code, message, outcome=Outcome.REJECTED_INPUT)
+
+
+def stdin_and_args_problem(stdin: bytes, args: tuple[str, ...]) -> tuple[str, str] | None:
+    """(code, message) for a stdin or argument list the engines cannot carry as given, else None:
+    the supervisor's check, and the web's before it stores a run or a test."""
+    return _stdin_problem(stdin) or _args_problem(args)
 
 
 def _stdin_problem(stdin: bytes) -> tuple[str, str] | None:

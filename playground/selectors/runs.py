@@ -71,10 +71,17 @@ def output_get_for_viewer(*, user: User, run_id: Any, name: str) -> RunOutputFil
     return output
 
 
-def staff_access_recorded_since(*, viewer: Any, run: Run, what: str, within: timedelta) -> bool:
-    """Whether `viewer`'s read of `what` of this run was already recorded within `within`."""
-    since = timezone.now() - within
-    return StaffAccess.objects.filter(staff_id=viewer.pk, run=run, what=what, at__gte=since).exists()
+def staff_access_recorded_since(
+    *, viewer: Any, what: str, within: timedelta, run: Run | None = None, detail: str | None = None
+) -> bool:
+    """Whether `viewer`'s read of `what` (of this run, or with this detail, e.g. a submission's id)
+    was already recorded within `within`."""
+    reads = StaffAccess.objects.filter(staff_id=viewer.pk, what=what, at__gte=timezone.now() - within)
+    if run is not None:
+        reads = reads.filter(run=run)
+    if detail is not None:
+        reads = reads.filter(detail=detail)
+    return reads.exists()
 
 
 def run_log_read(*, run: Run, stream: str, offset: int, limit: int) -> tuple[bytes, int, bool]:

@@ -29,7 +29,6 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
-from django.db.models import Q
 from django.utils import timezone
 
 from playground.models import (
@@ -48,10 +47,10 @@ from playground.models import (
     TestStatus,
 )
 from playground.selectors.courses import assignment_is_open, assignment_past_due
+from playground.selectors.runs import run_log_read
 from playground.services.courses import effective_limits
 from playground.services.dispatch import choose_queue, enqueue
 from playground.services.errors import ServiceError
-from playground.services.logs import log_path
 from playground.services.runs import MAX_CODE_BYTES, record_event
 from runner.spec import Limits, Outcome
 
@@ -92,7 +91,7 @@ def status_words(status: str, detail: str = "") -> str:
 def attempts_used(*, assignment: Assignment, student: User) -> int:
     """Submissions that count: graded (charged) ones and those still being graded."""
     mine = Submission.objects.filter(assignment=assignment, student=student)
-    return mine.filter(Q(charged=True) | Q(charged=None)).count()
+    return mine.exclude(charged=False).count()  # Submission.counted, in the database
 
 
 def submission_create(*, user: User, assignment: Assignment, code: str) -> Submission:
@@ -174,8 +173,7 @@ def pump() -> int:
     student of a course served longest ago. Returns the grading runs started."""
     started = 0
     with transaction.atomic():
-        GradingLock.objects.get_or_create(id=1)
-        GradingLock.objects.select_for_update().get(id=1)
+        GradingLock.objects.select_for_update().get_or_create(id=1)
         grading = Run.objects.filter(kind__in=(RunKind.TEST, RunKind.CHECK), state__in=ACTIVE_STATES)
         free = settings.CORDON_GRADING_SLOTS - grading.count()
         if free <= 0:
@@ -264,7 +262,7 @@ def _start_check(result: TestResult) -> int:
     }  # fmt: skip
     files = {"status.json": json.dumps(status, indent=1).encode(), "stdin": spec.get("stdin", "").encode()}
     for stream in ("stdout", "stderr"):
-        files[stream] = _read_log(student_run, stream, limit=COMPARE_MAX * 4)
+        files[stream] = run_log_read(run=student_run, stream=stream, offset=0, limit=COMPARE_MAX * 4)[0]
     staged = []
     for name, data in files.items():
         (root / folder / name).write_bytes(data)
@@ -353,7 +351,7 @@ def _settle_test(result: TestResult) -> int:
     if outcome != Outcome.SUCCEEDED.value:
         changes.update(status=outcome, score=0.0, detail=status_words(outcome))
     else:
-        got = _read_log(run, "stdout", limit=COMPARE_MAX).decode("utf-8", errors="replace")
+        got = run_log_read(run=run, stream="stdout", offset=0, limit=COMPARE_MAX)[0].decode("utf-8", errors="replace")
         passed, diff = compare(got, result.spec.get("expected_stdout") or "", result.spec.get("match", Match.STRIP))
         status = TestStatus.PASSED if passed else TestStatus.FAILED
         changes.update(status=status, score=result.points if passed else 0.0, diff=diff,
@@ -373,7 +371,7 @@ def _settle_check(result: TestResult) -> int:
     _remove_staged(check)  # a retry stages them afresh
     if outcome in INFRASTRUCTURE:
         return _retry_or_give_up(result, check, field="check_run")
-    feedback = _read_log(check, "stdout", limit=FEEDBACK_MAX).decode("utf-8", errors="replace")
+    feedback = run_log_read(run=check, stream="stdout", offset=0, limit=FEEDBACK_MAX)[0].decode(errors="replace")
     changes: dict[str, Any] = {"feedback": feedback, "finished_at": timezone.now()}
     if outcome == Outcome.SUCCEEDED.value:
         changes.update(status=TestStatus.PASSED, score=result.points, detail="")
@@ -457,14 +455,6 @@ def _remove_staged(check: Run) -> None:
     folders = {(root / f["path"]).parent for f in check.staged_files if f["path"].startswith("grading/")}
     for folder in folders:
         shutil.rmtree(folder, ignore_errors=True)
-
-
-def _read_log(run: Run, stream: str, *, limit: int) -> bytes:
-    try:
-        with open(log_path(run.id, stream), "rb") as handle:
-            return handle.read(limit)
-    except FileNotFoundError:
-        return b""
 
 
 # --- comparing output ---------------------------------------------------------------------

@@ -30,7 +30,7 @@ from playground.selectors.hosts import live_engines
 from playground.services.dispatch import choose_queue, enqueue, requeue_stale
 from playground.services.errors import ServiceError
 from runner.registry import REQUESTABLE
-from runner.spec import RUNTIMES, STDIN_MAX_BYTES, Limits, Outcome
+from runner.spec import RUNTIMES, Limits, Outcome, stdin_and_args_problem
 
 MAX_CODE_BYTES = 256 * 1024
 
@@ -67,7 +67,7 @@ def run_create(
     if course is not None and runtime not in (course.allowed_runtimes or RUNTIMES):
         allowed = ", ".join(course.allowed_runtimes)
         raise ServiceError("runtime_not_allowed", f"this course allows {allowed}", field="runtime", status=422)
-    _check_program_input(stdin, args or [])
+    check_program_input(stdin, args or [])
     own = list(Dataset.objects.filter(owner=user, course=None, id__in=dataset_ids))
     if len(own) != len(set(map(str, dataset_ids))):
         raise ServiceError(
@@ -138,16 +138,21 @@ def _check_course_quotas(user: User, course: Course) -> None:
         )  # fmt: skip
 
 
-def _check_program_input(stdin: str, args: list[str]) -> None:
-    """The supervisor's own bounds on stdin and arguments (runner.spec), as an API error."""
-    if len(stdin.encode()) > STDIN_MAX_BYTES or "\0" in stdin:
-        raise ServiceError(
-            "invalid_stdin", f"stdin: at most {STDIN_MAX_BYTES} bytes, no NUL", field="stdin", status=422
-        )
-    if len(args) > 64 or any(len(a.encode()) > 4096 or "\0" in a for a in args):
-        raise ServiceError(
-            "invalid_args", "args: at most 64 strings of up to 4096 bytes, no NUL", field="args", status=422
-        )
+def check_program_input(stdin: str, args: list[str], *, where: str = "", code: str | None = None) -> None:
+    """A program's stdin and args (a run's, or an assignment test's: `where` "tests.1.") by the
+    supervisor's own check (runner.spec), refused here as an API error rather than later as the
+    run's rejected_input; and no NUL in stdin, which a database text cannot hold."""
+    try:
+        data = stdin.encode()
+    except UnicodeEncodeError:  # a lone surrogate from a JSON escape
+        data = b"\xff"  # what the check below calls not UTF-8
+    problem = ("stdin_invalid", "stdin contains a NUL character") if "\0" in stdin else None
+    problem = problem or stdin_and_args_problem(data, tuple(args))
+    if problem is not None:
+        name, message = problem
+        part = "stdin" if name.startswith("stdin") else "args"
+        field = f"{where}{part}"
+        raise ServiceError(code or f"invalid_{part}", f"{field}: {message}", field=field, status=422)
 
 
 def run_cancel(*, run: Run, by: User) -> Run:
