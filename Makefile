@@ -8,10 +8,11 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.cordon-installed
 # Debian packages the host needs: sandboxing, image builds, Redis, and a Python venv.
 DEB_PACKAGES := bubblewrap mmdebstrap redis-server python3-venv libseccomp2 ca-certificates
-# Only the tests need a browser: Debian's Chromium, driven by Playwright.
-TEST_DEB_PACKAGES := chromium
+# Only the tests need a browser (Debian's Chromium, driven by Playwright) and PostgreSQL (the tests
+# start private clusters of their own: tests/pg.py; Debian's own cluster is left as it is).
+TEST_DEB_PACKAGES := chromium postgresql
 
-.PHONY: help system test-system debs kvm-access cgroup-tuning venv images migrate run test fuzz test-vm lint bench
+.PHONY: help system test-system debs kvm-access cgroup-tuning venv images migrate run test test-hosts fuzz test-vm lint bench
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -81,6 +82,11 @@ run: images migrate kvm-access cgroup-tuning ## serve Cordon on 127.0.0.1:8000 w
 test: images kvm-access test-system ## run the test suite
 	@$(PY) manage.py collectstatic --noinput -v0
 	$(PY) -m pytest
+
+# Several hosts: PostgreSQL, Redis, the web and two worker hosts on this machine, each in its own
+# mount namespace, sharing nothing but those (tests/hosts). Prints its figures, saves var/hosts/.
+test-hosts: images kvm-access test-system ## two worker hosts sharing only PostgreSQL and Redis: datasets, a lost host, drain, a burst
+	$(PY) -m tests.hosts
 
 # Redis, a Celery worker and the web server on the test database, fuzzed through the live
 # OpenAPI document (tests/fuzz). Needs what `make test` needs but the browser.

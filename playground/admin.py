@@ -37,10 +37,12 @@ from playground.models import (
     StaffAccess,
     WorkerHost,
 )
+from playground.selectors.hosts import WORKER_LIVE_S, hosts_with_active_runs
 from playground.selectors.overview import Rate, overview
 from playground.selectors.runs import run_log_read
 from playground.services.audit import record_staff_access
 from playground.services.errors import ServiceError
+from playground.services.hosts import hosts_drain
 from playground.services.retention import purge_user_data
 from playground.services.runs import run_cancel, run_rerun
 
@@ -431,11 +433,46 @@ class RuntimeImageAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
 @admin.register(WorkerHost)
 class WorkerHostAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    list_display = ("name", "engines", "heartbeat_at")
-    readonly_fields = ("name", "engines", "doctor", "heartbeat_at")
+    """Worker hosts, live or not, what each holds now; drain one (it finishes its runs and takes no
+    new ones: services/hosts.py) or resume it. Rows are written by the hosts, never edited here."""
+
+    list_display = ("name", "engines", "status", "active_runs", "heartbeat_at", "started_at")
+    readonly_fields = ("name", "engines", "doctor", "heartbeat_at", "started_at", "draining", "drain_requested_at")
+    actions = ("drain_hosts", "resume_hosts")
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[WorkerHost]:
+        return hosts_with_active_runs()
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+    def has_drain_permission(self, request: HttpRequest) -> bool:
+        return bool(request.user.has_perm("playground.change_workerhost"))
+
+    @admin.display(description="status")
+    def status(self, host: WorkerHost) -> str:
+        live = host.heartbeat_at >= timezone.now() - timedelta(seconds=WORKER_LIVE_S)
+        if not live:
+            return f"not heard from for {WORKER_LIVE_S} s"
+        if host.draining:
+            return "draining" if getattr(host, "active_runs", 0) else "drained (holds no runs)"
+        return "live"
+
+    @admin.display(description="runs held now", ordering="active_runs")
+    def active_runs(self, host: WorkerHost) -> int:
+        return int(getattr(host, "active_runs", 0))
+
+    @admin.action(description="Drain: finish their runs, take no new ones", permissions=["drain"])
+    def drain_hosts(self, request: HttpRequest, queryset: QuerySet[WorkerHost]) -> None:
+        names = list(queryset.values_list("name", flat=True))
+        changed = hosts_drain(names=names, draining=True)
+        self.message_user(request, f"draining {changed} host(s): {', '.join(names)}")
+
+    @admin.action(description="Resume: take new runs again", permissions=["drain"])
+    def resume_hosts(self, request: HttpRequest, queryset: QuerySet[WorkerHost]) -> None:
+        names = list(queryset.values_list("name", flat=True))
+        changed = hosts_drain(names=names, draining=False)
+        self.message_user(request, f"resumed {changed} host(s): {', '.join(names)}")
 
 
 @admin.register(ApiToken)

@@ -2,11 +2,12 @@
 
 With no -Q flag a worker serves the queues of every engine its host can run (the namespace
 engine if bubblewrap and cgroups work, smolvm if the cached canary boot passed), registers
-itself as a WorkerHost with that report, and sweeps what a crashed worker left on the host.
+itself as a WorkerHost (named CORDON_HOST_NAME) with that report, and sweeps what a crashed
+worker left on the host. Then its HostLoop beats, follows the host's drain state, reaps and sweeps.
 """
 
+import logging
 import os
-import socket
 import threading
 import time
 from typing import Any
@@ -19,6 +20,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "playground.settings")
 app = Celery("playground")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+log = logging.getLogger(__name__)
 
 
 def engines_here() -> tuple[list[str], dict[str, Any]]:
@@ -44,32 +46,81 @@ def _serve_engine_queues(sender: Any = None, conf: Any = None, options: Any = No
     conf.task_queues = [Queue(name) for name in engines] + [Queue("maintenance")]
 
 
-HEARTBEAT_S = 60.0
+# Each worker host's own loop (a thread of the worker's main process): its heartbeat and drain
+# state every TICK_S, the reaper and this host's sweep every REAP_S, its engines and doctor report
+# every REGISTER_S. Every host reaps, so a host that dies is reaped by the others (the reaper's
+# updates are conditional: two hosts reaping the same run finish it once).
+TICK_S = 5.0
+REAP_S = 10.0
+REGISTER_S = 60.0
 
 
 @signals.worker_ready.connect
 def _register_and_sweep(sender: Any = None, **kwargs: Any) -> None:
-    from runner.supervisor import Supervisor
+    from playground.services.hosts import host_sweep
 
-    _register()
-    Supervisor().sweep()
-    threading.Thread(target=_heartbeat, name="cordon-worker-heartbeat", daemon=True).start()
+    _register(started=True)
+    host_sweep(min_age_s=0)  # what this host's runs left when it died
+    HostLoop(nodename=sender.hostname, queues=_engine_queues(sender.app)).start()
 
 
-def _register() -> None:
+def _engine_queues(app: Any) -> list[str]:
+    """The engine queues this worker consumes (what a drain stops), not the maintenance queue."""
+    return sorted(name for name in app.amqp.queues.consume_from if name != "maintenance")
+
+
+def _register(*, started: bool = False) -> None:
+    from django.conf import settings
+
     from playground.services.hosts import worker_register
 
     engines, report = engines_here()
-    worker_register(name=socket.gethostname(), engines=engines, doctor=report)
+    worker_register(name=settings.CORDON_HOST_NAME, engines=engines, doctor=report, started=started)
 
 
-def _heartbeat() -> None:
-    """Keep this host's WorkerHost fresh (and its engines current), so `auto` routes to live hosts."""
-    from django.db import close_old_connections
+class HostLoop(threading.Thread):
+    """This host's heartbeat, drain, reaper and sweep; a failure of one round (the database briefly
+    away) is logged and the next round tries again."""
 
-    while True:
-        time.sleep(HEARTBEAT_S)
-        try:
+    def __init__(self, *, nodename: str, queues: list[str]) -> None:
+        super().__init__(name="cordon-host-loop", daemon=True)
+        self.nodename, self.queues = nodename, queues
+        self.consuming = True
+        self.next_reap = self.next_register = 0.0
+
+    def run(self) -> None:
+        from django.db import close_old_connections
+
+        while True:
+            time.sleep(TICK_S)
+            try:
+                self.tick(time.monotonic())
+            except Exception:
+                log.warning("host loop round failed", exc_info=True)
+            finally:
+                close_old_connections()
+
+    def tick(self, now: float) -> None:
+        from django.conf import settings
+
+        from playground.services import grading, hosts, runs
+
+        if now >= self.next_register:
+            self.next_register = now + REGISTER_S
             _register()
-        except Exception:  # the database may be briefly away; the next beat tries again
-            close_old_connections()
+        draining = hosts.host_beat(name=settings.CORDON_HOST_NAME)
+        if draining is not None and draining == self.consuming:
+            self.set_consuming(not draining)
+        if now >= self.next_reap:
+            self.next_reap = now + REAP_S
+            runs.reap()
+            grading.settle()
+            hosts.host_sweep()
+
+    def set_consuming(self, consuming: bool) -> None:
+        """Stop (drain) or start again (resume) consuming this host's engine queues."""
+        control = app.control.add_consumer if consuming else app.control.cancel_consumer
+        for queue in self.queues:
+            control(queue, destination=[self.nodename], reply=True, timeout=5)
+        self.consuming = consuming
+        log.info("%s %s", "resumed" if consuming else "draining: stopped consuming", ", ".join(self.queues))

@@ -99,7 +99,7 @@ class Run(models.Model):
     stdin = models.TextField(blank=True)
     args = models.JSONField(default=list, blank=True)
     # Files staged into /input that are neither datasets nor outputs (a check run's view of the
-    # student's results): [{"name": "stdout", "path": <storage name under MEDIA_ROOT>}, ...]
+    # student's results): [{"name": "stdout", "path": <storage name>, "sha256": <hex>}, ...]
     staged_files = models.JSONField(default=list, blank=True)
     engine_requested = models.CharField(max_length=16, default="auto")
     queue = models.CharField(max_length=32, default="namespace")
@@ -222,10 +222,16 @@ class RuntimeImage(models.Model):
 
 
 class WorkerHost(models.Model):
+    """A worker host (CORDON_HOST_NAME): what it serves, when it was last heard from, and whether
+    an operator is draining it (it finishes its runs and takes no new ones)."""
+
     name = models.CharField(max_length=128, unique=True)
     engines = models.JSONField(default=list)
     doctor = models.JSONField(default=dict)
     heartbeat_at = models.DateTimeField()
+    started_at = models.DateTimeField(null=True, blank=True)  # when its worker last started
+    draining = models.BooleanField(default=False)
+    drain_requested_at = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
         return self.name
@@ -537,3 +543,26 @@ class GradingLock(models.Model):
     write transaction is IMMEDIATE and serialises already.)"""
 
     id = models.PositiveSmallIntegerField(primary_key=True, default=1)
+
+
+class StoredFile(models.Model):
+    """A file kept by the database storage (playground/storage.py, CORDON_STORAGE=database): its
+    name, size and sha256, the content in StoredChunk rows. A file and its chunks are written in
+    one transaction, so a writer that dies mid-upload leaves nothing visible."""
+
+    name = models.CharField(max_length=255, unique=True)
+    size = models.BigIntegerField()
+    sha256 = models.CharField(max_length=64)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class StoredChunk(models.Model):
+    file = models.ForeignKey(StoredFile, on_delete=models.CASCADE, related_name="chunks")
+    index = models.PositiveIntegerField()
+    data = models.BinaryField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["file", "index"], name="stored_chunk_unique_index")]

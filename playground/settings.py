@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import socket
 from pathlib import Path
 
 import dj_database_url
@@ -68,6 +69,13 @@ try:
     # wait in the grading queue, served round-robin per student (services/grading.py). About the
     # workers' concurrency: fewer leaves workers idle, many more lets one student's burst queue up.
     CORDON_GRADING_SLOTS = env_int("CORDON_GRADING_SLOTS", 4, minimum=1)
+    # This worker host's name: its WorkerHost row, each run's worker_host. Unique per host.
+    CORDON_HOST_NAME = env_str("CORDON_HOST_NAME", "") or socket.gethostname()
+    # Where datasets, outputs and stored logs live: "filesystem" (MEDIA_ROOT, one host) or
+    # "database" (the database every host already shares: playground/storage.py).
+    CORDON_STORAGE = env_str("CORDON_STORAGE", "filesystem")
+    if CORDON_STORAGE not in ("filesystem", "database"):
+        raise ConfigError(f"CORDON_STORAGE must be 'filesystem' or 'database', not {CORDON_STORAGE!r}")
     # The operator's maximum for each limit (CORDON_MAX_<LIMIT>), read and checked once, here.
     CORDON_MAXIMA = maxima_from_env()
 except ConfigError as exc:
@@ -165,6 +173,14 @@ USE_TZ = True
 # Uploaded datasets and exported outputs. Never served directly: downloads go through the API,
 # which checks ownership and sets Content-Disposition: attachment.
 MEDIA_ROOT = DATA_DIR / "media"
+STORAGES = {
+    "default": {
+        "BACKEND": "django.core.files.storage.FileSystemStorage"
+        if CORDON_STORAGE == "filesystem"
+        else "playground.storage.DatabaseStorage"
+    },
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+}
 FILE_UPLOAD_PERMISSIONS = 0o600
 DATA_UPLOAD_MAX_MEMORY_SIZE = CORDON_REQUEST_MAX_BYTES
 # Uploads stream to a temporary file, the per-route and per-file caps checked as they arrive.
@@ -219,12 +235,10 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_DEFAULT_QUEUE = "namespace"
 # Redis redelivers an unacknowledged task after this; longer than any run may take.
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
-CELERY_TASK_ROUTES = {
-    "playground.tasks.reap_lost_runs": {"queue": "maintenance"},
-    "playground.tasks.purge_expired_data": {"queue": "maintenance"},
-}
+CELERY_TASK_ROUTES = {"playground.tasks.purge_expired_data": {"queue": "maintenance"}}
+# The reaper is not here: every worker host runs its own (playground/celery.py's HostLoop), so a
+# host that dies is reaped by the others whichever host the beat runs on.
 CELERY_BEAT_SCHEDULE = {
-    "reap-lost-runs": {"task": "playground.tasks.reap_lost_runs", "schedule": 10.0},
     "purge-expired-data": {"task": "playground.tasks.purge_expired_data", "schedule": 3600.0},
 }
 

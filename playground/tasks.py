@@ -2,30 +2,26 @@
 
 from __future__ import annotations
 
-import socket
+from typing import Any
 
 from celery import shared_task
+from django.conf import settings
 
 from playground.models import RunKind
-from playground.services import execution, grading, hosts, retention, runs
+from playground.services import dispatch, execution, grading, hosts, retention
 
 
-@shared_task(acks_late=True, reject_on_worker_lost=True)
-def execute_run(run_id: str) -> str:
-    final = execution.run_execute(run_id=run_id, worker=socket.gethostname())
+@shared_task(bind=True, acks_late=True, reject_on_worker_lost=True)
+def execute_run(self: Any, run_id: str) -> str:
+    if hosts.host_is_draining(name=settings.CORDON_HOST_NAME):
+        # Reserved before the drain reached this worker: stop consuming now, and send it back for
+        # a host that is not draining.
+        dispatch.stop_consuming(nodename=self.request.hostname, queue=self.request.delivery_info.get("routing_key"))
+        return "sent back: this host is draining" if dispatch.resend(run_id=run_id) else "not claimable"
+    final = execution.run_execute(run_id=run_id, worker=settings.CORDON_HOST_NAME)
     if final is not None and final.kind != RunKind.RUN:
         grading.settle()  # its result, and the grading slot it freed handed on
     return "not claimable" if final is None else final.outcome or ""
-
-
-@shared_task
-def reap_lost_runs() -> int:
-    """Finish runs whose worker died (lease expired) as sandbox_error, re-send or reject runs
-    waiting too long, and sweep this host."""
-    reaped = runs.reap()
-    grading.settle()  # grading runs the reaper finished, and slots a lost process left unused
-    hosts.host_sweep()
-    return reaped
 
 
 @shared_task

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import selectors
 import shutil
 import time
@@ -23,7 +24,7 @@ from runner.admission import Admission, Capacity
 from runner.classify import Evidence, classify
 from runner.config import PROJECT_ROOT, Paths, paths_from_env
 from runner.engines.base import Collected, Engine, RunContext
-from runner.env import env_bool, env_float, env_int, env_path
+from runner.env import ConfigError, env_bool, env_float, env_int, env_path, env_str
 from runner.files import export_outputs, stage_inputs
 from runner.images import ImageError, ImageStore
 from runner.locks import RunLock
@@ -78,11 +79,19 @@ class SupervisorSettings:
     def from_env(cls) -> SupervisorSettings:
         return cls(
             uid_base=env_int("CORDON_SANDBOX_UID_BASE", 1_900_000, minimum=1000),
+            cgroup_parent=_cgroup_parent(env_str("CORDON_CGROUP_PARENT", "cordon")),
             stop_grace_s=env_float("CORDON_STOP_GRACE_S", 0.5, minimum=0.0),
             boot_timeout_s=env_float("CORDON_SMOLVM_BOOT_TIMEOUT_S", 20.0, minimum=1.0),
             require_vm=env_bool("CORDON_REQUIRE_VM", False),
             smolvm_state_dir=env_path("CORDON_SMOLVM_STATE_DIR", Path("/var/lib/cordon/smolvm"), base=PROJECT_ROOT),
         )
+
+
+def _cgroup_parent(name: str) -> str:
+    """One cgroup directory name: a run's cgroups live under it, and a sweep reclaims what is there."""
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", name):
+        raise ConfigError(f"CORDON_CGROUP_PARENT must be one directory name (letters, digits, ._-); got {name!r}")
+    return name
 
 
 @dataclass

@@ -1,18 +1,34 @@
-"""Worker hosts as routing sees them: the engines served by a host heard from recently."""
+"""Worker hosts as routing sees them: the engines served by a host heard from recently and not
+being drained, and what each host holds now."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 
+from django.db.models import Count, OuterRef, QuerySet, Subquery
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from playground.models import WorkerHost
+from playground.models import WORKER_STATES, Run, WorkerHost
 
-# A worker host beats every minute; one not heard from for this long serves nothing.
-WORKER_LIVE_S = 180
+# A worker host beats every few seconds (playground/celery.py); one not heard from for this long
+# serves nothing.
+WORKER_LIVE_S = 60
+
+
+def live_hosts() -> QuerySet[WorkerHost]:
+    """Hosts with a recent heartbeat that take new runs (not draining)."""
+    recent = timezone.now() - timedelta(seconds=WORKER_LIVE_S)
+    return WorkerHost.objects.filter(heartbeat_at__gte=recent, draining=False)
 
 
 def live_engines() -> set[str]:
-    """The engines that some worker host with a recent heartbeat serves."""
-    recent = timezone.now() - timedelta(seconds=WORKER_LIVE_S)
-    return {e for host in WorkerHost.objects.filter(heartbeat_at__gte=recent) for e in host.engines or []}
+    """The engines that some live worker host, not being drained, serves."""
+    return {e for engines in live_hosts().values_list("engines", flat=True) for e in engines or []}
+
+
+def hosts_with_active_runs() -> QuerySet[WorkerHost]:
+    """Every host, annotated with `active_runs`: the runs a worker on it holds now."""
+    held = Run.objects.filter(worker_host=OuterRef("name"), state__in=WORKER_STATES)
+    count = held.order_by().values("worker_host").annotate(n=Count("id")).values("n")
+    return WorkerHost.objects.annotate(active_runs=Coalesce(Subquery(count), 0))

@@ -3,7 +3,6 @@ any user's (the callers record such reads with services/audit.py)."""
 
 from __future__ import annotations
 
-import os
 from datetime import timedelta
 from typing import Any
 
@@ -14,7 +13,7 @@ from django.utils import timezone
 
 from playground.live import whole_utf8
 from playground.models import ACTIVE_STATES, STAFF_ROLES, Membership, Run, RunKind, RunOutputFile, StaffAccess
-from playground.services.logs import log_path
+from playground.services.logs import log_read
 
 
 def run_list_for_user(
@@ -87,17 +86,8 @@ def staff_access_recorded_since(
 def run_log_read(*, run: Run, stream: str, offset: int, limit: int) -> tuple[bytes, int, bool]:
     """(bytes from `offset`, the next offset, whether the log is complete). Cut after a whole
     character unless at the end, so a client never sees half a character between two reads."""
-    path = log_path(run.id, stream)
     complete = run.state not in ACTIVE_STATES  # read before the log: what a finished run wrote is all
-    data, size = b"", 0
-    try:
-        with open(path, "rb") as handle:
-            size = os.fstat(handle.fileno()).st_size
-            # Past the end there is nothing to read, and a seek that far may be refused (EINVAL).
-            if offset < size:
-                data = os.pread(handle.fileno(), limit, offset)
-    except FileNotFoundError:
-        pass
+    data, size = log_read(run_id=run.id, stream=stream, offset=offset, limit=limit, finished=complete)
     if offset + len(data) < size or not complete:
         data = data[: whole_utf8(data)[1]]
     return data, offset + len(data), complete and offset + len(data) >= size

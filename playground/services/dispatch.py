@@ -53,6 +53,26 @@ def enqueue(*, run: Run) -> None:
     transaction.on_commit(send)
 
 
+def resend(*, run_id: str) -> bool:
+    """Send a still-queued run's task again (a draining host hands back one it had reserved)."""
+    run = Run.objects.filter(id=run_id, state=RunState.QUEUED, cancel_requested=False).first()
+    if run is None:
+        return False
+    enqueue(run=run)  # outside a transaction, sent at once
+    return True
+
+
+def stop_consuming(*, nodename: str | None, queue: str | None) -> None:
+    """Ask the worker `nodename` to stop consuming `queue` (its host is draining); no reply awaited."""
+    from playground.celery import app
+
+    if nodename and queue:
+        try:
+            app.control.cancel_consumer(queue, destination=[nodename])
+        except Exception:  # the host loop does the same on its next round
+            log.warning("could not ask %s to stop consuming %s", nodename, queue, exc_info=True)
+
+
 def requeue_stale(*, older_than_s: float = 60.0) -> int:
     """Send again the runs still queued long after they were sent (a lost message or broker)."""
     cutoff = timezone.now() - timedelta(seconds=older_than_s)

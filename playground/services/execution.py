@@ -6,7 +6,7 @@ The Celery task calls `run_execute` with the run's id and nothing else."""
 from __future__ import annotations
 
 import secrets
-import tempfile
+import shutil
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -14,16 +14,18 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.core.files import File
+from django.core.files.storage import default_storage
 from django.db import transaction
 from django.utils import timezone
 
 from playground.limits import limits_from_record
 from playground.live import ChunkBatcher, LivePublisher, final_message, state_message
 from playground.models import WORKER_STATES, CleanupCheck, Run, RunOutputFile, RunState
-from playground.services.logs import log_append
+from playground.services.logs import log_append, log_release, log_store
 from playground.services.runs import record_event, retry_once
-from runner.spec import Outcome, Phase, RunResult, RunSpec
+from playground.storage import StorageIntegrityError, fetch_verified, save_verified
+from runner.spec import CleanupCheck as RunnerCleanupCheck
+from runner.spec import Outcome, Phase, RunnerError, RunResult, RunSpec
 from runner.supervisor import Supervisor
 
 HEARTBEAT_S = 3.0
@@ -41,32 +43,66 @@ def run_execute(*, run_id: str, worker: str) -> Run | None:
     if run is None:
         return None
     events = RunEvents(run=run, live=LivePublisher(run.id))
-    with tempfile.TemporaryDirectory(prefix="cordon-export-") as exported:
-        # The events write every chunk to the stored log; the supervisor need not keep them.
-        result = Supervisor().run(
-            run_spec(run=run), on_event=events, cancelled=events.cancelled, output_dir=Path(exported),
-            run_id=run.id.hex[:16], keep_output=False,
-        )  # fmt: skip
-        final = run_finish(run=run, result=result, exported=Path(exported), samples=events.samples.rows)
+    work = work_dir(run.id)
+    try:
+        (work / "inputs").mkdir(parents=True)
+        (work / "export").mkdir()
+        try:
+            spec = run_spec(run=run, staging=work / "inputs")
+        except (StorageIntegrityError, OSError) as exc:
+            result = staging_failed(run=run, error=exc)
+        else:
+            # The events write every chunk to the stored log; the supervisor need not keep them.
+            result = Supervisor().run(
+                spec, on_event=events, cancelled=events.cancelled, output_dir=work / "export",
+                run_id=run.id.hex[:16], keep_output=False,
+            )  # fmt: skip
+        final = run_finish(run=run, result=result, exported=work / "export", samples=events.samples.rows)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     events.live.send(final_message(final))
     return final
 
 
-def run_spec(*, run: Run) -> RunSpec:
-    """What the supervisor is asked to do, from the run's row."""
-    inputs = [(Path(d.file.path), d.name) for d in run.datasets.all()]
-    inputs += [(Path(o.file.path), o.name.rsplit("/", 1)[-1]) for o in run.input_outputs.all()]
-    inputs += [(Path(settings.MEDIA_ROOT) / f["path"], f["name"]) for f in run.staged_files]
+def work_dir(run_id: Any) -> Path:
+    """Where the worker keeps a run's inputs fetched from storage and its exported outputs (this
+    host's data directory; swept when the run is over: services/hosts.py)."""
+    return Path(settings.DATA_DIR) / "work" / str(run_id)
+
+
+def run_spec(*, run: Run, staging: Path) -> RunSpec:
+    """What the supervisor is asked to do, from the run's row: its inputs fetched from storage into
+    `staging` (or, from a local storage, used in place), each checked against its recorded sha256."""
+    wanted = [(d.file.name, d.sha256, d.name) for d in run.datasets.all()]
+    wanted += [(o.file.name, o.sha256, o.name.rsplit("/", 1)[-1]) for o in run.input_outputs.all()]
+    wanted += [(f["path"], f.get("sha256", ""), f["name"]) for f in run.staged_files]
+    inputs = [
+        fetch_verified(default_storage, stored, sha256, staging / str(i))
+        for i, (stored, sha256, _) in enumerate(wanted)
+    ]
     return RunSpec(
         runtime=run.runtime,
         script=run.code.encode(),
         stdin=run.stdin.encode(),
         args=tuple(run.args),
         limits=limits_from_record(run.limits),
-        inputs=tuple(path for path, _ in inputs),
-        input_names=tuple(name for _, name in inputs),
+        inputs=tuple(inputs),
+        input_names=tuple(name for _, _, name in wanted),
         engine=run.engine_requested,
     )
+
+
+def staging_failed(*, run: Run, error: Exception) -> RunResult:
+    """The end of a run whose inputs could not be fetched from storage, or did not match their
+    checksums: a sandbox error (the user's program never started), retried only if storage was away."""
+    integrity = isinstance(error, StorageIntegrityError)
+    code = "storage_integrity" if integrity else "storage_unavailable"
+    message = f"an input could not be staged from storage: {error}"[:500]
+    return RunResult(
+        outcome=Outcome.SANDBOX_ERROR, run_id=run.id.hex[:16], reason=f"{code}: {message}",
+        error=RunnerError(code, message, retryable=not integrity),
+        cleanup=[RunnerCleanupCheck("no sandbox started", True, "staging failed before any sandbox was made")],
+    )  # fmt: skip
 
 
 # --- the run's state, from the worker -----------------------------------------------------
@@ -141,8 +177,10 @@ def run_finish(*, run: Run, result: RunResult, exported: Path | None, samples: S
         "finished_at": timezone.now(),
         "lease_expires_at": None,
     }
+    log_store(run_id=run.id)  # before the end is committed: a reader who sees it finished finds the log
     with transaction.atomic():
         if not Run.objects.filter(id=run.id, state__in=WORKER_STATES).update(**values):
+            log_release(run_id=run.id)
             return Run.objects.get(id=run.id)
         CleanupCheck.objects.bulk_create(
             [CleanupCheck(run=run, name=c.name, ok=c.ok, detail=c.detail[:1000]) for c in result.cleanup]
@@ -151,10 +189,13 @@ def run_finish(*, run: Run, result: RunResult, exported: Path | None, samples: S
             record = RunOutputFile(run=run, name=output.name, size=output.size, sha256=output.sha256)
             source = exported / output.name if exported else None
             if source is not None and source.is_file():
-                with open(source, "rb") as handle:
-                    record.file.save(secrets.token_hex(16), File(handle), save=False)
+                try:
+                    record.file.name = save_verified(default_storage, secrets.token_hex(16), source, output.sha256)
+                except StorageIntegrityError as exc:  # listed, never served: its bytes are not the program's
+                    record_event(run=run, state="output_not_stored", detail={"name": output.name, "error": str(exc)})
             record.save()
         record_event(run=run, state=RunState.FINISHED, detail={"outcome": outcome.value, "reason": result.reason[:200]})
+    log_release(run_id=run.id)
     run.refresh_from_db()
     if outcome is Outcome.SANDBOX_ERROR and result.error is not None and result.error.retryable:
         retry_once(run=run)

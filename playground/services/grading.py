@@ -17,17 +17,18 @@ failed is `not_graded` and not charged as an attempt, and its student is told so
 from __future__ import annotations
 
 import difflib
+import hashlib
 import json
 import logging
-import shutil
 import subprocess
 import sys
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import User
+from django.core.files.base import ContentFile
+from django.core.files.storage import default_storage
 from django.db import transaction
 from django.utils import timezone
 
@@ -252,9 +253,7 @@ def _start_check(result: TestResult) -> int:
     submission, spec, student_run = result.submission, result.spec, result.run
     if student_run is None:  # settled already by another process
         return 0
-    folder = Path("grading") / str(result.id) / f"try-{result.tries}"
-    root = Path(settings.MEDIA_ROOT)
-    (root / folder).mkdir(parents=True, exist_ok=True)
+    folder = f"grading/{result.id}/try-{result.tries}"
     status = {
         "outcome": student_run.outcome, "exit_code": student_run.exit_code, "signal": student_run.signal,
         "wall_s": student_run.wall_s, "stdout_truncated": student_run.stdout_truncated,
@@ -265,10 +264,10 @@ def _start_check(result: TestResult) -> int:
         files[stream] = run_log_read(run=student_run, stream=stream, offset=0, limit=COMPARE_MAX * 4)[0]
     staged = []
     for name, data in files.items():
-        (root / folder / name).write_bytes(data)
-        staged.append({"name": name, "path": str(folder / name)})
+        stored = default_storage.save(f"{folder}/{name}", ContentFile(data))
+        staged.append({"name": name, "path": stored, "sha256": hashlib.sha256(data).hexdigest()})
     outputs = list(student_run.outputs.exclude(file=""))
-    staged += [{"name": f"outputs/{o.name}", "path": o.file.name} for o in outputs]
+    staged += [{"name": f"outputs/{o.name}", "path": o.file.name, "sha256": o.sha256} for o in outputs]
     course = submission.assignment.course
     base = effective_limits(course, submission.assignment.limits)
     maxima = settings.CORDON_MAXIMA
@@ -451,10 +450,9 @@ def _finish_submission(submission_id: Any) -> None:
 def _remove_staged(check: Run) -> None:
     """The copies of the student's results a check run was given (grading/<result>/try-N/): once it
     has ended they are not needed, and they must not outlive the logs they copy (retention)."""
-    root = Path(settings.MEDIA_ROOT)
-    folders = {(root / f["path"]).parent for f in check.staged_files if f["path"].startswith("grading/")}
-    for folder in folders:
-        shutil.rmtree(folder, ignore_errors=True)
+    for staged in check.staged_files:
+        if staged["path"].startswith("grading/"):
+            default_storage.delete(staged["path"])
 
 
 # --- comparing output ---------------------------------------------------------------------

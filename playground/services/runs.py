@@ -29,6 +29,7 @@ from playground.models import (
 from playground.selectors.hosts import live_engines
 from playground.services.dispatch import choose_queue, enqueue, requeue_stale
 from playground.services.errors import ServiceError
+from playground.services.logs import log_release, log_store
 from runner.registry import REQUESTABLE
 from runner.spec import RUNTIMES, Limits, Outcome, stdin_and_args_problem
 
@@ -223,7 +224,9 @@ def reap() -> int:
 
 def run_fail_lost(*, run: Run) -> bool:
     """Finish a run whose worker stopped renewing its lease (claimed, waiting for admission, or
-    further on): sandbox_error, not charged, retried once."""
+    further on): sandbox_error, not charged, retried once. Its log is stored from what reached Redis
+    (or this host's spool, if it ran here), before the end is written, for readers who see it."""
+    log_store(run_id=run.id)
     now = timezone.now()
     lost = Run.objects.filter(id=run.id, state__in=WORKER_STATES, lease_expires_at__lt=now).update(
         state=RunState.FINISHED, outcome=Outcome.SANDBOX_ERROR.value, charged=False, error_code="lost_worker",
@@ -232,6 +235,7 @@ def run_fail_lost(*, run: Run) -> bool:
     )  # fmt: skip
     if lost:
         record_event(run=run, state=RunState.FINISHED, detail={"outcome": "sandbox_error", "error": "lost_worker"})
+        log_release(run_id=run.id)
         run.refresh_from_db()
         retry_once(run=run)
     return bool(lost)

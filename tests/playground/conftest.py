@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -149,7 +148,7 @@ class SharedWorker:
         if self.host is None:
             self.host = engines_here()
         engines, report = self.host
-        worker_register(name=socket.gethostname(), engines=engines, doctor=report)
+        worker_register(name=settings.CORDON_HOST_NAME, engines=engines, doctor=report)
 
     def stop(self) -> None:
         if self.worker is not None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import json
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -129,11 +130,13 @@ def test_the_result_becomes_the_record_with_its_timings_shown_in_the_run_detail(
     assert json.dumps(shown)
 
 
-def test_the_spec_takes_the_runs_limits_through_the_record_and_an_old_record_gets_todays_defaults() -> None:
+def test_the_spec_takes_the_runs_limits_through_the_record_and_an_old_record_gets_todays_defaults(
+    tmp_path: Path,
+) -> None:
     run = _queued_run(engine_requested="namespace")
     Run.objects.filter(id=run.id).update(limits={"wall_timeout_s": 3.0, "memory_mib": 128})
     run.refresh_from_db()
-    spec = run_spec(run=run)
+    spec = run_spec(run=run, staging=tmp_path)
     assert spec.limits == Limits(wall_timeout_s=3.0, memory_mib=128)
     assert (spec.runtime, spec.script, spec.engine) == ("python", b"print(1)", "namespace")
 

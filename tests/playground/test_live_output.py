@@ -21,7 +21,7 @@ from playground.asgi import application
 from playground.live import LiveMessage, LivePublisher
 from playground.models import Run, RunState
 from playground.services.execution import RunEvents
-from playground.services.logs import log_append, log_path
+from playground.services.logs import log_append, spool_path
 from runner.config import PROJECT_ROOT
 from tests.conftest import free_port
 from tests.playground.conftest import RedisServer, session_cookie
@@ -81,7 +81,7 @@ def test_the_worker_never_splits_a_character_between_two_messages_and_logs_every
     run = Run.objects.create(owner=user, runtime="python", code="1", state=RunState.RUNNING)
     _assert_whole_and_contiguous(_publish(run, text.encode()), text)
     _assert_whole_and_contiguous(_publish(run, text.encode(), read=4097), text)
-    assert log_path(run.id, "stdout").read_bytes() == text.encode()
+    assert spool_path(run.id, "stdout").read_bytes() == text.encode()  # the worker's complete copy
 
 
 @pytest.mark.django_db

@@ -7,6 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.core.files.storage import default_storage
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import override_settings
 from django.utils import timezone
@@ -75,10 +76,13 @@ def test_retention_purges_old_data_but_keeps_metadata_and_audits(redis_server: A
                              outcome="succeeded", finished_at=timezone.now() - timedelta(days=40))  # fmt: skip
     CleanupCheck.objects.create(run=run, name="processes", ok=True)
     logs.log_append(run_id=run.id, stream="stdout", offset=0, data=b"user data")
+    logs.log_store(run_id=run.id)  # as the worker does at the run's end
+    logs.log_release(run_id=run.id)
+    assert default_storage.exists(logs.stored_name(run.id, "stdout"))
     counts = retention.purge_expired(days=30)
     assert counts["datasets"] == 1 and counts["logs"] == 1
     assert not Dataset.objects.filter(id=old.id).exists()
     run.refresh_from_db()
     assert run.outcome == "succeeded" and run.logs_purged and run.code == ""
     assert run.cleanup_checks.count() == 1
-    assert not logs.log_path(run.id, "stdout").exists()
+    assert not default_storage.exists(logs.stored_name(run.id, "stdout"))
