@@ -408,3 +408,20 @@ def _stored_sha256(storage: Storage, name: str) -> str:
         for block in stored.chunks(CHUNK_BYTES):
             digest.update(block)
     return digest.hexdigest()
+
+
+def delete_with_folders(storage: Storage, name: str) -> None:
+    """Delete a stored file and, in a local storage, the folders it leaves empty (a run's `logs/<id>/`,
+    a check run's `grading/<result>/try-N/`): names are folders on a disk, not in the database."""
+    storage.delete(name)
+    local = _local_path(storage, name)
+    if local is None:
+        return
+    root = Path(storage.path(""))
+    folder = local.parent
+    while folder != root and root in folder.parents:
+        try:
+            folder.rmdir()
+        except OSError:  # not empty (or gone): the folders above are not empty either
+            return
+        folder = folder.parent

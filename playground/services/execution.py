@@ -45,7 +45,9 @@ def run_execute(*, run_id: str, worker: str) -> Run | None:
     events = RunEvents(run=run, live=LivePublisher(run.id))
     work = work_dir(run.id)
     try:
-        (work / "inputs").mkdir(parents=True)
+        work.parent.mkdir(parents=True, exist_ok=True)
+        work.mkdir(mode=0o700)  # the run's inputs and outputs: this process's alone
+        (work / "inputs").mkdir()
         (work / "export").mkdir()
         try:
             spec = run_spec(run=run, staging=work / "inputs")

@@ -53,6 +53,7 @@ from playground.services.courses import effective_limits
 from playground.services.dispatch import choose_queue, enqueue
 from playground.services.errors import ServiceError
 from playground.services.runs import MAX_CODE_BYTES, record_event
+from playground.storage import delete_with_folders
 from runner.spec import Limits, Outcome
 
 log = logging.getLogger(__name__)
@@ -452,7 +453,7 @@ def _remove_staged(check: Run) -> None:
     has ended they are not needed, and they must not outlive the logs they copy (retention)."""
     for staged in check.staged_files:
         if staged["path"].startswith("grading/"):
-            default_storage.delete(staged["path"])
+            delete_with_folders(default_storage, staged["path"])
 
 
 # --- comparing output ---------------------------------------------------------------------

@@ -23,6 +23,8 @@ from django.conf import settings
 from django.core.files.base import ContentFile, File
 from django.core.files.storage import default_storage
 
+from playground.storage import delete_with_folders
+
 log = logging.getLogger(__name__)
 
 STREAMS = ("stdout", "stderr")
@@ -145,7 +147,7 @@ def log_read(*, run_id: Any, stream: str, offset: int, limit: int, finished: boo
 def log_delete(*, run_id: Any) -> None:
     """Remove both streams' logs of a run (retention)."""
     for stream in STREAMS:
-        default_storage.delete(stored_name(run_id, stream))
+        delete_with_folders(default_storage, stored_name(run_id, stream))
     _redis_delete(run_id)
 
 

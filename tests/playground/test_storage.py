@@ -25,6 +25,7 @@ from playground.storage import (
     CHUNK_BYTES,
     DatabaseStorage,
     StorageIntegrityError,
+    delete_with_folders,
     fetch_verified,
     save_verified,
     sha256_of,
@@ -270,12 +271,11 @@ def test_saving_and_reading_16_mib_holds_a_few_chunks_in_memory_not_the_file(sto
 # --- fetch_verified and save_verified, with either storage ---------------------------------------
 
 
-@pytest.fixture(params=["filesystem", "database"])
+@pytest.fixture(params=["filesystem", pytest.param("database", marks=pytest.mark.django_db)])
 def any_storage(request, tmp_path) -> Iterator[Storage]:
     if request.param == "filesystem":
         yield FileSystemStorage(location=tmp_path / "media")
     else:
-        request.getfixturevalue("db")
         yield DatabaseStorage()
 
 
@@ -294,6 +294,19 @@ def test_save_verified_deletes_content_whose_sha256_differs(any_storage):
         save_verified(any_storage, "datasets/wrong.bin", io.BytesIO(b"not what was announced"), sha256(b"other"))
     assert not any_storage.exists("datasets/wrong.bin")
     assert any_storage.listdir("datasets") == ([], [])
+
+
+def test_a_deleted_file_takes_the_folders_it_leaves_empty_with_it_and_no_more(any_storage):
+    for name in ("logs/run/stdout.log", "logs/run/stderr.log", "logs/other/stdout.log"):
+        any_storage.save(name, ContentFile(b"x"))
+    delete_with_folders(any_storage, "logs/run/stdout.log")
+    assert any_storage.listdir("logs") == (["other", "run"], [])
+    delete_with_folders(any_storage, "logs/run/stderr.log")
+    assert any_storage.listdir("logs") == (["other"], [])
+    delete_with_folders(any_storage, "logs/other/stdout.log")
+    assert any_storage.listdir("") == ([], [])
+    if isinstance(any_storage, FileSystemStorage):
+        assert Path(any_storage.location).is_dir()  # the storage's own root stays
 
 
 def test_fetch_verified_gives_a_checked_local_file(any_storage, tmp_path):
