@@ -79,9 +79,10 @@ run: images migrate kvm-access cgroup-tuning ## serve Cordon on 127.0.0.1:8000 w
 	@$(PY) manage.py serve_info
 	exec $(VENV)/bin/honcho start
 
-test: images kvm-access test-system ## run the test suite
+test: images kvm-access test-system ## run the test suite, then the several-hosts proof (make test-hosts, ~2 min)
 	@$(PY) manage.py collectstatic --noinput -v0
 	$(PY) -m pytest
+	$(PY) -m tests.hosts
 
 # Several hosts: PostgreSQL, Redis, the web and two worker hosts on this machine, each in its own
 # mount namespace, sharing nothing but those (tests/hosts). Prints its figures, saves var/hosts/.

@@ -141,7 +141,11 @@ SQLITE_OPTIONS = {
 }
 
 if _database_url:
-    DATABASES = {"default": dj_database_url.parse(_database_url, conn_max_age=60)}
+    # A connection per request or task, never kept: under ASGI each request runs its sync code in a
+    # thread of its own, and kept connections pile up with the threads (Django advises against
+    # persistent connections under ASGI). Two worker hosts and the web on a 100-connection
+    # PostgreSQL ran out of connections in a 200-run burst with them kept for 60 s.
+    DATABASES = {"default": dj_database_url.parse(_database_url, conn_max_age=0)}
     if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
         DATABASES["default"]["OPTIONS"] = SQLITE_OPTIONS
         DATABASES["default"]["CONN_MAX_AGE"] = 0

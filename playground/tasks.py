@@ -6,12 +6,18 @@ from typing import Any
 
 from celery import shared_task
 from django.conf import settings
+from django.db import InterfaceError, OperationalError
 
 from playground.models import RunKind
 from playground.services import dispatch, execution, grading, hosts, retention
 
 
-@shared_task(bind=True, acks_late=True, reject_on_worker_lost=True)
+# A database briefly away (a restart, no free connection) before the claim: the task is tried again
+# a few seconds later rather than acknowledged with its run left queued until the reaper re-sends it.
+@shared_task(
+    bind=True, acks_late=True, reject_on_worker_lost=True, autoretry_for=(OperationalError, InterfaceError),
+    retry_backoff=2, retry_backoff_max=30, retry_jitter=True, max_retries=6,
+)  # fmt: skip
 def execute_run(self: Any, run_id: str) -> str:
     if hosts.host_is_draining(name=settings.CORDON_HOST_NAME):
         # Reserved before the drain reached this worker: stop consuming now, and send it back for

@@ -16,6 +16,7 @@ deliberate developer action, writes it.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import io
@@ -521,11 +522,13 @@ class ImageStore:
         return self.paths.rootfs_dir / f"{digest_hex(digest)}.verified"
 
     def recently_verified(self, ref: ImageRef, max_age_s: float = 3600.0) -> bool:
-        """Whether a full verification of this image passed within `max_age_s` (runs skip it then)."""
+        """Whether a full verification of this image passed within `max_age_s` (runs skip it then):
+        the stamp's time, or this process's own memory of it where the stamp cannot be written."""
         try:
-            return time.time() - self.verified_stamp(ref.digest).stat().st_mtime < max_age_s
+            stamped = self.verified_stamp(ref.digest).stat().st_mtime
         except FileNotFoundError:
-            return False
+            stamped = 0.0
+        return time.time() - max(stamped, _VERIFIED_HERE.get(ref.digest, 0.0)) < max_age_s
 
     def verify(self, name: str) -> VerifyReport:
         entry = self.built().get(name)
@@ -546,11 +549,22 @@ class ImageStore:
         report.files_checked = len(actual)
         report.problems.extend(_compare(expected, actual))
         stamp = self.verified_stamp(entry.digest)
-        if report.ok:
-            stamp.touch()
-        else:
-            stamp.unlink(missing_ok=True)
+        try:
+            if report.ok:
+                _VERIFIED_HERE[entry.digest] = time.time()
+                stamp.touch()
+            else:
+                _VERIFIED_HERE.pop(entry.digest, None)
+                stamp.unlink(missing_ok=True)
+        except OSError as exc:
+            if exc.errno != errno.EROFS:
+                raise
+            # Images shared read-only (several workers on one machine): remembered by this process.
         return report
+
+
+# Digests this process verified, and when: where the stamp cannot be written (a read-only images dir).
+_VERIFIED_HERE: dict[str, float] = {}
 
 
 # --- building -------------------------------------------------------------------------

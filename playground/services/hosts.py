@@ -76,11 +76,19 @@ def worker_debris_sweep(*, min_age_s: float) -> list[str]:
         ids = [name for name in entries if _is_uuid(name)]
         active = {str(i) for i in Run.objects.filter(id__in=ids, state__in=WORKER_STATES).values_list("id", flat=True)}
         for name, entry in sorted(entries.items()):
-            if name in active or not _is_uuid(name) or entry.stat().st_mtime > cutoff:
+            if name in active or not _is_uuid(name) or _touched_since(entry, cutoff):
                 continue
             shutil.rmtree(entry, ignore_errors=True)
             swept.append(f"{parent.name} {name}")
     return swept
+
+
+def _touched_since(entry: Path, cutoff: float) -> bool:
+    """Whether `entry` changed after `cutoff`; one its worker removed meanwhile counts as touched."""
+    try:
+        return entry.stat().st_mtime > cutoff
+    except FileNotFoundError:
+        return True
 
 
 def _is_uuid(name: str) -> bool:
