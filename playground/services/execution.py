@@ -197,10 +197,10 @@ def run_finish(*, run: Run, result: RunResult, exported: Path | None, samples: S
                     record_event(run=run, state="output_not_stored", detail={"name": output.name, "error": str(exc)})
             record.save()
         record_event(run=run, state=RunState.FINISHED, detail={"outcome": outcome.value, "reason": result.reason[:200]})
+        run.refresh_from_db()
+        if outcome is Outcome.SANDBOX_ERROR and result.error is not None and result.error.retryable:
+            retry_once(run=run)  # in the same transaction: a reader sees the end and its retry together
     log_release(run_id=run.id)
-    run.refresh_from_db()
-    if outcome is Outcome.SANDBOX_ERROR and result.error is not None and result.error.retryable:
-        retry_once(run=run)
     return run
 
 

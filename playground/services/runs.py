@@ -228,16 +228,18 @@ def run_fail_lost(*, run: Run) -> bool:
     (or this host's spool, if it ran here), before the end is written, for readers who see it."""
     log_store(run_id=run.id)
     now = timezone.now()
-    lost = Run.objects.filter(id=run.id, state__in=WORKER_STATES, lease_expires_at__lt=now).update(
-        state=RunState.FINISHED, outcome=Outcome.SANDBOX_ERROR.value, charged=False, error_code="lost_worker",
-        error_message=f"the worker on {run.worker_host or 'an unknown host'} stopped renewing its lease",
-        reason="lost_worker: the worker running it died", finished_at=now, lease_expires_at=None,
-    )  # fmt: skip
+    with transaction.atomic():  # its end, its event and its retry, seen together or not at all
+        lost = Run.objects.filter(id=run.id, state__in=WORKER_STATES, lease_expires_at__lt=now).update(
+            state=RunState.FINISHED, outcome=Outcome.SANDBOX_ERROR.value, charged=False, error_code="lost_worker",
+            error_message=f"the worker on {run.worker_host or 'an unknown host'} stopped renewing its lease",
+            reason="lost_worker: the worker running it died", finished_at=now, lease_expires_at=None,
+        )  # fmt: skip
+        if lost:
+            record_event(run=run, state=RunState.FINISHED, detail={"outcome": "sandbox_error", "error": "lost_worker"})
+            run.refresh_from_db()
+            retry_once(run=run)
     if lost:
-        record_event(run=run, state=RunState.FINISHED, detail={"outcome": "sandbox_error", "error": "lost_worker"})
         log_release(run_id=run.id)
-        run.refresh_from_db()
-        retry_once(run=run)
     return bool(lost)
 
 
