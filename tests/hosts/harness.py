@@ -3,20 +3,24 @@
 One web process, a private PostgreSQL cluster and Redis, and two worker hosts that share nothing
 but those and CORDON_STORAGE=database: each its own name, data and host state directories, cgroup
 parent and sandbox uids, started in a mount namespace of its own in which the other host's
-directories, the web's and the project's var/ are hidden (tests/hosts/stack.py). The scenarios,
-each from a clean start (both hosts up, none draining, no run in flight):
+directories, the web's and the project's var/ are hidden, and in a PID namespace of its own with
+its own /proc (tests/hosts/stack.py, tests/hosts/enter.py). The scenarios, each from a clean start
+(both hosts up, none draining, no run in flight):
 
-1. isolation: from inside each host's namespace, its own directories and the (read-only) images
-   are there; the other host's, the web's and the databases' are not;
+1. isolation: from inside each host's namespaces, its own directories and the (read-only) images
+   are there; the other host's, the web's and the databases' are not; with runs of both in flight,
+   its /proc lists exactly its own processes (its sandboxes' included), none of the other host's,
+   and no /proc/<pid>/root there leads to the other host's files;
 2. data: a dataset uploaded through the web is read by runs on both hosts; their stdout and output
    files, downloaded through the API, are byte for byte what the programs wrote;
 3. drain from the admin (HTTP log-in, the changelist action): the drained host finishes what it
    runs, takes nothing new until resumed, then takes runs again; runs/s with one host and two;
 4. burst: 200 hello-world runs at once, spread over both hosts, every one succeeded;
 5. capacity: runs/s of one host and of two on runs queued beforehand (the web's submit rate aside);
-6. lost host: one killed mid-run (its process group and every run cgroup SIGKILLed): its runs
-   end as lost_worker and their retries succeed on the other host within 60 s; restarted, it
-   sweeps what it left (run cgroups, run directories, views, locks, work and spool directories).
+6. lost host: one killed mid-run (its PID namespace's init, so every process of the namespace,
+   its process group and every run cgroup SIGKILLed; none survives): its runs end as lost_worker
+   and their retries succeed on the other host within 60 s; restarted, it sweeps what it left (run
+   cgroups, run directories, views, locks, work and spool directories).
 
 Then: no dataset, output or log file on any disk (they are in the database), and no traceback in
 any process's log. Prints the checks and the figures as tables and saves them as JSON under
@@ -51,10 +55,9 @@ from pathlib import Path
 from typing import Any
 
 from runner.config import PROJECT_ROOT, paths_from_env
-from runner.images import ImageStore
 from tests.bench import Row, targeted
 from tests.conftest import child_env
-from tests.hosts.stack import AdminSession, Api, Host, Layout, Redis, Web, wait_for
+from tests.hosts.stack import AdminSession, Api, Host, Layout, Redis, Web, start_time, wait_for
 
 HOSTS = ("hosta", "hostb")
 CONCURRENCY = 4  # each host's Celery pool, and its admission slots
@@ -63,10 +66,6 @@ BURST = 200
 THROUGHPUT_RUNS = 100
 RECOVERY_LIMIT_S = 60.0
 SUBMIT_THREADS = 8
-# The shared images are read-only to the hosts, which cannot refresh a verification stamp there:
-# an image whose stamp is older than this is verified by the harness first (runs skip a check
-# younger than an hour).
-VERIFIED_MARGIN_S = 45 * 60
 HELLO = "print('hello')"
 
 
@@ -134,7 +133,8 @@ class Stack:
         from tests.pg import PostgresCluster
 
         images_dir = paths_from_env().images_dir
-        fresh_images(images_dir)
+        if not (images_dir / "built.json").is_file():
+            raise RuntimeError(f"no images under {images_dir}: run `make images`")
         self.pg = PostgresCluster(workdir=self.layout.pg)
         self.pg.start()
         database_url = self.pg.database_url("cordon_hosts")
@@ -239,20 +239,6 @@ class Stack:
             raise TimeoutError(f"runs still in flight after 150 s (state, host): {dict(left)}") from None
 
 
-def fresh_images(images_dir: Path) -> None:
-    """Verify here (where the images are writable) any image whose verification stamp is old."""
-    store = ImageStore(paths_from_env())
-    for name in sorted(store.built()):
-        ref = store.resolve(name)
-        if not store.recently_verified(ref, max_age_s=VERIFIED_MARGIN_S):
-            log(f"verifying image {name} (its stamp is older than {VERIFIED_MARGIN_S / 60:.0f} min)")
-            report = store.verify(name)
-            if not report.ok:
-                raise RuntimeError(f"image {name} failed verification: {report.problems[:3]} (make images)")
-    if not (images_dir / "built.json").is_file():
-        raise RuntimeError(f"no images under {images_dir}: run `make images`")
-
-
 # --- runs, through the API and the ORM ---------------------------------------------------------
 
 
@@ -327,6 +313,9 @@ def throughput(report: Report, api: Api, scenario: str, label: str) -> dict[str,
 # --- the scenarios ----------------------------------------------------------------------------
 
 
+ISOLATION_SLEEP_S = 6
+
+
 def isolation(report: Report, stack: Stack) -> None:
     layout = stack.layout
     for name, host in stack.hosts.items():
@@ -351,6 +340,76 @@ def isolation(report: Report, stack: Stack) -> None:
                      "; ".join(seen))  # fmt: skip
         report.check(f"isolation: {name} has the images read-only and its data dir writable",
                      not host.can_write(layout.images) and host.can_write(layout.own / "data"))  # fmt: skip
+    # The processes, with runs of both hosts in flight: sandboxes in their nested namespaces too.
+    code = f"import time\nprint('started', flush=True)\ntime.sleep({ISOLATION_SLEEP_S})"
+    ids = submit_many(stack.client(), [code] * (2 * CONCURRENCY))
+    wait_for("runs running on both hosts", lambda: running_on_all(ids), 30)
+    time.sleep(0.5)  # the programs started in their sandboxes
+    for name, host in stack.hosts.items():
+        process_isolation(report, stack, host, next(h for n, h in stack.hosts.items() if n != name))
+    rows = wait_finished(ids, 60)
+    report.check("isolation: the runs in flight during the process checks succeeded, on both hosts",
+                 outcomes(rows) == Counter({"succeeded": len(ids)}) and set(per_host(rows)) == set(HOSTS),
+                 f"{dict(outcomes(rows))} on {dict(per_host(rows))}")  # fmt: skip
+
+
+def running_on_all(ids: list[str]) -> bool:
+    """Whether each host runs some of these runs and none is queued."""
+    rows = runs_of(ids).values()
+    running = Counter(r["worker_host"] for r in rows if r["state"] == "running")
+    return all(running[n] > 0 for n in HOSTS) and not any(r["state"] == "queued" for r in rows)
+
+
+def process_isolation(report: Report, stack: Stack, host: Host, other: Host) -> None:
+    """From inside `host` (its mount and PID namespaces): its /proc lists its own processes, every
+    one (its sandboxes' included), and none of `other`'s; no /proc/<pid>/root leads to the other
+    host's files, the web's or the databases'."""
+    name, layout = host.name, stack.layout
+    own_marker = layout.own / "data" / f".marker-{name}"
+    foreign_paths = [layout.own / "data" / f".marker-{other.name}", other.data_dir / f".marker-{other.name}",
+                     other.state_dir, layout.web, layout.pg]  # fmt: skip
+    other_worker = other.worker_pid()
+    if other_worker is None:
+        raise RuntimeError(f"{other.name} has no worker process")
+    other_started = start_time(other_worker)
+    # Its processes as the machine sees them (by their pid in its namespace), before and after the probe.
+    before = set(host.own_view().items())
+    probe = host.probe([own_marker, *foreign_paths], [other_worker])
+    after = set(host.own_view().items())
+    seen = {(int(pid), p["started"]) for pid, p in probe["seen"].items()}
+    foreign, missing = seen - (before | after), (before & after) - seen
+    uids = Counter(p["uid"] for p in probe["seen"].values())
+    own_sandboxed = sum(n for uid, n in uids.items() if uid in host.sandbox_uids)
+    other_sandboxed = sum(n for uid, n in uids.items() if uid in other.sandbox_uids)
+    zombies = sum(p["state"] == "Z" for p in probe["seen"].values())
+    report.check(
+        f"isolation: {name}'s /proc lists its own processes, every one, sandboxed programs included",
+        not foreign and not missing and own_sandboxed > 0 and "1" in probe["seen"],
+        f"{len(seen)} listed, {len(before & after)} in its PID namespace and those nested in it; not its own: "
+        f"{sorted(foreign)[:5]}; missing: {sorted(missing)[:5]}; {own_sandboxed} as its sandbox uids; "
+        f"{zombies} zombies",
+    )  # fmt: skip
+    there = probe["asked"].get(str(other_worker))
+    report.check(
+        f"isolation: {name}'s /proc lists none of {other.name}'s processes (its worker, its sandboxed programs)",
+        not foreign and there != other_started and other_sandboxed == 0,
+        f"{other.name}'s worker, pid {other_worker} here: "
+        f"{'absent' if there is None else 'a process of its own there' if there != other_started else 'THERE'} "
+        f"in {name}'s /proc; {other_sandboxed} processes as {other.name}'s sandbox uids",
+    )  # fmt: skip
+    reached = {pid: p["reach"] for pid, p in probe["seen"].items() if set(p["reach"]) - {str(own_marker)}}
+    own = str(own_marker) in probe["seen"].get("1", {}).get("reach", [])
+    report.check(
+        f"isolation: through /proc/<pid>/root {name} reaches its own files, none of {other.name}'s, the web's "
+        "or the databases'",
+        own and not reached,
+        f"{len(probe['seen'])} processes probed; its own through /proc/1/root: {own}; reached: "
+        f"{dict(list(reached.items())[:3])}",
+    )  # fmt: skip
+    # The probe's control: from the machine's namespaces, the same path reaches the other host's files.
+    control = Path(f"/proc/{other_worker}/root{layout.own}/data/.marker-{other.name}")
+    report.check(f"isolation: the probe is sound: from the machine, {other.name}'s files are reached through "
+                 "/proc/<its worker's pid>/root", control.exists(), str(control))  # fmt: skip
 
 
 DATASET_NAME = "data.csv"
@@ -544,28 +603,26 @@ def kill_and_recover(report: Report, stack: Stack) -> None:
     code = f"import time\nprint('started', flush=True)\ntime.sleep({LOST_SLEEP_S})\nprint('done')"
     ids = submit_many(api, [code] * (2 * CONCURRENCY), limits={"wall_timeout_s": 30})
 
-    def both_running() -> bool:
-        rows = runs_of(ids).values()
-        running = Counter(r["worker_host"] for r in rows if r["state"] == "running")
-        return all(running[n] > 0 for n in HOSTS) and not any(r["state"] == "queued" for r in rows)
-
-    wait_for("runs running on both hosts", both_running, 30)
+    wait_for("runs running on both hosts", lambda: running_on_all(ids), 30)
     time.sleep(1.0)  # the programs have printed, their lease renewed at least once
     killed_at = time.monotonic()
     kill = victim.kill()
     rows = runs_of(ids)
     lost = [i for i, r in rows.items() if r["worker_host"] == victim.name and r["state"] != "finished"]
     sandboxed = sum(kill.run_cgroups_killed.values())
-    log(f"killed {victim.name}: {len(lost)} runs held, {len(kill.run_cgroups_killed)} run cgroups killed "
-        f"({sandboxed} processes), {len(kill.stragglers_killed)} processes outside its process group")  # fmt: skip
+    log(f"killed {victim.name}: {len(lost)} runs held, {kill.processes} processes in its namespaces, "
+        f"{len(kill.outside_group)} outside its process group, {len(kill.run_cgroups_killed)} run cgroups killed "
+        f"({sandboxed} processes)")  # fmt: skip
     report.check(f"{scenario}: {victim.name} held runs when killed", bool(lost), f"{dict(per_host(rows))}")
-    report.check(f"{scenario}: the sandboxed programs of {victim.name} killed by cgroup.kill, their cgroups empty",
+    report.check(f"{scenario}: the sandboxed programs of {victim.name} killed (cgroup.kill too), their cgroups empty",
                  len(kill.run_cgroups_killed) >= len(lost) and sandboxed > 0,
                  f"{len(kill.run_cgroups_killed)} run cgroups, {sandboxed} processes in them")  # fmt: skip
-    report.check(f"{scenario}: no process of {victim.name}'s namespace survived the kill", not kill.survivors,
-                 f"survivors: {kill.survivors}")  # fmt: skip
-    report.figure(scenario, "sandboxed processes killed by cgroup.kill", sandboxed, "")
-    report.figure(scenario, "processes outside the worker's process group", len(kill.stragglers_killed), "")
+    report.check(f"{scenario}: no process of {victim.name}'s namespaces (PID, nested, mount) survived the kill",
+                 kill.processes > 0 and not kill.survivors,
+                 f"{kill.processes} killed; survivors: {kill.survivors}")  # fmt: skip
+    report.figure(scenario, "processes of its namespaces killed with its init", kill.processes, "")
+    report.figure(scenario, "sandboxed processes in its run cgroups (cgroup.kill)", sandboxed, "")
+    report.figure(scenario, "processes outside the worker's process group", len(kill.outside_group), "")
     times: dict[str, float] = {}
 
     def recovered() -> bool:

@@ -1,5 +1,6 @@
 """The processes of the several-hosts proof: Redis, the web and two worker hosts, each worker host
-in a mount namespace of its own (tests/hosts/enter.py), and clients for the API and the admin.
+in a mount namespace and a PID namespace of its own (tests/hosts/enter.py), and clients for the
+API and the admin.
 
 The harness root R (a temporary directory, 0711 so that sandbox uids traverse to their views):
 
@@ -10,10 +11,18 @@ The harness root R (a temporary directory, 0711 so that sandbox uids traverse to
 
 In a host's namespace R/private and the project's var/ are empty tmpfs mounts, so a host sees its
 own directory (as R/self), the images, and nothing of the other host, the web or the databases.
+Its /proc is its PID namespace's: it sees its own processes only, so that no /proc/<pid>/root
+leads it into the other host's mounts.
+
+A host's processes, from this (the machine's) PID namespace: `unshare` (the harness's child, in the
+host's mount namespace but in ours for PIDs), its child the namespace's init (pid 1 there:
+tests/hosts/enter.py), the init's child the Celery worker, and everything below, sandboxes in
+their nested namespaces included. All but the sandboxes are in unshare's process group.
 """
 
 from __future__ import annotations
 
+import fcntl
 import http.cookiejar
 import json
 import os
@@ -67,6 +76,63 @@ def wait_for(what: str, ready: Any, timeout_s: float, interval_s: float = 0.2) -
         if time.monotonic() > deadline:
             raise TimeoutError(f"{what}: not within {timeout_s:g} s")
         time.sleep(interval_s)
+
+
+# --- processes and their namespaces, as this (the machine's) PID namespace sees them ----------
+
+NS_GET_PARENT = 0xB702  # ioctl on a namespace's fd: its parent namespace's fd (linux/nsfs.h)
+
+
+def pid_namespaces(pid: int) -> list[int]:
+    """The inode numbers of the PID namespace of process `pid` and of each of its ancestors up to
+    ours, ours not included: [] for a process of our namespace, or one gone."""
+    try:
+        fd = os.open(f"/proc/{pid}/ns/pid", os.O_RDONLY)
+    except (FileNotFoundError, ProcessLookupError):
+        return []
+    chain = []
+    try:
+        while True:
+            chain.append(os.fstat(fd).st_ino)
+            try:
+                parent = fcntl.ioctl(fd, NS_GET_PARENT)
+            except OSError:  # EPERM: the parent is ours, or beyond
+                break
+            os.close(fd)
+            fd = parent
+    finally:
+        os.close(fd)
+    return chain[:-1] if chain and chain[-1] == os.stat("/proc/self/ns/pid").st_ino else chain
+
+
+def status_fields(pid: int, *keys: str) -> dict[str, list[int]]:
+    """Numeric fields of /proc/<pid>/status (NSpid, PPid, Uid...); {} if the process is gone."""
+    found: dict[str, list[int]] = {}
+    try:
+        with open(f"/proc/{pid}/status") as handle:
+            for line in handle:
+                key, _, value = line.partition(":")
+                if key in keys:
+                    found[key] = [int(v) for v in value.split()]
+    except (FileNotFoundError, ProcessLookupError):
+        return {}
+    return found
+
+
+def start_time(pid: int) -> int | None:
+    """When the process started, in clock ticks since boot (the same in every PID namespace)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return int(handle.read().rsplit(")", 1)[1].split()[19])
+    except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+        return None
+
+
+def children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except (FileNotFoundError, ProcessLookupError):
+        return []
 
 
 def log_tail(path: Path, size: int = 3000) -> str:
@@ -149,16 +215,17 @@ class Web:
 
 @dataclass
 class KillReport:
-    """What killing a host took: its process group, its run cgroups, and any straggler."""
+    """What killing a host took: its PID namespace's init, its process group, its run cgroups."""
 
     run_cgroups_killed: dict[str, int]  # run cgroup -> the processes it held when killed
-    stragglers_killed: list[int]  # processes of its mount namespace outside its process group
-    survivors: list[int]  # processes of its mount namespace still there after it all (none expected)
+    processes: int  # the processes of its namespaces when killed (nested ones included)
+    outside_group: list[int]  # of those, the ones outside its process group (sandboxes, mostly)
+    survivors: list[int]  # processes of its namespaces still there after it all (none expected)
 
 
 class Host:
-    """One worker host: `celery -A playground worker` in a mount namespace of its own, with its own
-    name, data and host state directories, cgroup parent and sandbox uids."""
+    """One worker host: `celery -A playground worker` in a mount namespace and a PID namespace of its
+    own, with its own name, data and host state directories, cgroup parent and sandbox uids."""
 
     def __init__(
         self, *, name: str, layout: Layout, env: dict[str, str], concurrency: int, slots: int, uid_base: int,
@@ -169,6 +236,7 @@ class Host:
         self.dir = layout.host_dir(name)
         self.concurrency = concurrency
         self.cgroup_parent = f"cordon-{name}"
+        self.sandbox_uids = range(uid_base, uid_base + slots)
         self.images_dir = images_dir
         self.log = layout.logs / f"{name}.log"
         self.nodename = f"{name}@{socket.gethostname()}"
@@ -185,9 +253,11 @@ class Host:
             "CORDON_SMOLVM_STATE_DIR": str(own / "smolvm"),
             "TMPDIR": str(own / "tmp"),
         }
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.mnt_ns = ""
+        self.proc: subprocess.Popen[bytes] | None = None  # unshare
         self.launched_at = 0.0
+        self._init: tuple[int, int] | None = None  # its PID namespace's init: pid here, pidfd
+        self.mnt_ns = ""
+        self.pid_ns = 0  # the inode number of its PID namespace
 
     # the host's directories, as the harness (outside its namespace) sees them
 
@@ -211,7 +281,7 @@ class Host:
                   f"--concurrency={self.concurrency}", "--without-mingle", "--without-gossip"]  # fmt: skip
         hide = [self.layout.private, PROJECT_ROOT / "var"]
         return [
-            "unshare", "--mount", "--propagation", "private", "--",
+            "unshare", "--mount", "--pid", "--fork", "--kill-child", "--mount-proc", "--propagation", "private", "--",
             PY, "-m", "tests.hosts.enter",
             "--own", str(self.dir), str(self.layout.own),
             "--images", str(self.images_dir), str(self.layout.images),
@@ -246,7 +316,70 @@ class Host:
             wait_for(f"worker host {self.name} ready", ready, timeout_s, 0.3)
         except TimeoutError as exc:
             raise RuntimeError(f"{exc}; its log ends:\n{log_tail(self.log)}") from None
-        self.mnt_ns = os.readlink(f"/proc/{self.proc.pid}/ns/mnt") if self.proc else ""
+        if self.init_pid() is None:
+            raise RuntimeError(f"worker host {self.name}: no init in its PID namespace")
+
+    # its namespaces
+
+    def init_pid(self) -> int | None:
+        """The pid (here) of the host's PID namespace's init, unshare's child; a pidfd on it is kept,
+        so that it is signalled, never a process that took its pid after it."""
+        if self._init is None and self.proc is not None and self.proc.poll() is None:
+            found = children(self.proc.pid)
+            if found:
+                pid, pidfd = found[0], os.pidfd_open(found[0])
+                if status_fields(pid, "NSpid").get("NSpid", [])[1:] == [1]:
+                    self._init = (pid, pidfd)
+                    self.mnt_ns = os.readlink(f"/proc/{pid}/ns/mnt")
+                    self.pid_ns = os.stat(f"/proc/{pid}/ns/pid").st_ino
+                else:
+                    os.close(pidfd)  # not pid 1 of a PID namespace: not a host's init, never signalled
+        return None if self._init is None else self._init[0]
+
+    def signal_init(self, signo: int) -> bool:
+        """Signal the namespace's init (SIGKILL: the kernel then SIGKILLs every process of the
+        namespace, nested namespaces included); whether it was there."""
+        if self.init_pid() is None or self._init is None:
+            return False
+        try:
+            signal.pidfd_send_signal(self._init[1], signo)
+            return True
+        except ProcessLookupError:
+            return False
+
+    def worker_pid(self) -> int | None:
+        """The Celery worker's main process: the init's child."""
+        init = self.init_pid()
+        found = children(init) if init is not None else []
+        return found[0] if found else None
+
+    def members(self) -> dict[int, int]:
+        """The host's processes, each with its process group: those of its PID namespace and of
+        the namespaces nested in it (the sandboxes), and those of its mount namespace (unshare)."""
+        found: dict[int, int] = {}
+        if not self.pid_ns:
+            return found
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            pid = int(entry.name)
+            try:
+                if self.pid_ns in pid_namespaces(pid) or os.readlink(f"/proc/{pid}/ns/mnt") == self.mnt_ns:
+                    found[pid] = os.getpgid(pid)
+            except (FileNotFoundError, ProcessLookupError, PermissionError):
+                continue
+        return found
+
+    def own_view(self) -> dict[int, int]:
+        """The processes of the host's PID namespace and of those nested in it, by their pid there
+        (each with its start time): what its /proc should list, no more, no less."""
+        found: dict[int, int] = {}
+        for pid in self.members():
+            nspid = status_fields(pid, "NSpid").get("NSpid", [])
+            started = start_time(pid)
+            if self.pid_ns in pid_namespaces(pid) and len(nspid) >= 2 and started is not None:
+                found[nspid[1]] = started
+        return found
 
     def consuming(self, app: Any) -> list[str] | None:
         """The queues the worker consumes now (None: it did not answer)."""
@@ -267,11 +400,23 @@ class Host:
             self._in_namespace(["rm", "-f", str(probe)])
         return done.returncode == 0
 
+    def probe(self, paths: list[Path], pids: list[int]) -> dict[str, Any]:
+        """From inside the host (its mount and PID namespaces), what its /proc shows: every process
+        there with its start time and which of `paths` its /proc/<pid>/root leads to, and whether
+        each of `pids` is there (with its start time)."""
+        done = self._in_namespace([PY, "-I", "-c", PROBE, json.dumps([[str(p) for p in paths], pids])])
+        if done.returncode != 0:
+            raise RuntimeError(f"the probe inside {self.name} failed: {done.stderr.decode(errors='replace')[-800:]}")
+        answer: dict[str, Any] = json.loads(done.stdout)
+        return answer
+
     def _in_namespace(self, argv: list[str]) -> subprocess.CompletedProcess[bytes]:
-        if self.proc is None:
+        """`argv` run inside the host: in its mount namespace and its PID namespace (its /proc)."""
+        init = self.init_pid()
+        if init is None:
             raise RuntimeError(f"worker host {self.name} is not running")
-        return subprocess.run(["nsenter", "-t", str(self.proc.pid), "-m", "--", *argv], capture_output=True,
-                              check=False, timeout=10)  # fmt: skip
+        return subprocess.run(["nsenter", "-t", str(init), "-m", "-p", "--", *argv], capture_output=True,
+                              check=False, timeout=20)  # fmt: skip
 
     # what the host left
 
@@ -294,70 +439,56 @@ class Host:
     # stopping
 
     def kill(self) -> KillReport:
-        """SIGKILL everything of the host at once: the worker's process group, every sandboxed
-        program (cgroup.kill of each run cgroup under its parent), and any other process left in
-        its mount namespace (none is expected: reported as stragglers)."""
+        """SIGKILL everything of the host at once: its PID namespace's init (the kernel SIGKILLs every
+        process of the namespace with it, nested ones included), its process group (unshare, the
+        worker), every sandboxed program (cgroup.kill of each run cgroup under its parent); then
+        whatever of its namespaces is still there after 5 s is a survivor (none expected)."""
         if self.proc is None:
             raise RuntimeError(f"worker host {self.name} is not running")
-        members = self._namespace_members()
+        group, members = self.proc.pid, self.members()
         layout = CgroupLayout.detect()
         cgroups = {name: RunCgroup(layout, self.cgroup_parent, name) for name in self.run_cgroups()}
         held = {name: len(cgroup.pids()) for name, cgroup in cgroups.items()}
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        self.signal_init(signal.SIGKILL)
+        _killpg(group, signal.SIGKILL)
         for cgroup in cgroups.values():
             cgroup.kill()
-        stragglers = [pid for pid, group in members.items() if group != self.proc.pid]
-        _kill_each(stragglers)
         self.proc.wait(timeout=30)
         for name, cgroup in cgroups.items():
             if not cgroup.wait_empty(10):
                 raise RuntimeError(f"run cgroup {name} of {self.name} still has processes after cgroup.kill")
+        survivors: list[int] = []
         try:
-            survivors: list[int] = []
-            wait_for(f"every process of {self.name}'s namespace gone", lambda: not self._namespace_members(), 5, 0.05)
+            wait_for(f"every process of {self.name}'s namespaces gone", lambda: not self.members(), 5, 0.05)
         except TimeoutError:
-            survivors = list(self._namespace_members())
+            survivors = list(self.members())
             _kill_each(survivors)
-        self.proc, self.mnt_ns = None, ""
-        return KillReport(held, stragglers, survivors)
+        self._forget()
+        return KillReport(held, len(members), [pid for pid, g in members.items() if g != group], survivors)
 
-    def _namespace_members(self) -> dict[int, int]:
-        """The processes in the host's mount namespace, each with its process group."""
-        found: dict[int, int] = {}
-        if not self.mnt_ns:
-            return found
-        for entry in os.scandir("/proc"):
-            if not entry.name.isdigit():
-                continue
-            try:
-                if os.readlink(f"/proc/{entry.name}/ns/mnt") == self.mnt_ns:
-                    found[int(entry.name)] = os.getpgid(int(entry.name))
-            except (FileNotFoundError, ProcessLookupError, PermissionError):
-                continue
-        return found
+    def _forget(self) -> None:
+        if self._init is not None:
+            os.close(self._init[1])
+        self.proc, self._init, self.mnt_ns, self.pid_ns = None, None, "", 0
 
     def stop(self) -> None:
-        """A warm shutdown (SIGTERM), then whatever is left killed; its cgroups removed."""
+        """A warm shutdown (SIGTERM to the namespace's init, which passes it to the worker), then
+        whatever is left killed with the init; its cgroups removed."""
         if self.proc is None:
             self.remove_cgroups()
             return
-        members = self._namespace_members() if self.proc.poll() is None else {}
         if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
+            if not self.signal_init(signal.SIGTERM):
+                _killpg(self.proc.pid, signal.SIGTERM)  # no init (yet): the worker's group, as it is
             try:
                 self.proc.wait(timeout=15)
             except subprocess.TimeoutExpired:
                 pass
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        _kill_each(list(members))
+        self.signal_init(signal.SIGKILL)
+        _killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait(timeout=30)
-        self.proc, self.mnt_ns = None, ""
+        _kill_each(list(self.members()))  # none expected: the namespace ended with its init
+        self._forget()
         self.remove_cgroups()
 
     def remove_cgroups(self) -> None:
@@ -382,6 +513,47 @@ def _kill_each(pids: list[int]) -> None:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+def _killpg(group: int, signo: int) -> None:
+    try:
+        os.killpg(group, signo)
+    except ProcessLookupError:
+        pass
+
+
+# Run inside a host (`python -I -c PROBE '[paths, pids]'`): what its /proc shows, as JSON. Each
+# process but the probe: its start time, uid, state (Z: a zombie), and which paths its
+# /proc/<pid>/root leads to (an error other than "not there" counts as leading there).
+PROBE = """
+import json, os, sys
+paths, asked = json.loads(sys.argv[1])
+def stat(pid):
+    try:
+        with open(f'/proc/{pid}/stat') as handle:
+            fields = handle.read().rsplit(')', 1)[1].split()
+        return fields[0], int(fields[19])
+    except (OSError, IndexError, ValueError):
+        return None, None
+def reaches(pid, path):
+    try:
+        os.stat(f'/proc/{pid}/root{path}')
+        return True
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError:
+        return True
+seen = {}
+for pid in (int(n) for n in os.listdir('/proc') if n.isdigit() and int(n) != os.getpid()):
+    try:
+        uid = os.stat(f'/proc/{pid}').st_uid
+    except OSError:
+        continue
+    state, started = stat(pid)
+    if started is not None:
+        seen[pid] = {'started': started, 'uid': uid, 'state': state, 'reach': [p for p in paths if reaches(pid, p)]}
+print(json.dumps({'seen': seen, 'asked': {pid: stat(pid)[1] for pid in asked if os.path.exists(f'/proc/{pid}')}}))
+"""
 
 
 # --- clients ------------------------------------------------------------------------------
