@@ -22,7 +22,9 @@ def execute_run(self: Any, run_id: str) -> str:
     if hosts.host_is_draining(name=settings.CORDON_HOST_NAME):
         # Reserved before the drain reached this worker: stop consuming now, and send it back for
         # a host that is not draining.
-        dispatch.stop_consuming(nodename=self.request.hostname, queue=self.request.delivery_info.get("routing_key"))
+        dispatch.stop_consuming(
+            nodename=self.request.hostname, queue=(self.request.delivery_info or {}).get("routing_key")
+        )
         return "sent back: this host is draining" if dispatch.resend(run_id=run_id) else "not claimable"
     final = execution.run_execute(run_id=run_id, worker=settings.CORDON_HOST_NAME)
     if final is not None and final.kind != RunKind.RUN:
