@@ -55,9 +55,9 @@ LOG_SHOWN_BYTES = 64 * 1024  # of each stream, on a run's audit page
 STAFF_ACCESSES_SHOWN = 50
 CSV_BATCH = 500
 CSV_COLUMNS = (
-    "id", "owner", "runtime", "state", "outcome", "reason", "engine", "isolation", "worker_host", "image_name",
-    "image_digest", "wall_s", "cpu_s", "peak_memory_bytes", "peak_file_bytes", "stdout_bytes", "stderr_bytes",
-    "cleanup_ok", "created_at", "started_at", "finished_at",
+    "id", "owner", "runtime", "state", "outcome", "reason", "engine", "isolation", "vm_start", "worker_host",
+    "image_name", "image_digest", "wall_s", "cpu_s", "peak_memory_bytes", "peak_file_bytes", "stdout_bytes",
+    "stderr_bytes", "cleanup_ok", "created_at", "started_at", "finished_at",
 )  # fmt: skip
 
 
@@ -165,8 +165,8 @@ class RunAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                             "cancel_requested", "exit_code", "signal", "error_code", "error_message")}),
         ("Figures", {"fields": ("wall", "cpu", "peak_memory", "peak_files", "stdout", "stderr", "limits",
                                 "timings")}),
-        ("Where it ran", {"fields": ("image", "engine", "isolation", "worker_host", "cleanup_ok", "engine_requested",
-                                     "engine_version", "engine_note", "queue", "sandbox_id")}),
+        ("Where it ran", {"fields": ("image", "engine", "isolation", "vm_start", "worker_host", "cleanup_ok",
+                                     "engine_requested", "engine_version", "engine_note", "queue", "sandbox_id")}),
         # Folded: the timeline below has every state change to the millisecond.
         ("Times", {"classes": ("collapse",), "fields": ("created", "enqueued", "started", "finished", "retry_count",
                                                         "retry_of", "rerun_of", "logs_purged")}),
@@ -318,6 +318,9 @@ def _audit(run: Run) -> dict[str, Any]:
         "audit_logs": [_log(run, "stdout"), _log(run, "stderr")],
         "audit_timeline": _timeline(run),
         "audit_boot": human_seconds(run.timings["boot_s"]) if run.timings.get("boot_s") is not None else None,
+        "audit_vm_start": {"cold": "booted cold for this run", "branch": "a fresh branch of a frozen base"}.get(
+            run.vm_start, ""
+        ),
         "audit_staff": list(run.staff_accesses.all()[:STAFF_ACCESSES_SHOWN]),
     }
 

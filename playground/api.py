@@ -277,6 +277,7 @@ class RunOut(Schema):
     engine_version: str
     engine_note: str
     isolation: str
+    vm_start: str | None = Field(description='a microVM\'s start: "cold" (booted for this run) or "branch"')
     image: ImageOut | None
     cleanup_ok: bool | None
     charged: bool | None
@@ -326,7 +327,7 @@ def _run_out(run: Run, *, detail: bool = False) -> dict[str, Any]:
         "stdout_bytes": run.stdout_bytes,
         "stderr_bytes": run.stderr_bytes, "stdout_truncated": run.stdout_truncated,
         "stderr_truncated": run.stderr_truncated, "engine": run.engine, "engine_version": run.engine_version,
-        "engine_note": run.engine_note, "isolation": run.isolation,
+        "engine_note": run.engine_note, "isolation": run.isolation, "vm_start": run.vm_start or None,
         "image": {"name": run.image_name, "digest": run.image_digest} if run.image_digest else None,
         "cleanup_ok": run.cleanup_ok, "charged": run.charged,
         "error": {"code": run.error_code, "message": run.error_message, "field": None} if run.error_code else None,

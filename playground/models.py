@@ -134,6 +134,7 @@ class Run(models.Model):
     image_digest = models.CharField(max_length=80, blank=True, db_index=True)
     engine = models.CharField(max_length=16, blank=True, db_index=True)
     engine_version = models.CharField(max_length=64, blank=True)
+    vm_start = models.CharField(max_length=8, blank=True)  # a microVM's: "cold" or "branch"
     engine_note = models.CharField(max_length=500, blank=True)
     isolation = models.CharField(max_length=16, blank=True, db_index=True)
     worker_host = models.CharField(max_length=128, blank=True)

@@ -283,6 +283,9 @@ class RunResult:
     sandbox_id: str | None = None
     limits: Limits | None = None
     engine_note: str = ""  # why this engine ran the job (auto's choice and its reason)
+    # How a microVM came to be: "cold" (booted from the image for this run) or "branch" (a fresh
+    # copy-on-write branch of a frozen base); None for engines without a VM.
+    vm_start: str | None = None
 
     @property
     def cleanup_ok(self) -> bool:
@@ -309,6 +312,7 @@ class RunResult:
             "engine": self.engine,
             "engine_version": self.engine_version,
             "engine_note": self.engine_note,
+            "vm_start": self.vm_start,
             "isolation": self.isolation,
             "image": asdict(self.image) if self.image else None,
             "cleanup": {"ok": self.cleanup_ok, "checks": [asdict(c) for c in self.cleanup]},

@@ -454,6 +454,7 @@ class Supervisor:
     @staticmethod
     def _record(result: RunResult, collected: Collected, evidence: Evidence, engine: Engine) -> None:
         result.exit_code, result.signal = collected.exit_code, collected.signal
+        result.vm_start = collected.vm_start
         result.cpu_s = None if collected.cpu_s is None else round(collected.cpu_s, 4)
         result.peak_memory_bytes = collected.peak_memory_bytes
         result.peak_file_bytes = collected.peak_file_bytes

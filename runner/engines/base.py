@@ -134,6 +134,7 @@ class Collected:
     output_area_full: bool
     started: bool  # whether the program itself was started (not just the sandbox tooling)
     engine_message: str = ""
+    vm_start: str | None = None  # a VM engine's: "cold" or "branch" (RunResult.vm_start)
 
 
 class Engine(ABC):

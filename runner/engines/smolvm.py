@@ -27,7 +27,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from runner.cgroups import CgroupLayout
-from runner.engines.base import CgroupLimits, RunContext, guest_env
+from runner.engines.base import CgroupLimits, Collected, RunContext, guest_env
 from runner.engines.common import (
     CgroupEngine,
     CgroupState,
@@ -49,6 +49,7 @@ _PR_SET_PDEATHSIG = 1
 COMPONENTS = ("smol-vmm", "libkrun.so", "libkrunfw.so.5", "_native.abi3.so", "agent-rootfs.tar.zst")
 CONTROL_KEPT_BYTES = 65536
 ERROR_MESSAGE_CHARS = 2000
+VM_STARTS = ("cold", "branch")
 
 
 @lru_cache(maxsize=1)
@@ -120,6 +121,7 @@ class ControlChannel:
     buffer: bytes = b""
     ready: bool = False
     boot_s: float | None = None
+    vm_start: str | None = None
     exit_code: int | None = None
     error: Error | None = None  # the first one: what went wrong first is the cause
     facts: Facts = field(default_factory=Facts)
@@ -139,6 +141,8 @@ class ControlChannel:
             self.ready = True
             if event.boot_s is not None:
                 self.boot_s = event.boot_s
+            if event.vm_start in VM_STARTS:
+                self.vm_start = event.vm_start
         elif isinstance(event, Exit) and event.exit_code is not None:
             self.exit_code = event.exit_code
         elif isinstance(event, Error) and self.error is None:
@@ -346,6 +350,9 @@ class SmolvmEngine(CgroupEngine[SmolvmState]):
 
     def exit_status(self, ctx: RunContext) -> tuple[int | None, int | None]:
         return decode_exit_status(self.state(ctx).control.exit_code)
+
+    def collect(self, ctx: RunContext) -> Collected:
+        return dataclasses.replace(super().collect(ctx), vm_start=self.state(ctx).control.vm_start)
 
     def started(self, ctx: RunContext) -> bool:
         return self.state(ctx).control.ready

@@ -167,7 +167,7 @@ def main(config_path: str) -> int:
         facts = vm_facts(state_root, name)
         facts = dataclasses.replace(facts, vm_uid=vmm_uid(facts) or None)
         user = hand_over_output(config.output_dir, config.user, facts.vm_uid or 0)
-        control.say(Ready(boot_s=round(time.monotonic() - started, 3), facts=facts))
+        control.say(Ready(boot_s=round(time.monotonic() - started, 3), vm_start="cold", facts=facts))
         stream = machine.exec_stream(
             config.argv,
             ExecOptions(

@@ -90,6 +90,7 @@ class Ready(Event):
 
     kind = "ready"
     boot_s: float | None = None
+    vm_start: str | None = None  # how the VM came to be: "cold" (booted for this run) or "branch"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -14,9 +14,8 @@ from django.test import Client
 from django.utils import timezone
 
 from playground.models import ApiToken, CleanupCheck, Dataset, Run, RunEvent, RunOutputFile, StaffAccess
-from playground.services.logs import log_append
 from tests.playground.conftest import api
-from tests.playground.factories import UserFactory
+from tests.playground.factories import UserFactory, stored_logs
 
 pytestmark = [pytest.mark.django_db]
 
@@ -59,8 +58,7 @@ def staff() -> Any:
 @pytest.fixture
 def audited_run(owner: Any) -> Run:
     run = _run(owner, stdout_bytes=len(HOSTILE_STDOUT), stderr_bytes=6, timings={"start_s": 0.2, "total_s": 1.5})
-    log_append(run_id=run.id, stream="stdout", offset=0, data=HOSTILE_STDOUT)
-    log_append(run_id=run.id, stream="stderr", offset=0, data=b"oops!\n")
+    stored_logs(run.id, stdout=HOSTILE_STDOUT, stderr=b"oops!\n")
     _events(run, [("queued", 0), ("claimed", 12), ("admitted", 40), ("starting", 41), ("running", 245),
                   ("exporting", 1245), ("finished", 1302)])  # fmt: skip
     CleanupCheck.objects.create(run=run, name="processes", ok=True)
@@ -90,7 +88,7 @@ def test_the_audit_page_shows_code_escaped_logs_and_phase_times_to_the_milliseco
 
 def test_a_long_log_is_cut_and_says_so(owner: Any, staff: Any) -> None:
     run = _run(owner, stdout_bytes=100_000)
-    log_append(run_id=run.id, stream="stdout", offset=0, data=b"x" * 100_000)
+    stored_logs(run.id, stdout=b"x" * 100_000)
     html = _client(staff).get(f"/admin/playground/run/{run.id}/change/").content.decode()
     assert "cut: the first 64.0 KiB of 97.7 KiB shown" in html
 
@@ -195,7 +193,7 @@ def test_the_csv_export_keeps_the_filter_and_neutralises_formulas(owner: Any, st
     assert response.status_code == 200 and response["Content-Type"].startswith("text/csv")
     content = b"".join(response.streaming_content)  # type: ignore[attr-defined]
     rows = list(csv.reader(io.StringIO(content.decode())))
-    assert rows[0][:3] == ["id", "owner", "runtime"] and len(rows[0]) == 21
+    assert rows[0][:3] == ["id", "owner", "runtime"] and len(rows[0]) == 22 and "vm_start" in rows[0]
     assert [row[0] for row in rows[1:]] == [str(hostile.id)]
     header = rows[0]
     assert rows[1][header.index("reason")] == '\'=HYPERLINK("http://evil")'
@@ -242,3 +240,12 @@ async def test_a_staff_members_live_log_view_is_recorded_once_per_window() -> No
         await socket.disconnect()
     accesses = await sync_to_async(lambda: list(StaffAccess.objects.values_list("staff_username", "what")))()
     assert accesses == [(staff.username, "live log")]
+
+
+def test_a_microvm_runs_page_says_how_its_vm_started(owner: Any, staff: Any) -> None:
+    run = _run(owner, engine="smolvm", isolation="vm", vm_start="cold", timings={"start_s": 0.1, "boot_s": 9.1})
+    html = _client(staff).get(f"/admin/playground/run/{run.id}/change/").content.decode()
+    assert "The microVM (booted cold for this run) was ready in <strong>9.100 s</strong>" in html
+    Run.objects.filter(id=run.id).update(vm_start="branch")
+    html = _client(staff).get(f"/admin/playground/run/{run.id}/change/").content.decode()
+    assert "(a fresh branch of a frozen base)" in html

@@ -12,7 +12,7 @@ import pytest
 from django.contrib.auth.models import User
 
 from playground.models import Run, RunEvent
-from playground.services.logs import log_append
+from tests.playground.factories import stored_logs
 from tests.playground.test_browser import BROWSER_MARKS, PASSWORD, Browser, chromium, shots, site  # noqa: F401 - fixtures
 
 pytestmark = BROWSER_MARKS
@@ -30,8 +30,7 @@ def seeded(site: str) -> Run:  # noqa: F811
         image_name="python", image_digest="sha256:" + "cd" * 32, wall_s=1.3, cpu_s=0.4,
         peak_memory_bytes=30 << 20, stdout_bytes=31, stderr_bytes=10, cleanup_ok=True,
     )  # fmt: skip
-    log_append(run_id=run.id, stream="stdout", offset=0, data=b"<script>window.pwned=1</script>")
-    log_append(run_id=run.id, stream="stderr", offset=0, data=b"Traceback\n")
+    stored_logs(run.id, stdout=b"<script>window.pwned=1</script>", stderr=b"Traceback\n")
     for state, offset_ms in (("queued", 0), ("claimed", 15), ("admitted", 40), ("starting", 42), ("running", 300),
                              ("exporting", 1300), ("finished", 1350)):  # fmt: skip
         event = RunEvent.objects.create(run=run, state=state)

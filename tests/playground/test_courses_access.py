@@ -42,8 +42,8 @@ from playground.models import TestStatus as ResultStatus
 from playground.services import courses as course_services
 from playground.services import datasets as dataset_services
 from playground.services import grading
-from playground.services.logs import log_append
 from tests.playground.conftest import api, json_error, session_cookie
+from tests.playground.factories import stored_logs
 
 pytestmark = pytest.mark.django_db
 
@@ -110,7 +110,7 @@ def grade(submission: Submission) -> None:
             owner=submission.student, course=course, kind=RunKind.TEST, code=submission.code, stdin=spec["stdin"],
             args=spec["args"], outcome="succeeded", exit_code=0,
         )  # fmt: skip
-        log_append(run_id=run.id, stream="stdout", offset=0, data=b"wrong\n")
+        stored_logs(run.id, stdout=b"wrong\n")
         changes: dict[str, Any] = {"run": run, "outcome": "succeeded", "exit_code": 0, "tries": 1,
                                    "status": ResultStatus.FAILED, "score": 0.0, "finished_at": timezone.now(),
                                    "detail": grading.status_words(ResultStatus.FAILED)}  # fmt: skip
@@ -120,7 +120,7 @@ def grade(submission: Submission) -> None:
                 outcome="failed", exit_code=1,
             )  # fmt: skip
             feedback = HIDDEN_FEEDBACK if result.visibility == "hidden" else "the checker said no"
-            log_append(run_id=check.id, stream="stdout", offset=0, data=feedback.encode())
+            stored_logs(check.id, stdout=feedback.encode())
             changes.update(check_run=check, feedback=feedback)
         else:
             changes["diff"] = f"--- expected\n+++ your output\n-{spec['expected_stdout']}\n+wrong\n"

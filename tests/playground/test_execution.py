@@ -113,6 +113,7 @@ def test_the_result_becomes_the_record_with_its_timings_shown_in_the_run_detail(
         outcome=Outcome.SUCCEEDED, run_id="r", exit_code=0, wall_s=0.5, cpu_s=0.25, stdout_bytes=2,
         cleanup=[CleanupCheck("staging", True, "removed")], engine="smolvm", isolation="vm",
         timings={"start_s": 0.123456, "boot_s": 1.5, "total_s": 2.25}, peak_memory_bytes=None, peak_file_bytes=4096,
+        vm_start="branch",
     )  # fmt: skip
     finished = run_finish(run=claimed, result=result, exported=None, samples=[[0.5, 0.25, None, 4096]])
     assert (finished.state, finished.outcome, finished.cleanup_ok) == (RunState.FINISHED, "succeeded", True)
@@ -123,6 +124,7 @@ def test_the_result_becomes_the_record_with_its_timings_shown_in_the_run_detail(
     client = Client(HTTP_AUTHORIZATION=f"Bearer {token_create(user=run.owner)}")
     shown = client.get(f"/api/runs/{run.id}").json()
     assert shown["timings"] == {"start_s": 0.1235, "boot_s": 1.5, "total_s": 2.25}
+    assert finished.vm_start == "branch" == shown["vm_start"]
     Run.objects.filter(id=run.id).update(timings={"start_s": 0.1, "total_s": 0.4})  # no boot phase
     assert client.get(f"/api/runs/{run.id}").json()["timings"] == {"start_s": 0.1, "boot_s": None, "total_s": 0.4}
     schema = client.get("/api/openapi.json").json()["components"]["schemas"]["TimingsOut"]

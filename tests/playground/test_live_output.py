@@ -21,11 +21,11 @@ from playground.asgi import application
 from playground.live import LiveMessage, LivePublisher
 from playground.models import Run, RunState
 from playground.services.execution import RunEvents
-from playground.services.logs import log_append, spool_path
+from playground.services.logs import spool_path
 from runner.config import PROJECT_ROOT
 from tests.conftest import free_port
 from tests.playground.conftest import RedisServer, session_cookie
-from tests.playground.factories import UserFactory
+from tests.playground.factories import UserFactory, stored_logs
 
 EUROS = "€" * 100_000  # 3 bytes each: the reproduction
 MIXED = "naïve €uro 😀 " * 20_000  # 1-, 2-, 3- and 4-byte characters
@@ -168,7 +168,7 @@ async def test_live_text_through_the_socket_never_splits_a_character(layer_redis
 async def test_the_replay_of_the_stored_log_never_splits_a_character(layer_redis: RedisServer) -> None:
     user, run = await _new_run(RunState.FINISHED)
     data = MIXED.encode()
-    await sync_to_async(log_append)(run_id=run.id, stream="stdout", offset=0, data=data)
+    await sync_to_async(stored_logs)(run.id, stdout=data)
     socket = await _socket(user, run.id, "?stdout=5")  # resuming after "naïv"
     assert (await socket.connect())[0]
     _assert_whole_and_contiguous(await _chunks_until(socket, len(data)), MIXED.encode()[5:].decode(), start=5)

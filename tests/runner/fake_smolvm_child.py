@@ -23,7 +23,7 @@ def main(config_path: str) -> int:
     if mode == "boot_error":
         say(Error(phase="boot", code="boot_failed", message="no boot progress for 30 seconds", retryable=True))
         return 3
-    say(Ready(boot_s=0.01))
+    say(Ready(boot_s=0.01, vm_start="cold"))
     if mode in ("sparse_output", "dense_output"):
         say(Exit(exit_code=write_oversize_output(Path(config.output_dir), sparse=mode == "sparse_output")))
         return 0

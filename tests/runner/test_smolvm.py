@@ -128,9 +128,12 @@ def test_the_control_channel_takes_typed_known_events_across_reads() -> None:
     channel = ControlChannel()
     channel.feed(b'{"event":"starting","name":"cordon-x"}\n{"event":"rea')
     assert not channel.ready
-    channel.feed(b'dy","boot_s":1.5,"vm_uid":2000001,"vm_dir":"/s/vms/ab"}\nnot json\n')
+    channel.feed(b'dy","boot_s":1.5,"vm_start":"warm","vm_uid":2000001,"vm_dir":"/s/vms/ab"}\nnot json\n')
     channel.feed(b'{"event":"exit","exit_code":"0"}\n{"event":"made_up","exit_code":5}\n[1,2]\n')
     assert channel.ready and channel.boot_s == 1.5
+    assert channel.vm_start is None  # only "cold" or "branch" is a VM start
+    channel.feed(b'{"event":"ready","vm_start":"branch"}\n')
+    assert channel.vm_start == "branch"
     assert channel.facts == Facts(name="cordon-x", vm_uid=2000001, vm_dir="/s/vms/ab")
     assert channel.exit_code is None  # a string is not an exit code; unknown events are dropped
     channel.feed(b'{"event":"exit","exit_code":3}\n{"event":"error","code":"exec_error","message":"m"}\n')
@@ -180,6 +183,7 @@ def test_a_run_hands_its_stdin_and_args_to_the_smolvm_child(monkeypatch: pytest.
     assert said["job"] == {"main.py": "pass", "stdin": "inü\n"}  # /job, read-only in the guest
     assert said["argv"][-8:] == [*STDIN_REDIRECT, "/usr/bin/python3", "/job/main.py", "-v", "a b"]
     assert result.cleanup_ok, result.cleanup
+    assert result.vm_start == "cold" and result.to_json()["vm_start"] == "cold"  # as the child said
 
 
 @pytest.mark.parametrize("mode", ["sparse_output", "dense_output"])
