@@ -17,6 +17,11 @@ and smolvm boots real microVMs on that (12-22 s a boot, measured). This harness:
 4. prints the report and saves it as JSON. Exit 0 only when every case that applies to a VM
    was classified as expected with a green audit; 1 on any wrong outcome or leak; 3 when the
    emulated host itself failed (infrastructure).
+
+`--script FILE` runs that Python script in the emulated host instead of the doctor and the
+battery (a spike or a probe: same build, boot, environment, watchdog and restarts). Its
+stdout and stderr come back line by line (`@@OUT`, `@@ERR`), then its exit code (`@@SCRIPT`);
+the harness exits with that code, or 3 if no boot of the emulated host finished the script.
 """
 
 from __future__ import annotations
@@ -201,8 +206,10 @@ class Builder:
         log(f"emulated host runtime: {version}, templates expanded")
         return version
 
-    def configure(self, settings: dict[str, str]) -> None:
+    def configure(self, settings: dict[str, str], script: Path | None = None) -> None:
         shutil.copy2(PROJECT_ROOT / "tests" / "vm" / "l1-init", self.root / "cordon-l1-init")
+        if script is not None:
+            self._script_init(script)
         body = "".join(f"export {key}={_sh_quote(value)}\n" for key, value in sorted(settings.items()))
         (self.root / "etc" / "cordon-vm.env").write_text(body)
 
@@ -220,6 +227,33 @@ class Builder:
             raise SystemExit("test-vm: the emulated host root has no kernel")
         version = kernels[-1].name.removeprefix("vmlinuz-")
         return kernels[-1], self.root / "boot" / f"initrd.img-{version}"
+
+    def _script_init(self, script: Path) -> None:
+        """l1-init up to the doctor (mounts, kvm_amd, heartbeat, the harness's settings), then the
+        script instead of the doctor and the battery, its output streamed to the console."""
+        init = self.root / "cordon-l1-init"
+        head, found, _ = init.read_text().partition(SCRIPT_CUT)
+        if not found:
+            raise SystemExit(f"test-vm: tests/vm/l1-init has no {SCRIPT_CUT.strip()!r} line to run a script at")
+        shutil.copy2(script, self.root / L1_SCRIPT.lstrip("/"))
+        init.write_text(head + SCRIPT_RUN.format(script=L1_SCRIPT, python=f"{L1_VENV}/bin/python"))
+
+
+# Script mode: where l1-init's doctor-and-battery part starts, and what replaces it.
+SCRIPT_CUT = "\ntries=0\n"
+L1_SCRIPT = "/cordon-vm-script.py"
+SCRIPT_RUN = """
+echo "@@L1 running {script}"
+mkfifo /tmp/script.out /tmp/script.err
+sed -u 's/^/@@OUT /' < /tmp/script.out & out=$!
+sed -u 's/^/@@ERR /' < /tmp/script.err & err=$!
+{python} -u {script} > /tmp/script.out 2> /tmp/script.err
+rc=$?
+sleep 2  # the relays' last lines (not `wait`: a process the script left could hold the pipes)
+kill $out $err 2>/dev/null
+echo "@@SCRIPT rc=$rc"
+finish
+"""
 
 
 def _sh_quote(value: str) -> str:
@@ -241,6 +275,8 @@ class Boot:
     infra: str | None = None  # why the emulated host failed, if it did
     faults: list[str] = field(default_factory=list)  # what its kernel reported (panics, lockups)
     seconds: float = 0.0
+    output: list[str] = field(default_factory=list)  # script mode: `out|err <line>`, in order
+    script_rc: int | None = None  # script mode: its exit code, once it finished
 
 
 class Console:
@@ -297,6 +333,11 @@ class Console:
             self.boot.pytest_rc = int(rest.split("=", 1)[1]) if "=" in rest else None
         elif kind == "DONE":
             self.boot.done = True
+        elif kind in ("OUT", "ERR"):
+            self.boot.output.append(f"{kind.lower()}| {rest}")
+            log(f"{kind.lower()}| {rest}")
+        elif kind == "SCRIPT":
+            self.boot.script_rc = int(rest.split("=", 1)[1].split()[0]) if "=" in rest else None
         elif kind == "L1":
             log(f"boot {self.boot.number}: {rest}")
 
@@ -504,7 +545,13 @@ def main(argv: list[str] | None = None) -> int:
         help="keep smolvm's per-VM uids (production's mode; the emulated host often hangs with them)",
     )  # fmt: skip
     parser.add_argument("--boots", type=int, default=5, help="emulated host boots at most (1 = no restart)")
+    parser.add_argument(
+        "--script", type=Path, help="run this Python script in the emulated host instead of the doctor and battery"
+    )
     args = parser.parse_args(argv)
+    if args.script is not None and not args.script.is_file():
+        print(f"--script: no such file {args.script}", file=sys.stderr)
+        return 64
     if os.geteuid() != 0:
         print("make test-vm needs root (mmdebstrap, chroot, mounts inside the emulated host)", file=sys.stderr)
         return 64
@@ -528,17 +575,41 @@ def main(argv: list[str] | None = None) -> int:
                 "CORDON_VM_CASE_TIMEOUT_S": "900",
                 "CORDON_VM_SELECT": args.select,
                 "CORDON_VM_PER_VM_UIDS": "1" if args.per_vm_uids else "0",
-            }
+            },
+            args.script,
         )
         remaining = args.limit_s - (time.monotonic() - started - build_s)
         boot = boot_once(builder, len(boots) + 1, args.silence_s, max(remaining, 60.0))
         boots.append(boot)
+        if args.script is not None:
+            if boot.script_rc is not None or not boot.infra:
+                break
+            log(f"boot {boot.number} failed ({boot.infra}) before the script finished; running it again")
+            continue
         if boot.done or not boot.infra or not any(d.get("report") for d in boot.doctor):
             break  # finished, or failed before the battery started: a restart would not help
         log(f"boot {boot.number} failed ({boot.infra}); restarting with the cases not yet reported")
         done_file.write_text("".join(r["test"] + "\n" for b in boots for r in b.records))
+    if args.script is not None:
+        return script_summary(boots, args.script, work, build_s, time.monotonic() - started)
     code, report = summarise(boots, version, build_s, time.monotonic() - started)
     path = work / f"report-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
     path.write_text(json.dumps(report, indent=1) + "\n")
     print(f"report: {path}; console logs: {work}/boot*.log")
     return code
+
+
+def script_summary(boots: list[Boot], script: Path, work: Path, build_s: float, total_s: float) -> int:
+    """Script mode: each boot's output and exit code, saved beside the console logs."""
+    path = work / f"script-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.log"
+    with open(path, "w") as out:
+        for boot in boots:
+            out.write(f"=== boot {boot.number}: script rc {boot.script_rc}, infra {boot.infra}, faults {boot.faults}\n")
+            out.write("".join(line + "\n" for line in boot.output))
+    print()
+    for boot in boots:
+        ended = f"exit code {boot.script_rc}" if boot.script_rc is not None else f"did not finish: {boot.infra}"
+        print(f"boot {boot.number} ({boot.seconds:.0f} s): {script} {ended}; {len(boot.output)} lines of output")
+    print(f"build {build_s:.0f} s, total {total_s / 60:.1f} min; output: {path}; console logs: {work}/boot*.log")
+    finished = [b.script_rc for b in boots if b.script_rc is not None]
+    return finished[-1] if finished else EXIT_INFRA
