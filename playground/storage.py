@@ -80,6 +80,29 @@ def _rechunked(content: File[Any]) -> Iterator[bytes]:
         yield bytes(pending)
 
 
+class _ForwardHash:
+    """The sha256 of the bytes read forward from offset 0: a read anywhere else voids it (it cannot
+    vouch for the whole), until a restart (a seek back to 0)."""
+
+    def __init__(self) -> None:
+        self.restart()
+
+    def restart(self) -> None:
+        self._hasher: Any = hashlib.sha256()
+        self.hashed = 0
+
+    def feed(self, position: int, data: bytes | memoryview) -> None:
+        """`data`, read at `position`: hashed if it continues what was hashed, else the hash is void."""
+        if self._hasher is not None and position == self.hashed:
+            self._hasher.update(data)
+            self.hashed += len(data)
+        else:
+            self._hasher = None
+
+    def hexdigest(self) -> str | None:
+        return None if self._hasher is None else str(self._hasher.hexdigest())
+
+
 class _ChunkReader(io.RawIOBase):
     """Reads one StoredFile's chunks on demand, one chunk in memory, checking the sha256 on a full read.
 
@@ -95,8 +118,7 @@ class _ChunkReader(io.RawIOBase):
         self._pos = 0
         self._chunk_index = -1
         self._chunk = memoryview(b"")
-        self._hasher: Any = hashlib.sha256()
-        self._hashed = 0
+        self._digest = _ForwardHash()
         self._verified = False
 
     @property
@@ -122,7 +144,7 @@ class _ChunkReader(io.RawIOBase):
         if target < 0:
             raise ValueError(f"negative seek position {target}")
         if target == 0 and not self._verified:
-            self._hasher, self._hashed = hashlib.sha256(), 0
+            self._digest.restart()
         self._pos = target
         return target
 
@@ -134,7 +156,8 @@ class _ChunkReader(io.RawIOBase):
             index, start = divmod(self._pos, CHUNK_BYTES)
             piece = self._load(index)[start : start + len(out) - filled]
             out[filled : filled + len(piece)] = piece
-            self._advance(piece)
+            self._digest.feed(self._pos, piece)
+            self._pos += len(piece)
             filled += len(piece)
         self._check_if_complete()
         return filled
@@ -150,14 +173,6 @@ class _ChunkReader(io.RawIOBase):
         if self.closed:
             raise ValueError(f"I/O operation on closed stored file {self._name!r}")
 
-    def _advance(self, piece: memoryview) -> None:
-        if self._hasher is not None and self._hashed == self._pos:
-            self._hasher.update(piece)
-            self._hashed += len(piece)
-        else:
-            self._hasher = None
-        self._pos += len(piece)
-
     def _load(self, index: int) -> memoryview:
         if index != self._chunk_index:
             self._chunk_index, self._chunk = -1, memoryview(b"")  # release the previous chunk first
@@ -171,9 +186,11 @@ class _ChunkReader(io.RawIOBase):
         return self._chunk
 
     def _check_if_complete(self) -> None:
-        if self._verified or self._hasher is None or self._hashed != self._size:
+        if self._verified or self._digest.hashed != self._size:
             return
-        actual = self._hasher.hexdigest()
+        actual = self._digest.hexdigest()
+        if actual is None:  # the bytes were not all read forward from 0: nothing to vouch for
+            return
         if actual != self._sha256:
             raise _integrity_error(self._name, f"sha256 {actual}, recorded {self._sha256}")
         self._verified = True
@@ -355,29 +372,24 @@ class _HashingFile(_BytesFile):
     def __init__(self, source: IO[bytes], name: str):
         super().__init__(source, name=name)
         self._source = source
-        self._hasher: Any = hashlib.sha256()
+        self._digest = _ForwardHash()
         self._pos = 0
-        self._hashed = 0
 
     def read(self, size: int | None = -1) -> bytes:
         data = self._source.read(-1 if size is None else size)
-        if self._hasher is not None and self._pos == self._hashed:
-            self._hasher.update(data)
-            self._hashed += len(data)
-        else:
-            self._hasher = None
+        self._digest.feed(self._pos, data)
         self._pos += len(data)
         return data
 
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
         position = self._source.seek(offset, whence)
         if position == 0:
-            self._hasher, self._hashed = hashlib.sha256(), 0
+            self._digest.restart()
         self._pos = position
         return position
 
     def hexdigest(self) -> str | None:
-        return None if self._hasher is None else str(self._hasher.hexdigest())
+        return self._digest.hexdigest()
 
 
 def save_verified(storage: Storage, name: str, source: Path | IO[bytes], sha256: str | None) -> str:

@@ -66,10 +66,14 @@ def run_execute(*, run_id: str, worker: str) -> Run | None:
     return final
 
 
+def work_root() -> Path:
+    return Path(settings.DATA_DIR) / "work"
+
+
 def work_dir(run_id: Any) -> Path:
     """Where the worker keeps a run's inputs fetched from storage and its exported outputs (this
     host's data directory; swept when the run is over: services/hosts.py)."""
-    return Path(settings.DATA_DIR) / "work" / str(run_id)
+    return work_root() / str(run_id)
 
 
 def run_spec(*, run: Run, staging: Path) -> RunSpec:

@@ -14,11 +14,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from django.conf import settings
 from django.utils import timezone
 
 from playground.models import WORKER_STATES, Run, WorkerHost
-from playground.services.logs import spool_path
+from playground.services.execution import work_root
+from playground.services.logs import spool_root
 
 log = logging.getLogger(__name__)
 # A finished run's directories left on its worker's host are swept once this old (not at once:
@@ -71,7 +71,7 @@ def worker_debris_sweep(*, min_age_s: float) -> list[str]:
     `min_age_s` ago; 0 at a worker's start, when nothing of this host's can still be running."""
     swept = []
     cutoff = time.time() - min_age_s
-    for parent in (Path(settings.DATA_DIR) / "work", spool_path("-", "stdout").parent.parent):
+    for parent in (work_root(), spool_root()):
         entries = {e.name: e for e in parent.iterdir()} if parent.is_dir() else {}
         ids = [name for name in entries if _is_uuid(name)]
         active = {str(i) for i in Run.objects.filter(id__in=ids, state__in=WORKER_STATES).values_list("id", flat=True)}

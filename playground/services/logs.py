@@ -67,9 +67,14 @@ def stored_name(run_id: Any, stream: str) -> str:
     return f"logs/{run_id}/{stream}.log"
 
 
+def spool_root() -> Path:
+    """Where this worker host spools running runs' logs, a folder per run."""
+    return Path(settings.DATA_DIR) / "spool" / "logs"
+
+
 def spool_path(run_id: Any, stream: str) -> Path:
     """The worker host's complete copy of a running run's log."""
-    return Path(settings.DATA_DIR) / "spool" / "logs" / str(run_id) / f"{stream}.log"
+    return spool_root() / str(run_id) / f"{stream}.log"
 
 
 def log_append(*, run_id: Any, stream: str, offset: int, data: bytes) -> None:
@@ -116,7 +121,7 @@ def _store(run_id: Any, stream: str, content: File) -> None:  # type: ignore[typ
 
 def log_release(*, run_id: Any) -> None:
     """Drop the spool and the Redis copy once the log is stored and the run's end committed."""
-    shutil.rmtree(spool_path(run_id, "stdout").parent, ignore_errors=True)
+    shutil.rmtree(spool_root() / str(run_id), ignore_errors=True)
     _redis_delete(run_id)
 
 

@@ -56,8 +56,9 @@ from typing import Any
 
 from runner.config import PROJECT_ROOT, paths_from_env
 from tests.bench import Row, targeted
-from tests.conftest import child_env
-from tests.hosts.stack import AdminSession, Api, Host, Layout, Redis, Web, start_time, wait_for
+from tests.conftest import child_env, free_port
+from tests.hosts.stack import AdminSession, Api, Host, Layout, Web, start_time, wait_for
+from tests.playground.conftest import RedisServer
 
 HOSTS = ("hosta", "hostb")
 CONCURRENCY = 4  # each host's Celery pool, and its admission slots
@@ -120,7 +121,8 @@ class Stack:
     def __init__(self, layout: Layout) -> None:
         self.layout = layout
         self.pg: Any = None
-        self.redis = Redis(layout.redis)
+        # No append-only file: a broker that outlives nothing here need not fsync every write.
+        self.redis = RedisServer(f"redis://127.0.0.1:{free_port()}/0", layout.redis, append_only=False)
         self.web: Web | None = None
         self.hosts: dict[str, Host] = {}
         self.api: Api | None = None

@@ -145,33 +145,6 @@ def log_tail(path: Path, size: int = 3000) -> str:
 # --- Redis and the web --------------------------------------------------------------------
 
 
-class Redis:
-    def __init__(self, workdir: Path) -> None:
-        self.port = free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.workdir = workdir
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        argv = ["redis-server", "--bind", "127.0.0.1", "--port", str(self.port), "--dir", str(self.workdir),
-                "--save", "", "--appendonly", "no"]  # fmt: skip
-        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-        wait_for("redis-server answering", self._answers, 10, 0.05)
-
-    def _answers(self) -> bool:
-        try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as sock:
-                sock.sendall(b"PING\r\n")
-                return sock.recv(16).startswith(b"+PONG")
-        except OSError:
-            return False
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(timeout=10)
-
-
 class Web:
     """The web server as `make run` starts it (daphne with the capped bodies), on a free port."""
 

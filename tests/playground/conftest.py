@@ -29,17 +29,21 @@ CELERY = str(Path(sys.executable).parent / "celery")
 
 
 class RedisServer:
-    def __init__(self, url: str, workdir: Path):
+    """A private redis-server; `append_only` as `make run` keeps it (queued runs survive a restart)."""
+
+    def __init__(self, url: str, workdir: Path, *, append_only: bool = True):
         self.url = url
         self.port = int(url.rsplit(":", 1)[1].split("/")[0])
         self.workdir = workdir
+        self.append_only = append_only
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
+        durability = ["--appendonly", "yes", "--appendfsync", "always"] if self.append_only else ["--appendonly", "no"]
         self.proc = subprocess.Popen(
             ["redis-server", "--bind", "127.0.0.1", "--port", str(self.port), "--dir", str(self.workdir),
-             "--save", "", "--appendonly", "yes", "--appendfsync", "always"],
+             "--save", "", *durability],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         deadline = time.monotonic() + 10
