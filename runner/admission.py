@@ -42,6 +42,9 @@ class Capacity:
         )
 
 
+NO_SLOT = -1  # a reservation that is not a run's holds no sandbox slot
+
+
 @dataclass(frozen=True)
 class Reservation:
     run_id: str
@@ -102,6 +105,23 @@ class Admission:
         reservation = Reservation(run_id, free[0], memory_mib, cpus, me.pid, me.create_time())
         entries.append(reservation)
         return reservation
+
+    def hold(self, owner: str, *, memory_mib: int) -> Reservation:
+        """Hold memory for something that is not a run (a warm base): no slot, no vCPUs, no wait;
+        owned by this process, so it is reclaimed when this process dies."""
+        with self._locked() as entries:
+            in_use = sum(e.memory_mib for e in entries)
+            if in_use + memory_mib > self.capacity.memory_mib:
+                raise RunnerError(
+                    "no_capacity",
+                    f"{memory_mib} MiB more would pass the host's budget "
+                    f"({in_use} of {self.capacity.memory_mib} MiB in use)",
+                    outcome=Outcome.REJECTED_CAPACITY,
+                )
+            me = psutil.Process()
+            held = Reservation(owner, NO_SLOT, memory_mib, 0.0, me.pid, me.create_time())
+            entries[:] = [e for e in entries if e.run_id != owner] + [held]
+            return held
 
     def release(self, run_id: str) -> None:
         with self._locked() as entries:

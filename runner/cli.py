@@ -69,7 +69,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--json", action="store_true", help="print only the result object")
     run.add_argument("script", help="the script to run ('-' reads it from standard input)")
 
-    commands.add_parser("sweep", help="reclaim what crashed supervisors left behind")
+    sweep = commands.add_parser("sweep", help="reclaim what crashed supervisors left behind")
+    sweep.add_argument("--bases", action="store_true", help="also remove every warm smolvm base not in use")
     doctor = commands.add_parser("doctor", help="report what this host supports, from checks that run")
     doctor.add_argument("--json", action="store_true")
     doctor.add_argument("--recheck", action="store_true", help="boot a fresh canary VM even if one is cached")
@@ -99,7 +100,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(json.dumps(report, indent=2) if args.json else render(report))
             return 0 if any(report["engines"].values()) else 1
         if args.command == "sweep":
-            for line in Supervisor().sweep():
+            supervisor = Supervisor()
+            lines = supervisor.sweep()
+            if args.bases:
+                lines += supervisor.sweep_bases()
+            for line in lines:
                 print(f"swept {line}")
             return 0
     except (ConfigError, ImageError) as exc:

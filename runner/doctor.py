@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import grp
+import json
 import shutil
 import stat
 import subprocess
 import time
 from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +18,7 @@ from runner.cgroups import CgroupLayout, favors_dynmods
 from runner.images import ImageStore, recipe_names
 from runner.registry import canary_age_s, canary_record, canary_verdict, smolvm_installed
 from runner.seccomp import bpf_program
-from runner.spec import Limits, Outcome, RunSpec
+from runner.spec import Limits, Outcome, RunResult, RunSpec
 from runner.supervisor import Supervisor
 
 
@@ -38,6 +41,7 @@ def diagnose(supervisor: Supervisor | None = None, *, recheck: bool = False) -> 
     if recheck or canary is None or canary_age_s(canary) > CANARY_MAX_AGE_S:
         canary = run_canary(supervisor)
     checks.append(_canary_check(canary))
+    checks += _warm_checks(supervisor, smolvm_ok=bool(canary.get("ok")), recheck=recheck)
     namespace_ok = all(c.ok for c in checks if c.name in ("bubblewrap", "cgroups", "seccomp", "namespace canary"))
     engines = {"namespace": namespace_ok, "smolvm": canary_verdict(canary).ok}
     auto, conclusion = supervisor.registry.conclusion(engines)
@@ -53,6 +57,135 @@ def run_canary(supervisor: Supervisor) -> dict[str, Any]:
     record = canary_record(result, seconds=time.monotonic() - started)
     supervisor.registry.write_canary(record)
     return record
+
+
+# What the warm canary runs in two branches of one base: the guest's urandom, Python's os.urandom
+# and random (seeded from the kernel at start), and the guest's clock.
+FRESHNESS_PROBE = b"""import json, os, random, time
+with open("/dev/urandom", "rb") as f:
+    urandom = f.read(32).hex()
+print(json.dumps({"urandom": urandom, "os_urandom": os.urandom(16).hex(), "random": random.random(),
+                  "time": time.time()}))
+"""
+FRESHNESS_LIMITS = Limits(wall_timeout_s=30, memory_mib=256)
+MAX_CLOCK_SKEW_S = 1.0
+
+
+def freshness(results: list[tuple[RunResult, float, float]]) -> dict[str, Any]:
+    """Whether runs of FRESHNESS_PROBE (each with the host's time before and after it) started
+    as branches, read different random bytes and seeds, and saw the host's clock within 1 s."""
+    reads, skews, problems = [], [], []
+    for result, before, after in results:
+        if result.outcome is not Outcome.SUCCEEDED or not result.cleanup_ok:
+            problems.append(
+                f"run {result.run_id}: {result.outcome.value} ({result.reason}), cleanup ok {result.cleanup_ok}"
+            )
+            continue
+        try:
+            read = json.loads(result.stdout.decode().strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            problems.append(f"run {result.run_id} printed no probe: {result.stdout[-200:]!r}")
+            continue
+        reads.append(read)
+        # The guest's clock read during the run must fall within the run's window on the host's.
+        skew = read["time"] - before if read["time"] < before else max(0.0, read["time"] - after)
+        skews.append(round(skew, 3))
+    starts = [r.vm_start for r, _, _ in results]
+    figures: dict[str, Any] = {
+        "vm_starts": starts,
+        "distinct_urandom": len({r["urandom"] for r in reads}) == len(reads),
+        "distinct_os_urandom": len({r["os_urandom"] for r in reads}) == len(reads),
+        "distinct_random": len({r["random"] for r in reads}) == len(reads),
+        "clock_skews_s": skews,
+        "refresh_skews_s": [r.timings.get("clock_skew_s") for r, _, _ in results],
+        "max_clock_skew_s": max((abs(s) for s in skews), default=None),
+    }
+    if any(start != "branch" for start in starts):
+        problems.append(f"not every run branched a base: {starts}; {[r.engine_note for r, _, _ in results]}")
+    for name in ("distinct_urandom", "distinct_os_urandom", "distinct_random"):
+        if not figures[name]:
+            problems.append(f"two branches read the same {name.removeprefix('distinct_')}")
+    if figures["max_clock_skew_s"] is None or figures["max_clock_skew_s"] > MAX_CLOCK_SKEW_S:
+        problems.append(f"guest clock off the host's by {figures['max_clock_skew_s']} s")
+    figures["ok"] = len(reads) == len(results) >= 2 and not problems
+    figures["problems"] = problems
+    return figures
+
+
+def run_warm_canary(supervisor: Supervisor) -> dict[str, Any]:
+    """Build (or reuse) the python base at the canary's size, run the probe in two branches of it,
+    check that they are fresh; cache the verdict, which CORDON_SMOLVM_WARM=auto follows."""
+    from runner.engines.smolvm import SmolvmEngine
+
+    engine = supervisor.registry.engines["smolvm"]
+    assert isinstance(engine, SmolvmEngine)  # noqa: S101 - the registry builds it
+    started = time.monotonic()
+    saved = engine.warm
+    engine.warm = dataclasses.replace(saved, mode="true")  # the canary decides what auto does
+    try:
+        record = engine.ensure_base(supervisor.images.resolve("python"), FRESHNESS_LIMITS)
+        if record is None or record.state != "frozen":
+            why = record.error if record is not None else "did not finish in time"
+            figures: dict[str, Any] = {"ok": False, "problems": [f"the base was not built: {why}"]}
+        else:
+            runs = []
+            for _ in range(2):
+                before = time.time()
+                result = supervisor.run(
+                    RunSpec(runtime="python", script=FRESHNESS_PROBE, engine="smolvm", limits=FRESHNESS_LIMITS)
+                )
+                runs.append((result, before, time.time()))
+            figures = freshness(runs)
+            figures["branch_s"] = [r.timings.get("branch_s") for r, _, _ in runs]
+            figures["boot_s"] = [r.timings.get("boot_s") for r, _, _ in runs]
+            figures["base"] = record.name
+    finally:
+        engine.warm = saved
+    reason = "two branches were fresh and on the host's clock" if figures["ok"] else "; ".join(figures["problems"])
+    record_out = {
+        "ok": figures["ok"],
+        "reason": reason,
+        "seconds": round(time.monotonic() - started, 2),
+        "at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "figures": figures,
+    }
+    supervisor.registry.write_canary(record_out, warm=True)
+    return record_out
+
+
+def _warm_checks(supervisor: Supervisor, *, smolvm_ok: bool, recheck: bool) -> list[Check]:
+    """Warm starts: the setting, the warm canary (run when smolvm boots here), and every base."""
+    from runner.engines.smolvm import SmolvmEngine, read_json
+
+    engine = supervisor.registry.engines.get("smolvm")
+    if not isinstance(engine, SmolvmEngine):
+        return []
+    checks = []
+    canary = read_json(supervisor.registry.warm_canary_path)
+    if (
+        smolvm_ok
+        and engine.warm.mode != "false"
+        and (recheck or canary is None or canary_age_s(canary) > CANARY_MAX_AGE_S)
+    ):
+        canary = run_warm_canary(supervisor)
+    on, why = engine.warm_enabled()
+    if canary is not None:
+        verdict = "passed" if canary.get("ok") else "FAILED"
+        detail = f"{verdict} at {canary.get('at')} in {canary.get('seconds')} s: {canary.get('reason')}"
+        checks.append(Check("smolvm warm canary", bool(canary.get("ok")) or engine.warm.mode == "false", detail))
+    security = "" if not on else "; branch VMMs run without smolvm's Landlock layer (README: warm starts)"
+    checks.append(Check("smolvm warm starts", True, f"{why}; bases built {engine.warm.build}{security}"))
+    for base in engine.describe_bases():
+        memory = f", {int(base['memory_bytes']) // (1 << 20)} MiB held" if base.get("memory_bytes") else ""
+        detail = (
+            f"{base['image']} {str(base['image_digest'])[:19]} at {base['size_class']}: {base['state']}"
+            f"{'' if base['keeper_alive'] else ' (keeper gone)'}, {base['age_s']:.0f} s old, "
+            f"{base['served']} branches served{memory}"
+        )
+        if base["error"]:
+            detail += f"; {str(base['error'])[:200]}"
+        checks.append(Check(f"base {base['name']}", base["state"] != "failed", detail))
+    return checks
 
 
 def _canary_check(canary: dict[str, Any]) -> Check:

@@ -29,6 +29,7 @@ AUTO_PREFERENCE = ("smolvm", "namespace")
 # Harness-only smolvm switches a supervisor passes on when its environment sets them.
 SMOLVM_PASSTHROUGH = frozenset({"SMOLVM_VM_UID_DROP"})
 CANARY_FILE = "smolvm-canary.json"
+WARM_CANARY_FILE = "smolvm-warm-canary.json"
 _CANARY_TIME = "%Y-%m-%dT%H:%M:%SZ"
 
 
@@ -40,20 +41,37 @@ class Availability:
     why: str
 
 
-def build(name: str, settings: SupervisorSettings, *, environ: Mapping[str, str] = os.environ) -> Engine:
+def build(
+    name: str,
+    settings: SupervisorSettings,
+    *,
+    environ: Mapping[str, str] = os.environ,
+    host_state_dir: Path | None = None,
+) -> Engine:
     """The engine called `name`, configured from the supervisor's settings."""
     if name == "namespace":
         from runner.engines.namespace import NamespaceEngine
 
         return NamespaceEngine(cgroup_parent=settings.cgroup_parent)
     if name == "smolvm":
-        from runner.engines.smolvm import SmolvmEngine
+        from runner.admission import Capacity
+        from runner.engines.smolvm import SmolvmEngine, WarmSettings
 
+        warm = WarmSettings(
+            mode=settings.smolvm_warm,
+            build=settings.smolvm_warm_build,
+            max_bases=settings.smolvm_warm_max_bases,
+            max_age_s=settings.smolvm_warm_max_age_s,
+            canary_file=host_state_dir / WARM_CANARY_FILE if host_state_dir else None,
+            admission_dir=host_state_dir / "admission" if host_state_dir else None,
+            memory_budget_mib=Capacity.from_env(environ).memory_mib,
+        )
         return SmolvmEngine(
             state_root=settings.smolvm_state_dir,
             boot_timeout_s=settings.boot_timeout_s,
             cgroup_parent=settings.cgroup_parent,
             extra_env={k: v for k, v in environ.items() if k in SMOLVM_PASSTHROUGH},
+            warm=warm if host_state_dir else WarmSettings(mode="false"),
         )
     raise ValueError(f"no engine is called {name!r}; the engines are {', '.join(ENGINES)}")
 
@@ -115,14 +133,16 @@ class Registry:
 
     def __init__(self, settings: SupervisorSettings, host_state_dir: Path, *, engines: dict[str, Engine] | None = None):
         self.settings = settings
+        self.host_state_dir = host_state_dir
         self.canary_path = host_state_dir / CANARY_FILE
+        self.warm_canary_path = host_state_dir / WARM_CANARY_FILE
         self._engines = engines
 
     @property
     def engines(self) -> dict[str, Engine]:
         """Every engine by name (a test may put its own in this dict)."""
         if self._engines is None:
-            self._engines = {name: build(name, self.settings) for name in ENGINES}
+            self._engines = {name: build(name, self.settings, host_state_dir=self.host_state_dir) for name in ENGINES}
         return self._engines
 
     # --- the smolvm canary --------------------------------------------------------
@@ -134,10 +154,11 @@ class Registry:
             return None
         return data if isinstance(data, dict) else None
 
-    def write_canary(self, record: Mapping[str, Any]) -> None:
-        tmp = self.canary_path.with_suffix(".tmp")
+    def write_canary(self, record: Mapping[str, Any], *, warm: bool = False) -> None:
+        path = self.warm_canary_path if warm else self.canary_path
+        tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(record, indent=2) + "\n")
-        tmp.replace(self.canary_path)
+        tmp.replace(path)
 
     # --- what runs here -----------------------------------------------------------
 

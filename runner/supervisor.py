@@ -24,7 +24,7 @@ from runner.admission import Admission, Capacity
 from runner.classify import Evidence, classify
 from runner.config import PROJECT_ROOT, Paths, paths_from_env
 from runner.engines.base import Collected, Engine, RunContext
-from runner.env import ConfigError, env_bool, env_float, env_int, env_path, env_str
+from runner.env import ConfigError, env_bool, env_choice, env_float, env_int, env_path, env_str
 from runner.files import export_outputs, stage_inputs
 from runner.images import ImageError, ImageStore
 from runner.locks import RunLock
@@ -74,6 +74,10 @@ class SupervisorSettings:
     boot_timeout_s: float = 20.0
     require_vm: bool = False
     smolvm_state_dir: Path = Path("/var/lib/cordon/smolvm")
+    smolvm_warm: str = "auto"  # warm starts: auto (where the warm canary passed), true, false
+    smolvm_warm_build: str = "lazy"  # bases built on a run's first need, or at the worker's start
+    smolvm_warm_max_bases: int = 4
+    smolvm_warm_max_age_s: float = 86400.0
 
     @classmethod
     def from_env(cls) -> SupervisorSettings:
@@ -84,6 +88,10 @@ class SupervisorSettings:
             boot_timeout_s=env_float("CORDON_SMOLVM_BOOT_TIMEOUT_S", 20.0, minimum=1.0),
             require_vm=env_bool("CORDON_REQUIRE_VM", False),
             smolvm_state_dir=env_path("CORDON_SMOLVM_STATE_DIR", Path("/var/lib/cordon/smolvm"), base=PROJECT_ROOT),
+            smolvm_warm=env_choice("CORDON_SMOLVM_WARM", "auto", ("auto", "true", "false")),
+            smolvm_warm_build=env_choice("CORDON_SMOLVM_WARM_BUILD", "lazy", ("lazy", "start")),
+            smolvm_warm_max_bases=env_int("CORDON_SMOLVM_WARM_MAX_BASES", 4, minimum=1, maximum=64),
+            smolvm_warm_max_age_s=env_float("CORDON_SMOLVM_WARM_MAX_AGE_S", 86400.0, minimum=60.0),
         )
 
 
@@ -455,6 +463,9 @@ class Supervisor:
     def _record(result: RunResult, collected: Collected, evidence: Evidence, engine: Engine) -> None:
         result.exit_code, result.signal = collected.exit_code, collected.signal
         result.vm_start = collected.vm_start
+        result.timings.update(collected.timings)
+        if collected.vm_note:
+            result.engine_note = f"{result.engine_note}; booted cold: {collected.vm_note}"[:500]
         result.cpu_s = None if collected.cpu_s is None else round(collected.cpu_s, 4)
         result.peak_memory_bytes = collected.peak_memory_bytes
         result.peak_file_bytes = collected.peak_file_bytes
@@ -491,6 +502,31 @@ class Supervisor:
         held = self.admission.holds(run_id)
         checks.append(CleanupCheck("slot", not held, "admission slot released" if not held else "slot still reserved"))
         return checks
+
+    def sweep_bases(self) -> list[str]:
+        """Remove every warm smolvm base that no run is branching (`runner sweep --bases`)."""
+        from runner.engines.smolvm import SmolvmEngine
+
+        engine = self.engines.get("smolvm")
+        return engine.sweep_bases(everything=True) if isinstance(engine, SmolvmEngine) else []
+
+    def warm_up(self) -> list[str]:
+        """With warm starts on and CORDON_SMOLVM_WARM_BUILD=start, start building the base of each
+        image at the default size (a worker calls this as it starts); what was started."""
+        from runner.engines.smolvm import SmolvmEngine
+
+        engine = self.engines.get("smolvm")
+        if not isinstance(engine, SmolvmEngine) or engine.warm.build != "start" or not engine.warm_enabled()[0]:
+            return []
+        if not self.registry.available("smolvm").ok:
+            return []
+        started = []
+        for name in sorted(self.images.built()):
+            ref = self.images.resolve(name)
+            key = engine.base_key(ref, Limits())
+            if engine.bases.read(key.name) is None and engine.build_base(ref, key):
+                started.append(key.name)
+        return started
 
     def sweep(self) -> list[str]:
         """Reclaim what crashed supervisors left: cgroups, mounts and directories of dead runs."""

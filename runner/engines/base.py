@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, ClassVar, Protocol
 
@@ -135,6 +135,8 @@ class Collected:
     started: bool  # whether the program itself was started (not just the sandbox tooling)
     engine_message: str = ""
     vm_start: str | None = None  # a VM engine's: "cold" or "branch" (RunResult.vm_start)
+    vm_note: str = ""  # why a VM booted cold (warm starts off, no base yet, the branch failed)
+    timings: dict[str, float] = field(default_factory=dict)  # the engine's own phases (RunResult.timings)
 
 
 class Engine(ABC):

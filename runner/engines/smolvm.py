@@ -9,8 +9,10 @@ the machine record, the VM directory, the per-VM uid marker, lock files, cgroups
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
+import fcntl
 import grp
 import hashlib
 import importlib.metadata
@@ -21,12 +23,16 @@ import resource
 import shutil
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
-from runner.cgroups import CgroupLayout
+from runner import hostfs
+from runner.cgroups import CgroupLayout, RunCgroup, run_names
 from runner.engines.base import CgroupLimits, Collected, RunContext, guest_env
 from runner.engines.common import (
     CgroupEngine,
@@ -38,7 +44,9 @@ from runner.engines.common import (
     output_area_bytes,
     processes_of_uid,
 )
-from runner.engines.smolvm_protocol import ChildConfig, Error, Event, Exit, Facts, Mount, Ready, decode
+from runner.engines.smolvm_bases import BASE_PREFIX, BaseKey, BaseRecord, Bases
+from runner.engines.smolvm_protocol import BaseConfig, ChildConfig, Error, Event, Exit, Facts, Mount, Ready, decode
+from runner.images import ImageRef
 from runner.spec import MIB, CleanupCheck, Limits, RunnerError
 
 GUEST_WORKDIR = "/tmp"
@@ -50,6 +58,9 @@ COMPONENTS = ("smol-vmm", "libkrun.so", "libkrunfw.so.5", "_native.abi3.so", "ag
 CONTROL_KEPT_BYTES = 65536
 ERROR_MESSAGE_CHARS = 2000
 VM_STARTS = ("cold", "branch")
+OVERLAY_GB = 1
+NEW_BASE_GRACE_S = 60.0
+READY_TIMINGS = ("branch_s", "mount_s", "refresh_s", "cold_s", "clock_skew_s")
 
 
 @lru_cache(maxsize=1)
@@ -122,6 +133,8 @@ class ControlChannel:
     ready: bool = False
     boot_s: float | None = None
     vm_start: str | None = None
+    vm_note: str = ""  # why the VM booted cold
+    timings: dict[str, float] = field(default_factory=dict)  # a start's phases (READY_TIMINGS)
     exit_code: int | None = None
     error: Error | None = None  # the first one: what went wrong first is the cause
     facts: Facts = field(default_factory=Facts)
@@ -143,6 +156,8 @@ class ControlChannel:
                 self.boot_s = event.boot_s
             if event.vm_start in VM_STARTS:
                 self.vm_start = event.vm_start
+            self.vm_note = (event.vm_note or "")[:ERROR_MESSAGE_CHARS]
+            self.timings = {k: v for k in READY_TIMINGS if (v := getattr(event, k)) is not None}
         elif isinstance(event, Exit) and event.exit_code is not None:
             self.exit_code = event.exit_code
         elif isinstance(event, Error) and self.error is None:
@@ -159,7 +174,15 @@ def machine_name(run_id: str) -> str:
 
 
 def child_config(
-    ctx: RunContext, *, state_root: Path, boot_timeout_s: float, control_fd: int, sdk_dir: Path | None = None
+    ctx: RunContext,
+    *,
+    state_root: Path,
+    boot_timeout_s: float,
+    control_fd: int,
+    sdk_dir: Path | None = None,
+    base: str | None = None,
+    base_lock: Path | None = None,
+    cold_reason: str = "",
 ) -> ChildConfig:
     """What the child needs to create, run and delete the machine."""
     limits = ctx.limits
@@ -170,9 +193,8 @@ def child_config(
         image=str(ctx.view_dir / "root"),
         cpus=max(1, round(limits.cpus)),
         memory_mib=limits.memory_mib,
-        # The VM's own disks bound what the guest can write outside /output (GiB, at least 1).
-        storage_gb=max(1, -(-limits.disk_mib // 1024)),
-        overlay_gb=1,
+        storage_gb=storage_gb(limits),
+        overlay_gb=OVERLAY_GB,
         mounts=[
             Mount(str(ctx.view_dir / "in"), "/input", read_only=True),
             Mount(str(ctx.scratch_dir), "/job", read_only=True),
@@ -187,7 +209,15 @@ def child_config(
         exec_timeout_s=limits.wall_timeout_s + 5.0,
         boot_timeout_s=boot_timeout_s,
         control_fd=control_fd,
+        base=base,
+        base_lock=str(base_lock) if base_lock else None,
+        cold_reason=cold_reason,
     )
+
+
+def storage_gb(limits: Limits) -> int:
+    """The VM's own disks bound what the guest can write outside /output (GiB, at least 1)."""
+    return max(1, -(-limits.disk_mib // 1024))
 
 
 # A run's stdin, written beside the script in /job (read-only) and given to the program by the
@@ -213,6 +243,21 @@ def guest_argv(ctx: RunContext) -> list[str]:
 @dataclass
 class SmolvmState(CgroupState):
     control: ControlChannel = field(default_factory=ControlChannel)  # fed from control_fd
+    base: str | None = None  # the warm base this run was given to branch
+
+
+@dataclass(frozen=True)
+class WarmSettings:
+    """Warm starts (smolvm_bases): on, off, or `auto` (on where the warm canary passed); bases built
+    on a run's first need (`lazy`) or for the default size when the worker starts (`start`)."""
+
+    mode: str = "auto"
+    build: str = "lazy"
+    max_bases: int = 4
+    max_age_s: float = 86400.0
+    canary_file: Path | None = None  # the warm canary's record, which `auto` reads
+    admission_dir: Path | None = None  # the host's admission ledger, where a base holds its memory
+    memory_budget_mib: int = 0
 
 
 class SmolvmEngine(CgroupEngine[SmolvmState]):
@@ -244,12 +289,16 @@ class SmolvmEngine(CgroupEngine[SmolvmState]):
         layout: CgroupLayout | None = None,
         extra_env: dict[str, str] | None = None,
         child_module: str = "runner.engines.smolvm_child",
+        warm: WarmSettings | None = None,
     ):
         super().__init__(cgroup_parent=cgroup_parent, layout=layout)
         self.child_module = child_module
         self.state_root = state_root
         self.boot_timeout_s = boot_timeout_s
         self.extra_env = extra_env or {}
+        self.warm = warm or WarmSettings(mode="false")
+        self.bases = Bases(state_root.parent / "bases")
+        self._build_lock = threading.Lock()
 
     def version(self) -> str:
         return engine_version()
@@ -300,12 +349,17 @@ class SmolvmEngine(CgroupEngine[SmolvmState]):
         mount_output_area(ctx, uid=0, gid=_kvm_gid(), mode=0o770)
 
     def launch(self, ctx: RunContext, fds: dict[str, int]) -> Launch:
+        base, cold_reason = self.warm_base(ctx)
+        self.state(ctx).base = base
         config = child_config(
             ctx,
             state_root=self.state_root,
             boot_timeout_s=self.boot_timeout_s,
             control_fd=fds["control"],
             sdk_dir=self.runtime(),
+            base=base,
+            base_lock=self.bases.folder(base) / "lock" if base else None,
+            cold_reason=cold_reason,
         )
         config_path = ctx.run_dir / "smolvm-child.json"
         fd = os.open(config_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
@@ -352,7 +406,13 @@ class SmolvmEngine(CgroupEngine[SmolvmState]):
         return decode_exit_status(self.state(ctx).control.exit_code)
 
     def collect(self, ctx: RunContext) -> Collected:
-        return dataclasses.replace(super().collect(ctx), vm_start=self.state(ctx).control.vm_start)
+        state = self.state(ctx)
+        control = state.control
+        if state.base and control.ready:  # the base's record of its branches: served, or failed in a row
+            self.bases.count_branch(state.base, ok=control.vm_start == "branch")
+        return dataclasses.replace(
+            super().collect(ctx), vm_start=control.vm_start, vm_note=control.vm_note, timings=control.timings
+        )
 
     def started(self, ctx: RunContext) -> bool:
         return self.state(ctx).control.ready
@@ -360,6 +420,8 @@ class SmolvmEngine(CgroupEngine[SmolvmState]):
     # teardown / sweep
 
     def stray_processes(self, ctx: RunContext) -> list[int]:
+        # A branch's uid is its base's and its siblings': the child reports a VM uid for a cold
+        # boot only, the one whose every process is this run's.
         vm_uid = self.state(ctx).control.facts.vm_uid
         return self.vmm_processes(machine_name(ctx.run_id)) + (processes_of_uid(vm_uid) if vm_uid else [])
 
@@ -388,6 +450,8 @@ class SmolvmEngine(CgroupEngine[SmolvmState]):
 
     def sweep(self, is_live: Callable[[str], bool]) -> list[str]:
         swept = super().sweep(is_live)
+        if self.bases.root.is_dir() or run_names(self.layout, self._bases_parent()):
+            swept += self.sweep_bases()
         if not (self.state_root / ".local" / "share" / "smolvm").exists():
             return swept
         for name in sorted(self.machine_names()):
@@ -401,6 +465,213 @@ class SmolvmEngine(CgroupEngine[SmolvmState]):
                 lock.unlink(missing_ok=True)
                 swept.append(f"smolvm lock file {lock.name}")
         return swept
+
+    # warm starts (smolvm_bases)
+
+    def warm_enabled(self) -> tuple[bool, str]:
+        """Whether runs branch warm bases here, and why (or why not)."""
+        mode = self.warm.mode
+        if mode == "false":
+            return False, "warm starts are off (CORDON_SMOLVM_WARM=false)"
+        if mode == "true":
+            return True, "warm starts are on (CORDON_SMOLVM_WARM=true)"
+        canary = read_json(self.warm.canary_file) if self.warm.canary_file else None
+        if canary and canary.get("ok"):
+            return True, "warm starts are on: the warm canary passed"
+        why = f"the warm canary failed ({canary.get('reason')})" if canary else "no warm canary has passed here"
+        return False, f"warm starts are off: {why} (python -m runner doctor)"
+
+    def base_key(self, image: ImageRef, limits: Limits) -> BaseKey:
+        return BaseKey(
+            image=image.name,
+            image_digest=image.digest,
+            runtime=self.runtime().parent.name,
+            cpus=max(1, round(limits.cpus)),
+            memory_mib=limits.memory_mib,
+            storage_gb=storage_gb(limits),
+            overlay_gb=OVERLAY_GB,
+            uid_drop=self.extra_env.get("SMOLVM_VM_UID_DROP", ""),
+        )
+
+    def warm_base(self, ctx: RunContext) -> tuple[str | None, str]:
+        """The base this run branches, or None and why it boots cold (a lazy build starts here)."""
+        on, why = self.warm_enabled()
+        if not on:
+            return None, why
+        key = self.base_key(ctx.image, ctx.limits)
+        base, why = self.bases.usable(key)
+        if base is None and self.warm.build == "lazy" and self.bases.read(key.name) is None:
+            try:
+                started = self.build_base(ctx.image, key)
+            except (OSError, RunnerError) as exc:  # a warm start is an optimisation: the run goes on cold
+                why += f"; could not start building one: {exc}"
+            else:
+                why += "; building one now" if started else f"; not built: {self.build_refusal(key)}"
+        return base, why
+
+    def build_refusal(self, key: BaseKey) -> str:
+        live = [r for r in self.bases.records() if r.keeper_alive() and r.state != "failed"]
+        return f"{len(live)} bases already (at most {self.warm.max_bases})" if live else "another build holds it"
+
+    def build_base(self, image: ImageRef, key: BaseKey) -> bool:
+        """Start a keeper that builds and keeps the base of `key` (returns at once). False when a base
+        of this key exists or one more would pass the host's bound of bases."""
+        with self._build_lock, open(self._bases_root() / ".build.lock", "w") as build_lock:
+            fcntl.flock(build_lock, fcntl.LOCK_EX)  # one builder at a time on this host
+            existing = self.bases.read(key.name)
+            if existing is not None and existing.keeper_alive():
+                return False
+            live = [r for r in self.bases.records() if r.keeper_alive() and r.state != "failed"]
+            if len(live) >= self.warm.max_bases:
+                return False
+            folder = self.bases.folder(key.name)
+            if folder.exists():  # a dead keeper's base or a crashed build's folder: gone first
+                self.remove_base(key.name)
+            folder.mkdir(mode=0o755)
+            os.chmod(folder, 0o755)  # noqa: S103 - per-VM uids reach the image below
+            (folder / "root").mkdir()
+            hostfs.bind_readonly(image.rootfs, folder / "root")
+            cgroup = self._base_cgroup(key.name)
+            _kill(cgroup)  # what a crashed build left under this name
+            cgroup.remove()
+            cgroup.create(
+                memory_bytes=(key.memory_mib + VMM_OVERHEAD_MIB) * MIB, pids_max=4096, cpus=float(key.cpus + 1)
+            )
+            config = BaseConfig(
+                name=key.name,
+                state_root=str(self.state_root),
+                image=str(folder / "root"),
+                cpus=key.cpus,
+                memory_mib=key.memory_mib,
+                storage_gb=key.storage_gb,
+                overlay_gb=key.overlay_gb,
+                boot_timeout_s=max(self.boot_timeout_s, 60.0),
+                sdk_path=str(self.runtime().parent),
+                folder=str(folder),
+                cgroup_procs=cgroup.procs_files,
+                admission_dir=str(self.warm.admission_dir or self.state_root.parent / "admission"),
+                admission_memory_mib=key.memory_mib + VMM_OVERHEAD_MIB,
+                memory_budget_mib=self.warm.memory_budget_mib or 1 << 30,
+            )
+            (folder / "keeper.json").write_text(config.to_json())
+            with open(folder / "keeper.log", "ab") as log:
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", self.child_module, "--keep", str(folder / "keeper.json")],
+                    env=self.child_env(), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                    start_new_session=True, close_fds=True,
+                )  # fmt: skip
+            started = psutil_start_time(proc.pid)
+            self.bases.write(BaseRecord(key.name, key, "building", time.time(), proc.pid, started))
+            threading.Thread(target=proc.wait, name=f"keeper-{key.name}", daemon=True).start()
+            return True
+
+    def ensure_base(self, image: ImageRef, limits: Limits) -> BaseRecord | None:
+        """The base for runs of these limits, built now if there is none (or only a failed or dead
+        one), once it is frozen or failed; None if its build did not finish in time."""
+        key = self.base_key(image, limits)
+        record = self.bases.read(key.name)
+        if record is None or not record.keeper_alive() or record.state == "failed":
+            self.build_base(image, key)
+        return self.wait_for_base(key.name, timeout_s=3 * self.boot_timeout_s + 120)
+
+    def wait_for_base(self, name: str, timeout_s: float) -> BaseRecord | None:
+        """The base's record once it is frozen or failed (or its keeper died); None on time-out."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            record = self.bases.read(name)
+            if record is None or record.state != "building" or not record.keeper_alive():
+                return record
+            time.sleep(0.2)
+        return None
+
+    def remove_base(self, name: str) -> list[CleanupCheck]:
+        """Stop a base's keeper and VMM, delete its machines, unmount its image and remove its folder
+        and cgroup; the checks say what is left. The caller holds no branch of it."""
+        cgroup = self._base_cgroup(name)
+        _kill(cgroup)
+        for machine in (name + "-probe", name):
+            self.delete_machine(machine)
+        folder = self.bases.folder(name)
+        if hostfs.mounts_under(folder):
+            hostfs.unmount(folder / "root")
+        left_cgroup = cgroup.remove()
+        mounted = hostfs.mounts_under(folder)
+        if not mounted:
+            shutil.rmtree(folder, ignore_errors=True)
+        listed = {name, name + "-probe"} & set(self.machine_names())
+        vms = self.state_root / ".cache" / "smolvm" / "vms"
+        for machine in (name, name + "-probe"):
+            (vms / f".{machine}.fork-operation.lock").unlink(missing_ok=True)
+        return [
+            CleanupCheck("base machine", not listed, f"still listed: {sorted(listed)}" if listed else "deleted"),
+            CleanupCheck("base processes", not cgroup.pids(), "keeper and VMM stopped"),
+            CleanupCheck("base cgroup", not left_cgroup, f"left: {left_cgroup}" if left_cgroup else "removed"),
+            CleanupCheck("base folder", not folder.exists(), f"mounted: {mounted}" if mounted else "removed"),
+        ]
+
+    def sweep_bases(self, *, everything: bool = False) -> list[str]:
+        """Remove the bases that should go (or all), each only when no run holds a branch of it."""
+        swept = []
+        on, _ = self.warm_enabled()
+        records = {name: self.bases.read(name) for name in self.bases.names()}
+        superseded = self.bases.superseded([r for r in records.values() if r is not None])
+        runtime = self.runtime().parent.name if wheel_dir() is not None else ""
+        for name, record in records.items():
+            why = (
+                "asked to"
+                if everything
+                else superseded.get(name)
+                or self.bases.why_remove(record, runtime=runtime, warm=on, max_age_s=self.warm.max_age_s)
+            )
+            if not why or (record is None and not everything and self.bases.age_s(name) < NEW_BASE_GRACE_S):
+                continue  # (a folder without a record yet: a build that has just started)
+            lock = self.bases.lock(name, exclusive=True)
+            if lock is None:
+                continue  # a build or a run's branch holds it: next time
+            try:
+                checks = self.remove_base(name)
+            finally:
+                os.close(lock)
+            failed = [f"{c.name}: {c.detail}" for c in checks if not c.ok]
+            swept.append(f"smolvm base {name} ({why})" + (f"; LEFT {failed}" if failed else ""))
+        for group in sorted(run_names(self.layout, self._bases_parent())):
+            if group not in records:  # a base's cgroup with no folder: what a crash left
+                _kill(self._base_cgroup(group))
+                self._base_cgroup(group).remove()
+                swept.append(f"smolvm base cgroup {group}")
+        if (self.state_root / ".local" / "share" / "smolvm").exists():
+            for machine in self.machine_names():
+                base = machine.removesuffix("-probe")
+                if machine.startswith(BASE_PREFIX) and base not in self.bases.names():
+                    self.delete_machine(machine)
+                    swept.append(f"smolvm machine {machine} (no base record)")
+        return swept
+
+    def describe_bases(self) -> list[dict[str, Any]]:
+        """Every base for doctor: image and digest, size class, state, age, branches served."""
+        out: list[dict[str, Any]] = []
+        for record in self.bases.records():
+            cgroup = self._base_cgroup(record.name)
+            out.append({
+                "name": record.name, "image": record.key.image, "image_digest": record.key.image_digest,
+                "size_class": record.key.size_class, "state": record.state, "keeper_alive": record.keeper_alive(),
+                "age_s": round(time.time() - record.created_at, 1), "built_s": record.built_s,
+                "served": self.bases.served(record.name), "branch_failures": record.branch_failures,
+                "memory_bytes": cgroup.memory_bytes(), "error": record.error,
+            })  # fmt: skip
+        return out
+
+    def _bases_root(self) -> Path:
+        self.bases.root.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.bases.root, 0o755)  # noqa: S103 - per-VM uids traverse it to a base's image
+        return self.bases.root
+
+    def _bases_parent(self) -> str:
+        # Beside the runs' parent, never under it: the run sweep reclaims everything there.
+        return f"{self.cgroup_parent}-bases"
+
+    def _base_cgroup(self, name: str) -> RunCgroup:
+        return RunCgroup(self.layout, self._bases_parent(), name)
 
     # smolvm's CLI, against the same state root
 
@@ -449,6 +720,33 @@ class SmolvmEngine(CgroupEngine[SmolvmState]):
                 if not config or _names(Path(config).parent, name) or not Path(config).parent.exists():
                     found.append(int(entry.name))
         return found
+
+
+def _kill(cgroup: RunCgroup) -> None:
+    """Kill every process in a cgroup and wait for it to empty (a partial hierarchy too)."""
+    if not cgroup.pids():
+        return
+    try:
+        cgroup.kill()
+    except OSError:  # a hierarchy missing below: signal each process
+        for pid in cgroup.pids():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, 9)
+    cgroup.wait_empty(10.0)
+
+
+def read_json(path: Path) -> dict[str, object] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def psutil_start_time(pid: int) -> float:
+    import psutil
+
+    return psutil.Process(pid).create_time()
 
 
 def _names(vm_dir: Path, name: str) -> bool:

@@ -1,23 +1,36 @@
-"""The per-run child that drives one smolvm microVM through the SDK (local target).
+"""The per-run child that drives one smolvm microVM through the SDK (local target), and the
+keeper of a warm base.
 
 `python -m runner.engines.smolvm_child CONFIG` — run by the supervisor inside the run's
-cgroup, killed with it. The guest's stdout and stderr are relayed on this process's own
+cgroup, killed with it. With a base in its config it branches that frozen base (a warm start:
+the run's own mounts added to the branch, fresh entropy and the host's clock set before the
+program) and boots cold if anything of that fails. The guest's stdout and stderr are relayed on this process's own
 stdout and stderr; control facts (machine name, VM dir and uid, VMM pid, exit code, engine
 errors with codes) go only to the control descriptor named in the config, which nothing in
 the guest can reach. So a guest that prints a control message only prints text.
+
+`python -m runner.engines.smolvm_child --keep CONFIG` keeps one base (smolvm_bases): it joins
+the base's cgroup, builds the base, freezes it with a probe branch, records it and stays until
+it is stopped; SIGTERM deletes the base.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import fcntl
+import json
 import os
 import re
 import signal
+import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from runner.engines.smolvm_protocol import (
+    BaseConfig,
     ChildConfig,
     Deleted,
     DeleteFailed,
@@ -25,6 +38,7 @@ from runner.engines.smolvm_protocol import (
     Event,
     Exit,
     Facts,
+    Mount,
     Ready,
     Starting,
     encode,
@@ -123,6 +137,147 @@ def hand_over_output(output_dir: str, guest_user: str, uid: int) -> str:
     return guest_user
 
 
+# Fresh entropy and the host's clock in a branch, as the guest's root, before the program runs:
+# RNDADDENTROPY credits the host's seed to the guest's pool and RNDRESEEDCRNG re-keys the CRNG
+# at once (a branch starts with its base's CRNG state; smolvm's own urandom write is not
+# credited), then the clock is set to the host's to the nanosecond and read back.
+REFRESH = r"""open(my $f, ">", "/dev/urandom") or die "open: $!"; my $s = pack("H*", $ARGV[0]);
+ioctl($f, 0x40085203, pack("ii", 8 * length($s), length($s)) . $s) or die "RNDADDENTROPY: $!";
+ioctl($f, 0x5207, 0) or die "RNDRESEEDCRNG: $!";
+system("/usr/bin/date", "-u", "-s", "\@$ARGV[1]") == 0 or die "date -s failed";
+print `/usr/bin/date +%s.%N`;"""
+MAX_CLOCK_SKEW_S = 1.0
+REFRESH_TIMEOUT_S = 30.0
+PRELOAD = (
+    "/usr/bin/perl -e 1; /usr/bin/date > /dev/null; "
+    "if [ -x /usr/bin/python3 ]; then /usr/bin/python3 -c 'import json, os, random, time'; fi; "
+    "if [ -x /usr/bin/node ]; then /usr/bin/node -e 0; fi; true"
+)
+MOUNT_TIMEOUT_S = 30.0
+
+
+class WarmStartFailed(Exception):
+    """A step of the warm start failed; the run boots cold instead."""
+
+
+def processes_serving(vm_dir: str) -> list[int]:
+    """Processes whose command line names this VM's directory (its VMM)."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                if vm_dir.encode() in Path(f"/proc/{entry.name}/cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def cgroup_of(pid: int | str) -> str:
+    return Path(f"/proc/{pid}/cgroup").read_text().strip()
+
+
+def add_mount(vmm_cli: Path, name: str, mount: Mount) -> None:
+    volume = f"{mount.source}:{mount.target}" + (":ro" if mount.read_only else "")
+    proc = subprocess.run(
+        [str(vmm_cli), "machine", "mount", "add", "--name", name, "-v", volume, "--error-format", "json"],
+        capture_output=True, text=True, timeout=MOUNT_TIMEOUT_S, check=False,
+    )  # fmt: skip
+    if proc.returncode != 0:
+        raise WarmStartFailed(f"mount add {mount.target}: {plain(proc.stderr.strip())[-300:]}")
+
+
+def refresh(machine: Any, exec_options: Any) -> tuple[float, float]:
+    """Reseed the branch's CRNG from the host and set its clock; (seconds taken, guest-host skew)."""
+    started, before = time.monotonic(), time.time()
+    seed = os.urandom(64).hex()
+    result = machine.exec(["/usr/bin/perl", "-e", REFRESH, seed, f"{time.time():.9f}"], exec_options)
+    after = time.time()
+    if result.exit_code != 0:
+        raise WarmStartFailed(f"refresh exited {result.exit_code}: {plain(result.stderr.strip())[-300:]}")
+    try:
+        guest = float(result.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        raise WarmStartFailed(f"refresh printed no time: {result.stdout[-200:]!r}") from None
+    # The guest read its clock between `before` and `after` on the host's: outside that window by
+    # more than the bound, the clock is wrong.
+    skew = guest - before if guest < before else (guest - after if guest > after else 0.0)
+    if abs(skew) > MAX_CLOCK_SKEW_S:
+        raise WarmStartFailed(f"the guest clock is {skew:+.3f} s off the host's after the refresh")
+    return time.monotonic() - started, round(skew, 3)
+
+
+def warm_start(config: ChildConfig, smol: Any, timings: dict[str, float]) -> tuple[Any, str]:
+    """Branch the base, give the branch this run's mounts, refresh it; (the machine, guest user).
+    Raises WarmStartFailed (or the SDK's error) with the branch deleted by the caller."""
+    if not config.base or not config.base_lock:
+        raise WarmStartFailed("no base")
+    lock = os.open(config.base_lock, os.O_RDWR | os.O_CLOEXEC)  # held shared while this run lives
+    try:
+        fcntl.flock(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise WarmStartFailed("the base is being built or removed") from None
+    local = smol.ConnectOptions(target="local")
+    started = time.monotonic()
+    machine = smol.Machine.open(config.base, local).branch(config.name, freeze_source=True)
+    timings["branch_s"] = round(time.monotonic() - started, 3)
+    facts = vm_facts(Path(config.state_root), config.name)
+    vmms = processes_serving(facts.vm_dir) if facts.vm_dir else []
+    outside = [pid for pid in vmms if cgroup_of(pid) != cgroup_of("self")]
+    if not vmms or outside:
+        # The run's limits and its audit are its cgroup's: a VMM outside it would escape both.
+        raise WarmStartFailed(f"the branch's VMM is not in the run's cgroup (VMM {vmms}, outside {outside})")
+    user = hand_over_output(config.output_dir, config.user, vmm_uid(facts))
+    vmm_cli = Path(config.sdk_path or "") / "smol" / "smol-vmm"
+
+    def mounts() -> float:
+        started = time.monotonic()
+        for mount in config.mounts:
+            add_mount(vmm_cli, config.name, mount)
+        return time.monotonic() - started
+
+    # The mounts (through the VMM's control socket) and the refresh (through the guest's agent)
+    # are independent: the program starts once both are done.
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        mounted = pool.submit(mounts)
+        refreshed = pool.submit(refresh, machine, smol.ExecOptions(timeout=REFRESH_TIMEOUT_S))
+        timings["mount_s"] = round(mounted.result(), 3)
+        took, skew = refreshed.result()
+    timings["refresh_s"], timings["clock_skew_s"] = round(took, 3), skew
+    return machine, user
+
+
+def drop_branch(smol: Any, name: str) -> str:
+    """Delete a failed branch before the cold boot takes its name; '' when it is gone."""
+    try:
+        smol.Machine.delete_by_name(name, smol.ConnectOptions(target="local"))
+        smol.Machine.open(name, smol.ConnectOptions(target="local"))
+    except smol.SmolError as exc:
+        return "" if exc.code == "NOT_FOUND" else plain(exc.message)[-300:]
+    return "still listed after its delete"
+
+
+def cold_start(config: ChildConfig, smol: Any) -> Any:
+    """A machine booted for this run alone, with its mounts."""
+    return smol.Machine.create(
+        smol.MachineConfig(
+            name=config.name,
+            image=config.image,
+            mounts=[smol.MountSpec(source=m.source, target=m.target, read_only=m.read_only) for m in config.mounts],
+            resources=smol.ResourceSpec(
+                cpus=config.cpus,
+                memory_mb=config.memory_mib,
+                network=False,
+                storage_gb=config.storage_gb,
+                overlay_gb=config.overlay_gb,
+            ),
+            network=False,
+            ready_timeout_seconds=config.boot_timeout_s,
+        ),
+        smol.ConnectOptions(target="local"),
+    )
+
+
 def main(config_path: str) -> int:
     config = ChildConfig.from_json(Path(config_path).read_text())
     control = Control(config.control_fd)
@@ -134,40 +289,48 @@ def main(config_path: str) -> int:
 
     if config.sdk_path:
         sys.path.insert(0, config.sdk_path)  # the copy the per-VM uid can reach, not the venv's
-    from smol import ConnectOptions, ExecOptions, Machine, MachineConfig, MountSpec, ResourceSpec, SmolError
+    import smol
+    from smol import ExecOptions, SmolError
 
     name = config.name
     started = time.monotonic()
     control.say(Starting(facts=Facts(name=name, state_root=str(state_root))))
     machine = None
+    timings: dict[str, float] = {}
+    note, vm_start, user = config.cold_reason, "cold", config.user
     try:
-        try:
-            machine = Machine.create(
-                MachineConfig(
-                    name=name,
-                    image=config.image,
-                    mounts=[MountSpec(source=m.source, target=m.target, read_only=m.read_only) for m in config.mounts],
-                    resources=ResourceSpec(
-                        cpus=config.cpus,
-                        memory_mb=config.memory_mib,
-                        network=False,
-                        storage_gb=config.storage_gb,
-                        overlay_gb=config.overlay_gb,
-                    ),
-                    network=False,
-                    ready_timeout_seconds=config.boot_timeout_s,
-                ),
-                ConnectOptions(target="local"),
-            )
-        except SmolError as exc:
-            code, retryable = classify_engine_error(exc.code, exc.message, phase="boot")
-            control.say(Error(phase="boot", code=code, engine_code=exc.code, message=plain(exc.message),
-                              retryable=retryable, facts=vm_facts(state_root, name)))  # fmt: skip
-            return 3
+        if config.base:
+            try:
+                machine, user = warm_start(config, smol, timings)
+                vm_start, note = "branch", ""
+            except (WarmStartFailed, SmolError, OSError, subprocess.SubprocessError) as exc:
+                reason = plain(getattr(exc, "message", None) or str(exc))[-300:]
+                left = drop_branch(smol, name)
+                if left:  # never boot a second machine under a name whose first is still there
+                    message = f"the warm start failed ({reason}) and its branch remains: {left}"
+                    control.say(Error(phase="boot", code="branch_failed", message=message, retryable=True))
+                    return 3
+                timings = {k: v for k, v in timings.items() if k == "branch_s"}
+                note = f"the warm start failed ({reason})"
+        if machine is None:
+            cold = time.monotonic()
+            try:
+                machine = cold_start(config, smol)
+            except SmolError as exc:
+                code, retryable = classify_engine_error(exc.code, exc.message, phase="boot")
+                control.say(Error(phase="boot", code=code, engine_code=exc.code, message=plain(exc.message),
+                                  retryable=retryable, facts=vm_facts(state_root, name)))  # fmt: skip
+                return 3
+            timings["cold_s"] = round(time.monotonic() - cold, 3)
         facts = vm_facts(state_root, name)
-        facts = dataclasses.replace(facts, vm_uid=vmm_uid(facts) or None)
-        user = hand_over_output(config.output_dir, config.user, facts.vm_uid or 0)
-        control.say(Ready(boot_s=round(time.monotonic() - started, 3), vm_start="cold", facts=facts))
+        if vm_start == "cold":
+            facts = dataclasses.replace(facts, vm_uid=vmm_uid(facts) or None)
+            user = hand_over_output(config.output_dir, config.user, facts.vm_uid or 0)
+        # A branch runs as its base's per-VM uid, shared with the base and its siblings: that uid
+        # is not this run's to audit (its VMM is found by its name and in the run's cgroup).
+        boot_s = round(time.monotonic() - started, 3)
+        phases = {name: timings.get(name) for name in ("branch_s", "mount_s", "refresh_s", "cold_s", "clock_skew_s")}
+        control.say(Ready(boot_s=boot_s, vm_start=vm_start, vm_note=note or None, facts=facts, **phases))
         stream = machine.exec_stream(
             config.argv,
             ExecOptions(
@@ -201,5 +364,78 @@ def main(config_path: str) -> int:
                 control.say(DeleteFailed(message=exc.message))
 
 
+def keep(config_path: str) -> int:
+    """Build a base, freeze it, record it, and keep it until stopped (see the module's doc)."""
+    config = BaseConfig.from_json(Path(config_path).read_text())
+    for procs in config.cgroup_procs:  # first: the VMM it starts is charged to the base
+        Path(procs).write_text(str(os.getpid()))
+    folder = Path(config.folder)
+    lock = os.open(folder / "lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return 0  # another keeper has it
+    from runner.admission import Admission, Capacity
+    from runner.engines.smolvm_bases import Bases
+
+    os.environ.pop("SMOL_CLOUD_TOKEN", None)
+    os.environ["HOME"] = config.state_root
+    bases = Bases(folder.parent)
+    started, record = time.monotonic(), None
+    while time.monotonic() - started < 10.0:  # the engine records this keeper once it has its pid
+        record = bases.read(config.name)
+        if record is not None and record.keeper_pid == os.getpid():
+            break
+        time.sleep(0.05)
+    else:
+        print(f"base {config.name}: no record names this keeper", file=sys.stderr, flush=True)
+        return 1
+    stopping = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        capacity = Capacity(slots=1, memory_mib=config.memory_budget_mib, cpus=0.0, wait_s=0.0)
+        Admission(Path(config.admission_dir), capacity).hold(config.name, memory_mib=config.admission_memory_mib)
+        if config.sdk_path:
+            sys.path.insert(0, config.sdk_path)
+        import smol
+
+        local = smol.ConnectOptions(target="local")
+        resources = smol.ResourceSpec(cpus=config.cpus, memory_mb=config.memory_mib, network=False,
+                                      storage_gb=config.storage_gb, overlay_gb=config.overlay_gb)  # fmt: skip
+        base = smol.Machine.create(
+            smol.MachineConfig(name=config.name, image=config.image, mounts=[], resources=resources, network=False,
+                               branchable=True, persistent=True, detach=True,
+                               ready_timeout_seconds=config.boot_timeout_s),
+            local,
+        )  # fmt: skip
+        # Load the image's interpreters (and the refresh's perl) once, so that every branch starts
+        # with them in its page cache; Cordon's own fixed command, no user code or file.
+        base.exec(["/bin/sh", "-c", PRELOAD], smol.ExecOptions(timeout=max(60.0, config.boot_timeout_s)))
+        probe = base.branch(config.name + "-probe", freeze_source=True)  # freezes the base: it never runs again
+        probe.delete()
+        bases.write(dataclasses.replace(record, state="frozen", built_s=round(time.monotonic() - started, 2)))
+        fcntl.flock(lock, fcntl.LOCK_UN)  # runs may branch it now (each holding the lock shared)
+        print(json.dumps({"frozen": config.name, "built_s": round(time.monotonic() - started, 2)}), flush=True)
+        while True:
+            signal.pause()
+    except Exception as exc:  # any failure is the base's, recorded; then it goes
+        message = plain(getattr(exc, "message", None) or str(exc))
+        bases.write(dataclasses.replace(record, state="failed", error=f"{type(exc).__name__}: {message}"[:2000]))
+        print(f"base {config.name} failed: {message}", file=sys.stderr, flush=True)
+        return 1
+    finally:
+        signal.signal(signal.SIGTERM, stopping)
+        delete_base(config)
+
+
+def delete_base(config: BaseConfig) -> None:
+    """Delete the base's machines, its probe first (a frozen base outlives no branch of it)."""
+    vmm_cli = Path(config.sdk_path or "") / "smol" / "smol-vmm"
+    for name in (config.name + "-probe", config.name):
+        subprocess.run([str(vmm_cli), "machine", "delete", "--name", name, "-f"], capture_output=True,
+                       timeout=60, check=False)  # fmt: skip
+
+
 if __name__ == "__main__":
+    if sys.argv[1] == "--keep":
+        sys.exit(keep(sys.argv[2]))
     sys.exit(main(sys.argv[1]))

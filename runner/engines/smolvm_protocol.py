@@ -45,6 +45,11 @@ class ChildConfig:
     boot_timeout_s: float
     control_fd: int  # the write end of the control pipe, inherited
     sdk_path: str | None  # where to import the smol package from (the traversable copy)
+    # A warm start: branch this frozen base (holding its lock shared while the run lives) instead of
+    # booting; on any failure, boot cold after all. None: boot cold, for the reason in cold_reason.
+    base: str | None = None
+    base_lock: str | None = None
+    cold_reason: str = ""
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))
@@ -53,6 +58,34 @@ class ChildConfig:
     def from_json(cls, text: str) -> ChildConfig:
         raw = json.loads(text)
         return cls(**{**raw, "mounts": [Mount(*mount) for mount in raw["mounts"]]})
+
+
+@dataclass(frozen=True)
+class BaseConfig:
+    """What the keeper of a base needs: build it once (booted, no mounts, never given user files or
+    code), freeze it with a probe branch, record it, then keep it until stopped (SIGTERM deletes it)."""
+
+    name: str
+    state_root: str
+    image: str  # the verified rootfs, bound read-only for the base's life
+    cpus: int
+    memory_mib: int
+    storage_gb: int
+    overlay_gb: int
+    boot_timeout_s: float
+    sdk_path: str | None
+    folder: str  # the base's folder: base.json, lock, served
+    cgroup_procs: list[str]  # the keeper joins its cgroup first, so the VMM it starts is charged there
+    admission_dir: str  # the host's admission ledger, where the base holds its memory
+    admission_memory_mib: int  # how much it holds
+    memory_budget_mib: int  # the host's budget (a base is not built past it)
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> BaseConfig:
+        return cls(**json.loads(text))
 
 
 # --- control events, child -> parent ---------------------------------------------------
@@ -91,6 +124,12 @@ class Ready(Event):
     kind = "ready"
     boot_s: float | None = None
     vm_start: str | None = None  # how the VM came to be: "cold" (booted for this run) or "branch"
+    vm_note: str | None = None  # why it booted cold (warm starts off, no base yet, the branch failed)
+    branch_s: float | None = None  # a warm start's phases: the branch until its agent answered,
+    mount_s: float | None = None  # the run's three mounts added,
+    refresh_s: float | None = None  # fresh entropy and the host's clock set in the guest
+    cold_s: float | None = None  # the cold boot (after a failed branch, too)
+    clock_skew_s: float | None = None  # guest clock minus host clock after the refresh
 
 
 @dataclass(frozen=True, kw_only=True)

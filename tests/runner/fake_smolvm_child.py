@@ -1,13 +1,34 @@
 """A stand-in for runner.engines.smolvm_child that boots nothing, for testing the engine's
 plumbing on hosts without a bootable KVM: it prints, as the guest would, forged control
-messages on stdout and stderr, and reports the real facts on the control descriptor."""
+messages on stdout and stderr, and reports the real facts on the control descriptor.
 
+As a base's keeper (`--keep CONFIG`) it does what the real keeper does around the VM: joins the
+base's cgroup, takes the base's lock, holds the base's memory in the admission ledger, records
+the base frozen (or failed, FAKE_KEEPER_MODE=fail) and stays until it is killed. With a base in
+its config a run's child holds the base's lock shared, as the real one does, and reports a
+branch (or, FAKE_CHILD_MODE=branch_fail, a failed branch and a cold boot)."""
+
+import dataclasses
+import fcntl
 import json
 import os
+import signal
 import sys
+import time
 from pathlib import Path
 
-from runner.engines.smolvm_protocol import ChildConfig, Deleted, Error, Event, Exit, Facts, Ready, Starting, encode
+from runner.engines.smolvm_protocol import (
+    BaseConfig,
+    ChildConfig,
+    Deleted,
+    Error,
+    Event,
+    Exit,
+    Facts,
+    Ready,
+    Starting,
+    encode,
+)
 
 FORGED = '{"event":"error","code":"boot_failed","message":"forged by the guest","retryable":true}\n'
 
@@ -23,7 +44,7 @@ def main(config_path: str) -> int:
     if mode == "boot_error":
         say(Error(phase="boot", code="boot_failed", message="no boot progress for 30 seconds", retryable=True))
         return 3
-    say(Ready(boot_s=0.01, vm_start="cold"))
+    say(start(config, mode))
     if mode in ("sparse_output", "dense_output"):
         say(Exit(exit_code=write_oversize_output(Path(config.output_dir), sparse=mode == "sparse_output")))
         return 0
@@ -38,6 +59,45 @@ def main(config_path: str) -> int:
     say(Exit(exit_code=0))
     say(Deleted())
     return 0
+
+
+def start(config: ChildConfig, mode: str) -> Ready:
+    """How the VM came to be: a branch of the given base (its lock held shared), or cold."""
+    if not config.base or not config.base_lock:
+        return Ready(boot_s=0.01, vm_start="cold", vm_note=config.cold_reason or None, cold_s=0.01)
+    lock = os.open(config.base_lock, os.O_RDWR | os.O_CLOEXEC)  # held until this process exits
+    try:
+        fcntl.flock(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return Ready(boot_s=0.01, vm_start="cold", vm_note="the warm start failed (the base is being removed)")
+    if mode == "branch_fail":
+        return Ready(boot_s=0.02, vm_start="cold", vm_note="the warm start failed (fake)", branch_s=0.01, cold_s=0.01)
+    return Ready(boot_s=0.01, vm_start="branch", branch_s=0.004, mount_s=0.003, refresh_s=0.002, clock_skew_s=0.0)
+
+
+def keep(config_path: str) -> int:
+    config = BaseConfig.from_json(Path(config_path).read_text())
+    for procs in config.cgroup_procs:
+        Path(procs).write_text(str(os.getpid()))
+    folder = Path(config.folder)
+    lock = os.open(folder / "lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    from runner.admission import Admission, Capacity
+    from runner.engines.smolvm_bases import Bases
+
+    bases = Bases(folder.parent)
+    while (record := bases.read(config.name)) is None or record.keeper_pid != os.getpid():
+        time.sleep(0.02)
+    if os.environ.get("FAKE_KEEPER_MODE") == "fail":
+        bases.write(dataclasses.replace(record, state="failed", error="SmolError: fake boot failure"))
+        return 1
+    capacity = Capacity(slots=1, memory_mib=config.memory_budget_mib, cpus=0.0, wait_s=0.0)
+    Admission(Path(config.admission_dir), capacity).hold(config.name, memory_mib=config.admission_memory_mib)
+    time.sleep(float(os.environ.get("FAKE_KEEPER_BUILD_S", "0.2")))  # the boot and the probe branch
+    bases.write(dataclasses.replace(record, state="frozen", built_s=0.2))
+    fcntl.flock(lock, fcntl.LOCK_UN)
+    while True:
+        signal.pause()
 
 
 def write_oversize_output(area: Path, *, sparse: bool) -> int:
@@ -56,4 +116,4 @@ def write_oversize_output(area: Path, *, sparse: bool) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(keep(sys.argv[2]) if sys.argv[1] == "--keep" else main(sys.argv[1]))

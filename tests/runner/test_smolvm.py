@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -75,11 +76,27 @@ def test_the_guest_reads_its_stdin_from_job_through_a_constant_shell_and_args_fo
     assert "/bin/sh" not in plain.argv  # no stdin: the program as before, stdin the agent's (empty)
 
 
+def run_child(tmp_path: Path, config_for: Callable[[int], ChildConfig]) -> tuple[ChildConfig, list[dict[str, Any]]]:
+    """Run smolvm_child.main in this process on the config made for a control pipe's write end;
+    the config and the events it said on the pipe."""
+    from runner.engines import smolvm_child
+
+    read, write = os.pipe()
+    config = config_for(write)
+    (tmp_path / "config.json").write_text(config.to_json())
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        assert smolvm_child.main(str(tmp_path / "config.json")) == 0
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        os.close(write)
+    with os.fdopen(read, "rb") as control:
+        return config, [json.loads(line) for line in control.read().splitlines()]
+
+
 def test_the_child_asks_the_agent_for_no_stdin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """smolvm_child itself, against the SDK with only Machine.create replaced: nothing boots."""
     import smol
-
-    from runner.engines import smolvm_child
 
     class FakeMachine:
         def __init__(self) -> None:
@@ -99,18 +116,9 @@ def test_the_child_asks_the_agent_for_no_stdin(tmp_path: Path, monkeypatch: pyte
     spec = RunSpec(runtime="python", script=b"", stdin=b"line\n", args=("x",))
     ctx = _ctx(tmp_path, spec)
     ctx.output_dir.mkdir(parents=True)
-    control_read, control_write = os.pipe()
-    config = child_config(ctx, state_root=tmp_path / "state", boot_timeout_s=20, control_fd=control_write)
-    (tmp_path / "config.json").write_text(config.to_json())
-    previous = signal.getsignal(signal.SIGTERM)
-    try:
-        assert smolvm_child.main(str(tmp_path / "config.json")) == 0
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-        os.close(control_write)
-    with os.fdopen(control_read, "rb") as control:
-        events = [json.loads(line)["event"] for line in control.read().splitlines()]
-    assert events == ["starting", "ready", "exit", "deleted"]
+    config, said = run_child(tmp_path, lambda fd: child_config(ctx, state_root=tmp_path / "state", boot_timeout_s=20,
+                                                               control_fd=fd))  # fmt: skip
+    assert [event["event"] for event in said] == ["starting", "ready", "exit", "deleted"]
     assert isinstance(machine.opts, smol.ExecOptions) and machine.opts.stdin is None
     assert machine.argv == config.argv and machine.argv[-1] == "x" and machine.deleted
 
