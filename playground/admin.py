@@ -318,11 +318,21 @@ def _audit(run: Run) -> dict[str, Any]:
         "audit_logs": [_log(run, "stdout"), _log(run, "stderr")],
         "audit_timeline": _timeline(run),
         "audit_boot": human_seconds(run.timings["boot_s"]) if run.timings.get("boot_s") is not None else None,
-        "audit_vm_start": {"cold": "booted cold for this run", "branch": "a fresh branch of a frozen base"}.get(
-            run.vm_start, ""
-        ),
+        "audit_vm_start": _vm_start(run),
         "audit_staff": list(run.staff_accesses.all()[:STAFF_ACCESSES_SHOWN]),
     }
+
+
+VM_PHASES = (("branch_s", "branch"), ("mount_s", "mounts"), ("refresh_s", "entropy and clock"), ("cold_s", "cold boot"))
+
+
+def _vm_start(run: Run) -> str:
+    """How a run's microVM came to be, with its phases' times (and why it booted cold, if it did)."""
+    how = {"cold": "booted cold for this run", "branch": "a fresh branch of a frozen base"}.get(run.vm_start, "")
+    phases = [
+        f"{label} {human_seconds(run.timings[key])}" for key, label in VM_PHASES if run.timings.get(key) is not None
+    ]
+    return f"{how}: {', '.join(phases)}" if how and phases else how
 
 
 def _log(run: Run, stream: str) -> dict[str, Any]:

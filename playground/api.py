@@ -302,6 +302,14 @@ class TimingsOut(Schema):
         None, description="the microVM's boot, until the program ran; only for an engine with a boot phase (smolvm)"
     )
     total_s: float | None = Field(None, description="the whole supervised run, teardown included")
+    branch_s: float | None = Field(
+        None, description="a warm start (vm_start branch): the branch of the frozen base, until its agent answered"
+    )
+    mount_s: float | None = Field(None, description="a warm start: the run's /input, /job and /output added")
+    refresh_s: float | None = Field(
+        None, description="a warm start: fresh entropy from the host and the host's clock set in the guest"
+    )
+    cold_s: float | None = Field(None, description="a cold boot of the microVM (after a failed branch too)")
 
 
 class RunDetailOut(RunOut):

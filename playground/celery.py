@@ -61,7 +61,21 @@ def _register_and_sweep(sender: Any = None, **kwargs: Any) -> None:
 
     _register(started=True)
     host_sweep(min_age_s=0)  # what this host's runs left when it died
+    _warm_up()
     HostLoop(nodename=sender.hostname, queues=_engine_queues(sender.app)).start()
+
+
+def _warm_up() -> None:
+    """With CORDON_SMOLVM_WARM_BUILD=start, build the warm microVM bases now, not on a run's need."""
+    from runner.supervisor import Supervisor
+
+    try:
+        started = Supervisor().warm_up()
+    except Exception:  # a warm start is an optimisation: runs boot cold without it
+        log.warning("could not start building warm microVM bases", exc_info=True)
+        return
+    if started:
+        log.info("building warm microVM bases: %s", ", ".join(started))
 
 
 def _engine_queues(app: Any) -> list[str]:
