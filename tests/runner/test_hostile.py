@@ -238,6 +238,13 @@ def case_record(case: Case, result: RunResult, retried: list[str]) -> dict[str, 
         "cleanup_ok": result.cleanup_ok,
         "cleanup_failed": [f"{c.name}: {c.detail}" for c in result.cleanup if not c.ok],
         "engine_version": result.engine_version,
+        "vm_start": result.vm_start,
+        "engine_note": result.engine_note,
+        "start_timings": {
+            k: result.timings[k]
+            for k in ("branch_s", "mount_s", "refresh_s", "cold_s", "clock_skew_s")
+            if k in result.timings
+        },
     }
 
 
@@ -410,6 +417,7 @@ def test_hostile_cases_at_once_are_each_classified_with_clean_audits(
                 "expected": c.outcomes,
                 "outcome": r["outcome"],
                 "boot_s": r["timings"].get("boot_s"),
+                "vm_start": r.get("vm_start"),
                 "wall_s": r["wall_s"],
                 "retries": len(t),
                 "cleanup_ok": r["cleanup"]["ok"],

@@ -1,4 +1,5 @@
-"""The `make test-vm` harness's own logic, without QEMU: reading the console, the watchdog, the verdict."""
+"""The `make test-vm` harness's own logic, without QEMU: reading the console, the watchdog, the passes,
+the verdict."""
 
 from __future__ import annotations
 
@@ -8,19 +9,42 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
-from tests.vm.harness import EXIT_FAILED, EXIT_INFRA, EXIT_OK, Boot, Console, summarise
+import pytest
+
+from tests.vm import plugin
+from tests.vm.harness import (
+    EXIT_FAILED,
+    EXIT_INFRA,
+    EXIT_OK,
+    Boot,
+    Console,
+    done_entries,
+    passes_left,
+    summarise,
+)
 
 
 def _console(tmp_path: Path, boot: Boot, silence_s: float = 300.0) -> Console:
     return Console(tmp_path, boot, io.StringIO(), silence_s=silence_s, deadline_s=600.0)
 
 
-def _case(name: str, status: str = "passed", **record: object) -> str:
+def _case(name: str, status: str = "passed", run_in: str = "warm", **record: object) -> str:
     case = {"case": name, "expected": ["timed_out"], "outcome": "timed_out", "boot_s": 7.1, "wall_s": 1.6,
-            "total_s": 12.0, "retries": 0, "cleanup_ok": True, **record}  # fmt: skip
-    line = {"test": f"tests/runner/test_hostile.py::test_x[smolvm-{name}]", "status": status, "when": "call"}
+            "total_s": 12.0, "retries": 0, "cleanup_ok": True, "vm_start": "branch", **record}  # fmt: skip
+    line = {"test": f"tests/runner/test_hostile.py::test_x[{name}-smolvm]", "pass": run_in, "status": status,
+            "when": "call"}  # fmt: skip
     return "@@CASE " + json.dumps({**line, "cordon_case": case})
+
+
+def _freshness(ok: bool) -> str:
+    fresh = {"vm_starts": 6, "distinct_urandom": 6 if ok else 1, "distinct_os_urandom": 6, "distinct_random": 6,
+             "max_clock_skew_s": 0.4, "ok": ok}  # fmt: skip
+    status = "passed" if ok else "failed"
+    line = {"test": "tests/runner/test_warm.py::test_fresh[smolvm]", "pass": "warm", "status": status, "when": "call"}
+    return "@@CASE " + json.dumps({**line, "cordon_freshness": fresh})
 
 
 def test_console_markers_become_records_doctor_verdicts_and_the_end(tmp_path: Path) -> None:
@@ -33,12 +57,14 @@ def test_console_markers_become_records_doctor_verdicts_and_the_end(tmp_path: Pa
         "@@DOCTOR " + json.dumps(doctor),
         "\x1b[0m" + _case("infinite_loop.py"),  # a marker after other bytes on the same line still counts
         "@@CASE {not json",
-        "@@PYTEST rc=0",
+        "@@PYTEST pass=warm rc=0",
+        "@@PYTEST pass=cold rc=1",
         "@@DONE 321.0",
     ]:
         console.line(text, 1.0)
     assert [r["cordon_case"]["case"] for r in boot.records] == ["infinite_loop.py"]
-    assert boot.doctor == [doctor] and boot.pytest_rc == 0 and boot.done and boot.infra is None
+    assert boot.records[0]["pass"] == "warm"
+    assert boot.doctor == [doctor] and boot.pytest_rc == {"warm": 0, "cold": 1} and boot.done and boot.infra is None
 
 
 def test_the_emulated_hosts_kernel_faults_are_recorded(tmp_path: Path) -> None:
@@ -64,13 +90,14 @@ def test_the_watchdog_stops_an_emulated_host_that_only_its_kernel_still_speaks_f
     assert boot.infra is not None and "no sign of life" in boot.infra and not boot.done and boot.faults
 
 
-def _boot(*lines: str, done: bool = True) -> Boot:
+def _boot(*lines: str, done: bool = True, finished: tuple[str, ...] = ("warm", "cold"), rc: int = 0) -> Boot:
     boot = Boot(1, doctor=[{"try": 1, "report": {"engines": {"smolvm": True}}}])
     console = Console(Path("."), boot, io.StringIO(), silence_s=300.0, deadline_s=600.0)
     for text in lines:
         console.line(text, 0.0)
+    for name in finished if done else ():
+        console.line(f"@@PYTEST pass={name} rc={rc}", 0.0)
     if done:
-        console.line("@@PYTEST rc=0", 0.0)
         console.line("@@DONE", 0.0)
     return boot
 
@@ -96,3 +123,104 @@ def test_the_verdict_passes_only_a_finished_battery_without_failures(capsys: obj
 def test_boot_retries_are_counted_in_the_report() -> None:
     code, report = summarise([_boot(_case("a.py", retries=2), _case("b.py", retries=1))], "v", 5.0, 60.0)
     assert code == EXIT_OK and report["boot_retries"] == 3
+
+
+def test_the_report_sets_the_warm_pass_branched_starts_beside_the_cold_pass_boots(capsys: Any) -> None:
+    cold_note = "auto: kvm; booted cold: no base yet for python"
+    boot = _boot(
+        _case("a.py", boot_s=1.0),
+        _case("b.py", boot_s=2.0),
+        _case("c.py", boot_s=3.0),
+        _case("d.py", boot_s=15.0, vm_start="cold", engine_note=cold_note),
+        _case("e.py", boot_s=None, vm_start=None, outcome="rejected_input", expected=["rejected_input"]),
+        _case("a.py", run_in="cold", boot_s=10.0, vm_start="cold", engine_note="; booted cold: warm starts are off"),
+        _case("b.py", run_in="cold", boot_s=12.0, vm_start="cold"),
+        _case("c.py", run_in="cold", boot_s=20.0, vm_start="cold"),
+    )
+    code, report = summarise([boot], "v", 5.0, 60.0)
+    assert code == EXIT_OK
+    warm, cold = report["passes"]["warm"], report["passes"]["cold"]
+    assert warm["cases_run"] == 5 and cold["cases_run"] == 3 and warm["pytest_rc"] == cold["pytest_rc"] == 0
+    assert warm["starts"]["by_start"]["branch"] == {"runs": 3, "median_s": 2.0, "max_s": 3.0}
+    assert warm["starts"]["by_start"]["cold"]["runs"] == 1
+    assert warm["starts"]["cold_reasons"] == {"no base yet for python": 1}
+    assert cold["starts"]["all"] == {"runs": 3, "median_s": 12.0, "max_s": 20.0}
+    assert cold["starts"]["cold_reasons"] == {"warm starts are off": 1, "no reason given": 2}
+    assert report["warm_cold"] == {
+        "branch_median_s": 2.0, "cold_median_s": 12.0, "ratio": 0.167,
+        "warm_pass_cold_median_s": 15.0, "warm_pass_cold_ratio": 1.25,
+    }  # fmt: skip
+    assert report["warnings"] == [] and json.loads(json.dumps(report)) == report
+    shown = capsys.readouterr().out
+    assert "warm pass: warm starts on" in shown and "cold pass: warm starts off" in shown
+    assert "= 0.167 (6.0x faster)" in shown and "1 x no base yet for python" in shown
+    row = next(line for line in shown.splitlines() if line.startswith("d.py "))
+    assert row.split()[3:5] == ["cold", "15.0"]
+
+
+def test_without_branched_or_cold_runs_the_ratio_is_unknown_not_zero(capsys: Any) -> None:
+    code, report = summarise([_boot(_case("a.py", vm_start="cold"), finished=("warm",))], "v", 5.0, 60.0, ("warm",))
+    assert code == EXIT_OK and report["warm_cold"]["ratio"] is None
+    assert report["warnings"] == ["no single run of the warm pass branched (every VM booted cold)"]
+    assert "= unknown" in capsys.readouterr().out
+
+
+def test_a_stale_freshness_record_fails_the_run_like_a_failed_case() -> None:
+    code, report = summarise([_boot(_case("a.py"), _freshness(ok=True))], "v", 5.0, 60.0)
+    assert code == EXIT_OK and report["freshness"][0]["distinct_urandom"] == 6
+    assert report["freshness"][0]["test"].endswith("test_fresh[smolvm]") and report["freshness"][0]["pass"] == "warm"
+
+    stale = _freshness(ok=False).replace('"status": "failed"', '"status": "passed"')  # the record alone decides
+    code, report = summarise([_boot(_case("a.py"), stale)], "v", 5.0, 60.0)
+    assert code == EXIT_FAILED and "freshness" in report["verdict"]
+
+
+def test_both_passes_must_finish_and_a_pass_with_nothing_left_to_run_is_not_an_error() -> None:
+    code, _ = summarise([_boot(_case("a.py"), finished=("warm",))], "v", 5.0, 60.0)
+    assert code == EXIT_INFRA
+
+    code, _ = summarise([_boot(_case("a.py"), rc=5)], "v", 5.0, 60.0)
+    assert code == EXIT_OK
+
+    code, _ = summarise([_boot(_case("a.py"), rc=2)], "v", 5.0, 60.0)
+    assert code == EXIT_FAILED
+
+
+def test_a_restarted_emulated_host_runs_the_passes_left_and_skips_what_each_pass_reported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = _boot(_case("a.py"), _case("b.py"), done=False)
+    first.pytest_rc = {"warm": 0}
+    second = _boot(_case("a.py", run_in="cold"), done=False)
+    assert passes_left([first], ("warm", "cold")) == ["cold"]
+    assert passes_left([first, second], ("warm", "cold")) == ["cold"]
+
+    done = tmp_path / "done"
+    done.write_text(done_entries([first, second]))
+    monkeypatch.setenv(plugin.DONE_FILE, str(done))
+    nodeids = [f"tests/runner/test_hostile.py::test_x[{name}-smolvm]" for name in ("a.py", "b.py", "c.py")]
+
+    def kept(run_in: str) -> list[str]:
+        monkeypatch.setenv(plugin.PASS, run_in)
+        items: list[Any] = [SimpleNamespace(nodeid=n) for n in nodeids]
+        deselected: list[Any] = []
+        config: Any = SimpleNamespace(hook=SimpleNamespace(pytest_deselected=lambda items: deselected.extend(items)))
+        plugin.pytest_collection_modifyitems(config, items)
+        assert len(items) + len(deselected) == len(nodeids)
+        return [item.nodeid.split("[")[1].split("-")[0] for item in items]
+
+    assert kept("warm") == ["c.py"]
+    assert kept("cold") == ["b.py", "c.py"]
+
+
+def test_the_plugin_records_the_pass_and_the_cordon_properties(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(plugin.PASS, "cold")
+    fresh = {"vm_starts": 2, "ok": True}
+    report = pytest.TestReport(
+        "t.py::test_a[smolvm]", ("t.py", 1, "test_a"), {}, "passed", None, "call",
+        user_properties=[("cordon_case", {"case": "a.py"}), ("cordon_freshness", fresh), ("other", 1)],
+    )  # fmt: skip
+    assert plugin.record(report) == {
+        "test": "t.py::test_a[smolvm]", "pass": "cold", "status": "passed", "when": "call",
+        "cordon_case": {"case": "a.py"}, "cordon_freshness": fresh,
+    }  # fmt: skip

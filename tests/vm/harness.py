@@ -9,14 +9,19 @@ and smolvm boots real microVMs on that (12-22 s a boot, measured). This harness:
    smolmachines wheel among them), this checkout, the verified guest images, and smolvm's
    runtime copy with its disk templates expanded here at native speed;
 2. boots it with QEMU (`-accel tcg,thread=multi -cpu EPYC`); its init (tests/vm/l1-init)
-   loads kvm_amd, runs `python -m runner doctor` (the canary must boot) and the
-   engine-parametrised hostile battery with `--engine smolvm`;
+   loads kvm_amd, runs `python -m runner doctor` (the canary must boot), then the
+   engine-parametrised hostile battery with `--engine smolvm` in two passes: "warm" (warm
+   starts on: runs branch a frozen base VM) runs the whole battery and the freshness checks
+   of tests/runner/test_warm.py; "cold" (warm starts off) runs a few single cases (COLD_SELECT)
+   for the cold boot's time;
 3. reads the results from the console (`@@` markers), with a watchdog: a silent emulated
    host is stopped after its vCPU state is dumped, and reported as an infrastructure failure;
-   one restart carries on with the cases not yet reported;
-4. prints the report and saves it as JSON. Exit 0 only when every case that applies to a VM
-   was classified as expected with a green audit; 1 on any wrong outcome or leak; 3 when the
-   emulated host itself failed (infrastructure).
+   a restart carries on with the passes not finished and, in each, the cases not yet reported;
+4. prints the report (per pass: the cases, how their VMs started and how long that took; the
+   ratio of a branched start's time to a cold boot's; the freshness records) and saves it as
+   JSON. Exit 0 only when every case of both passes that applies to a VM was classified as
+   expected with a green audit and every freshness record is ok; 1 on any wrong outcome, leak
+   or stale branch; 3 when the emulated host itself failed (infrastructure).
 
 `--script FILE` runs that Python script in the emulated host instead of the doctor and the
 battery (a spike or a probe: same build, boot, environment, watchdog and restarts). Its
@@ -39,13 +44,16 @@ import subprocess
 import sys
 import time
 import tomllib
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from statistics import median
 from typing import Any, TextIO
 
 from runner.config import PROJECT_ROOT, paths_from_env
 from runner.images import ImageStore
+from tests.vm.plugin import done_entry
 
 SUITE = "bookworm"
 L1_PACKAGES = (
@@ -64,6 +72,22 @@ EXIT_OK, EXIT_FAILED, EXIT_INFRA = 0, 1, 3
 MARKER = re.compile(r"@@([A-Z0-9]+)(?: (.*))?$")
 # The emulated host's kernel saying the emulation failed it (panics, lockups, stalls).
 KERNEL_FAULTS = ("Kernel panic", "BUG: ", "stack guard page", "rcu_preempt self-detected stall")
+# The battery's passes, in the order l1-init runs them, and what each is for.
+PASSES = {
+    "warm": "warm starts on (CORDON_SMOLVM_WARM=true): the whole battery and the freshness checks",
+    "cold": "warm starts off (CORDON_SMOLVM_WARM=false): a few single cases, for the cold boot's time",
+}
+# The cold pass's cases: one of each kind of end a VM must reach (a normal program in each
+# runtime, a wall timeout, the guest's OOM, an output cap, a process that outlives its parent).
+# The process-cap cases (fork_bomb.py and its kin) do not apply to a VM. Only the per-case test:
+# the concurrent one runs two VMs at once and would not time a boot alone.
+COLD_SELECT = (
+    "test_hostile_case_is_classified and (transform_csv.py or transform_json.js or infinite_loop.py"
+    " or memory_bomb.py or stdout_flood.py or daemon_double_fork.py)"
+)
+# pytest's exit status when nothing was selected: a pass whose selection is empty, or whose
+# cases an earlier boot all reported.
+PYTEST_NO_TESTS = 5
 
 
 def log(message: str) -> None:
@@ -156,11 +180,13 @@ class Builder:
             shutil.copyfile(bundle, self.root / "etc/ssl/certs/ca-certificates.crt")
 
     def project(self) -> None:
-        """This checkout as it is now (tracked files, uncommitted edits included), without var/."""
+        """This checkout as it is now (tracked files with their uncommitted edits, and new files git
+        does not ignore: work not yet added is tested too), without var/."""
         target = self.root / L1_PROJECT.lstrip("/")
         shutil.rmtree(target, ignore_errors=True)
         target.mkdir(parents=True)
-        names = run(["git", "ls-files", "-z"], cwd=PROJECT_ROOT).stdout.split("\0")
+        listed = run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=PROJECT_ROOT)
+        names = listed.stdout.split("\0")
         count = 0
         for name in names:
             source = PROJECT_ROOT / name
@@ -270,7 +296,7 @@ class Boot:
     number: int
     records: list[dict[str, Any]] = field(default_factory=list)
     doctor: list[dict[str, Any]] = field(default_factory=list)
-    pytest_rc: int | None = None
+    pytest_rc: dict[str, int | None] = field(default_factory=dict)  # per pass that finished
     done: bool = False
     infra: str | None = None  # why the emulated host failed, if it did
     faults: list[str] = field(default_factory=list)  # what its kernel reported (panics, lockups)
@@ -330,7 +356,10 @@ class Console:
         elif kind == "DOCTOR":
             self.doctor(rest)
         elif kind == "PYTEST":
-            self.boot.pytest_rc = int(rest.split("=", 1)[1]) if "=" in rest else None
+            said = dict(word.split("=", 1) for word in rest.split() if "=" in word)
+            rc = said.get("rc", "")
+            self.boot.pytest_rc[said.get("pass", "")] = int(rc) if rc.isdigit() else None
+            log(f"boot {self.boot.number}: pass {said.get('pass', '?')} finished, pytest rc {rc or '?'}")
         elif kind == "DONE":
             self.boot.done = True
         elif kind in ("OUT", "ERR"):
@@ -351,11 +380,14 @@ class Console:
         case = record.get("cordon_case") or {}
         status = record["status"].upper() if record["status"] != "skipped" else "n/a"
         detail = (
-            f"{case.get('outcome')} in {_num(case.get('total_s'))} s, boot {_num(case.get('boot_s'))} s, "
-            f"retries {case.get('retries')}, audit {'green' if case.get('cleanup_ok') else 'RED'}"
+            f"{case.get('outcome')} in {_num(case.get('total_s'))} s, {case.get('vm_start') or '-'} start "
+            f"{_num(case.get('boot_s'))} s, retries {case.get('retries')}, "
+            f"audit {'green' if case.get('cleanup_ok') else 'RED'}"
             if case else record.get("skip_reason", "")[:90]
         )  # fmt: skip
-        log(f"{status:7} {record['test'].split('::')[-1]}  {detail}")
+        log(f"{status:7} {record.get('pass') or '-'}: {record['test'].split('::')[-1]}  {detail}")
+        if "cordon_freshness" in record:
+            log(f"freshness: {json.dumps(record['cordon_freshness'])[:300]}")
 
     def doctor(self, payload: str) -> None:
         try:
@@ -423,34 +455,98 @@ def boot_once(builder: Builder, number: int, silence_s: float, deadline_s: float
 
 
 def _case_name(test: str) -> str:
-    """`test_x[case.py-smolvm]` -> `case.py`."""
-    return test.split("[")[-1].rstrip("]").removesuffix("-smolvm") if "[" in test else test.split("::")[-1]
+    """`test_x[case.py-smolvm]` -> `case.py`; a test with no parameter but the engine keeps its name."""
+    name, _, params = test.split("::")[-1].partition("[")
+    return "-".join(p for p in params.rstrip("]").split("-") if p != "smolvm") or name
 
 
 def _num(value: Any) -> str:
     return f"{value:.1f}" if isinstance(value, int | float) else "-"
 
 
-def summarise(boots: list[Boot], version: str, build_s: float, total_s: float) -> tuple[int, dict[str, Any]]:
-    records = [r for boot in boots for r in boot.records]
+def _spread(times: list[float]) -> dict[str, Any]:
+    """Median and max of some VM start times: None when there are none (unknown, not zero)."""
+    return {
+        "runs": len(times),
+        "median_s": round(median(times), 3) if times else None,
+        "max_s": round(max(times), 3) if times else None,
+    }
+
+
+def _cold_reason(case: dict[str, Any]) -> str:
+    """Why a run booted cold, as the supervisor put it in the run's engine note."""
+    return (case.get("engine_note") or "").partition("booted cold: ")[2].strip() or "no reason given"
+
+
+def start_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """How the VMs of a pass's single runs started (branch, cold), how long that took (boot_s: until
+    the program could start), and why runs booted cold. The concurrent test's runs are left out:
+    two VMs starting at once on two vCPUs do not time a start alone."""
+    runs = [c for r in records if (c := r.get("cordon_case")) and c.get("boot_s") is not None]
+    by_start: dict[str, list[float]] = {}
+    for c in runs:
+        by_start.setdefault(c.get("vm_start") or "unknown", []).append(c["boot_s"])
+    cold = [c for c in runs if c.get("vm_start") == "cold"]
+    return {
+        "all": _spread([c["boot_s"] for c in runs]),
+        "by_start": {start: _spread(times) for start, times in sorted(by_start.items())},
+        "cold_reasons": dict(Counter(_cold_reason(c) for c in cold).most_common()),
+    }
+
+
+def warm_cold(passes: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The median VM start of the warm pass's branched runs over the cold pass's median (a cold
+    boot), and the warm pass's own cold boots over the same; None where a side has no runs."""
+
+    def median_of(name: str, start: str | None) -> float | None:
+        starts = passes.get(name, {}).get("starts", {})
+        spread = starts.get("all", {}) if start is None else starts.get("by_start", {}).get(start, {})
+        return spread.get("median_s")
+
+    branch, cold, warm_pass_cold = median_of("warm", "branch"), median_of("cold", None), median_of("warm", "cold")
+    return {
+        "branch_median_s": branch,
+        "cold_median_s": cold,
+        "ratio": round(branch / cold, 3) if branch is not None and cold else None,
+        "warm_pass_cold_median_s": warm_pass_cold,
+        "warm_pass_cold_ratio": round(warm_pass_cold / cold, 3) if warm_pass_cold is not None and cold else None,
+    }
+
+
+def freshness_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The freshness checks' records (tests/runner/test_warm.py), each with its test and pass."""
+    found = []
+    for r in records:
+        if "cordon_freshness" in r:
+            fresh = r["cordon_freshness"]
+            fresh = fresh if isinstance(fresh, dict) else {"record": fresh}  # then no `ok`: a failure
+            found.append({"test": r["test"], "pass": r.get("pass", ""), **fresh})
+    return found
+
+
+def pass_summary(records: list[dict[str, Any]], rc: int | None) -> dict[str, Any]:
     cases = [r for r in records if r.get("cordon_case") or r["status"] != "skipped"]
-    not_applicable = [r for r in records if r["status"] == "skipped"]
-    failed = [r for r in records if r["status"] == "failed"]
-    canary_ok = any(d.get("report", {}).get("engines", {}).get("smolvm") for b in boots for d in b.doctor)
-    infra = [
-        f"boot {b.number}: {b.infra}" + (f" (kernel: {b.faults[0]})" if b.faults else "") for b in boots if b.infra
-    ]
-    finished = any(b.done and b.pytest_rc is not None for b in boots)
-    retries = sum((r.get("cordon_case") or {}).get("retries", 0) for r in records)
-    retries += sum(c.get("retries", 0) for r in records for c in r.get("cordon_concurrent") or [])
-    print()
-    print("=" * 118)
-    print(f"make test-vm: the hostile battery through real smolvm microVMs ({version}) under emulated KVM")
-    print("=" * 118)
-    header = f"{'case':30} {'expected':28} {'outcome':16} {'boot s':>7} {'run s':>7} {'retries':>7}  {'audit':6} result"
+    return {
+        "pytest_rc": rc,
+        "cases_run": len(cases),
+        "passed": sum(1 for r in cases if r["status"] == "passed"),
+        "failed": sum(1 for r in records if r["status"] == "failed"),
+        "not_applicable": sum(1 for r in records if r["status"] == "skipped"),
+        "starts": start_summary(records),
+    }
+
+
+def print_cases(records: list[dict[str, Any]]) -> None:
+    """One pass's table: one row per case (per case of the concurrent test), with how its VM started."""
+    header = (
+        f"{'case':30} {'expected':28} {'outcome':16} {'start':6} {'boot s':>7} {'run s':>7} {'retries':>7}  "
+        f"{'audit':6} result"
+    )
     print(header)
     print("-" * len(header))
-    for r in cases:
+    for r in records:
+        if not r.get("cordon_case") and r["status"] == "skipped":
+            continue
         result = "ok" if r["status"] == "passed" else "FAILED"
         rows = [(_case_name(r["test"]), r.get("cordon_case") or {})]
         if r.get("cordon_concurrent"):  # several cases at once: one row each, judged on its own
@@ -461,26 +557,112 @@ def summarise(boots: list[Boot], version: str, build_s: float, total_s: float) -
             expected = "|".join(c.get("expected", [])) or "-"
             audit = "-" if "cleanup_ok" not in c else ("green" if c["cleanup_ok"] else "RED")
             print(
-                f"{name[:30]:30} {expected[:28]:28} {str(c.get('outcome', '-'))[:16]:16} {_num(c.get('boot_s')):>7} "
-                f"{_num(c.get('wall_s')):>7} {c.get('retries', 0):>7}  {audit:6} {result}"
+                f"{name[:30]:30} {expected[:28]:28} {str(c.get('outcome', '-'))[:16]:16} "
+                f"{str(c.get('vm_start') or '-')[:6]:6} {_num(c.get('boot_s')):>7} {_num(c.get('wall_s')):>7} "
+                f"{c.get('retries', 0):>7}  {audit:6} {result}"
             )
+
+
+def print_pass(name: str, records: list[dict[str, Any]], summary: dict[str, Any]) -> None:
+    print(f"\n{name} pass: {PASSES.get(name, 'records without a pass')}")
+    print_cases(records)
+    not_applicable = [r for r in records if r["status"] == "skipped"]
     if not_applicable:
         print("\nnot applicable to a VM (with the reason):")
         for r in not_applicable:
             print(f"  {_case_name(r['test'])[:30]:30} {r.get('skip_reason', '')}")
-    for r in failed:
-        said = [line for line in r.get("failure", "").splitlines() if line.startswith("E ")][:12]
-        print(f"\nFAILED {r['test']}:\n" + "\n".join(said or [r.get("failure", "")[-800:]]))
-    boot_times = [c["boot_s"] for r in cases if (c := r.get("cordon_case") or {}) and c.get("boot_s")]
-    passed = sum(1 for r in cases if r["status"] == "passed")
-    print("\ntotals:")
-    print(f"  cases run {len(cases)}: passed {passed}, failed {len(failed)}; not applicable {len(not_applicable)}")
-    print(f"  retries after a microVM failed (emulation faults, counted): {retries}")
-    if boot_times:
+    for r in records:
+        if r["status"] == "failed":
+            said = [line for line in r.get("failure", "").splitlines() if line.startswith("E ")][:12]
+            print(f"\nFAILED {r['test']}:\n" + "\n".join(said or [r.get("failure", "")[-800:]]))
+    rc = summary["pytest_rc"]
+    print(
+        f"\n  {name} pass: cases run {summary['cases_run']}: passed {summary['passed']}, failed {summary['failed']}; "
+        f"not applicable {summary['not_applicable']}; pytest rc {'unknown (not finished)' if rc is None else rc}"
+    )
+    starts = summary["starts"]
+    if not starts["all"]["runs"]:
+        print("  VM start: no single run started a VM")
+        return
+    counts = ", ".join(f"{spread['runs']} {start}" for start, spread in starts["by_start"].items())
+    print(f"  VM start (single runs, time until the program could start): {_spread_text(starts['all'])}; {counts}")
+    if len(starts["by_start"]) > 1:
+        for start, spread in starts["by_start"].items():
+            print(f"    {start:7} {_spread_text(spread)}")
+    if starts["cold_reasons"]:
+        print("  booted cold because: " + "; ".join(f"{n} x {why}" for why, n in starts["cold_reasons"].items()))
+
+
+def _spread_text(spread: dict[str, Any]) -> str:
+    return f"median {_num(spread['median_s'])} s, max {_num(spread['max_s'])} s over {spread['runs']} runs"
+
+
+def print_warm_cold(ratio: dict[str, Any], passes: dict[str, dict[str, Any]]) -> None:
+    print(
+        f"\nwarm/cold: VM start median of the warm pass's branched runs {_num(ratio['branch_median_s'])} s / "
+        f"of the cold pass's runs {_num(ratio['cold_median_s'])} s = "
+        + (f"{ratio['ratio']:.3f} ({1 / ratio['ratio']:.1f}x faster)" if ratio["ratio"] else "unknown")
+    )
+    if ratio["warm_pass_cold_median_s"] is not None:
+        runs = passes["warm"]["starts"]["by_start"]["cold"]["runs"]
         print(
-            f"  microVM boot: median {sorted(boot_times)[len(boot_times) // 2]:.1f} s, max {max(boot_times):.1f} s "
-            f"over {len(boot_times)} runs"
+            f"  the warm pass's cold boots: median {_num(ratio['warm_pass_cold_median_s'])} s over {runs} runs"
+            + (f", {ratio['warm_pass_cold_ratio']:.2f} of the cold pass's" if ratio["warm_pass_cold_ratio"] else "")
         )
+
+
+def start_warnings(passes: dict[str, dict[str, Any]]) -> list[str]:
+    """Starts that do not match the pass's setting: not failures of a case, but worth a look."""
+    warnings = []
+    warm = passes.get("warm", {}).get("starts", {}).get("by_start", {})
+    if warm and "branch" not in warm:
+        warnings.append("no single run of the warm pass branched (every VM booted cold)")
+    branched = passes.get("cold", {}).get("starts", {}).get("by_start", {}).get("branch", {}).get("runs", 0)
+    if branched:
+        warnings.append(f"{branched} runs of the cold pass branched, with warm starts off")
+    return warnings
+
+
+def summarise(
+    boots: list[Boot], version: str, build_s: float, total_s: float, passes: tuple[str, ...] = tuple(PASSES)
+) -> tuple[int, dict[str, Any]]:
+    """The report of the passes (those planned, in order), its verdict and its exit code."""
+    records = [r for boot in boots for r in boot.records]
+    cases = [r for r in records if r.get("cordon_case") or r["status"] != "skipped"]
+    failed = [r for r in records if r["status"] == "failed"]
+    rcs = {name: rc for b in boots for name, rc in b.pytest_rc.items()}
+    order = [*passes, *sorted({r.get("pass", "") for r in records} - set(passes))]
+    by_pass = {name: [r for r in records if r.get("pass", "") == name] for name in order}
+    summaries = {name: pass_summary(by_pass[name], rcs.get(name)) for name in order}
+    ratio = warm_cold(summaries)
+    freshness = freshness_records(records)
+    stale = [f for f in freshness if f.get("ok") is not True]
+    warnings = start_warnings(summaries)
+    canary_ok = any(d.get("report", {}).get("engines", {}).get("smolvm") for b in boots for d in b.doctor)
+    infra = [
+        f"boot {b.number}: {b.infra}" + (f" (kernel: {b.faults[0]})" if b.faults else "") for b in boots if b.infra
+    ]
+    finished = all(name in rcs for name in passes)
+    retries = sum((r.get("cordon_case") or {}).get("retries", 0) for r in records)
+    retries += sum(c.get("retries", 0) for r in records for c in r.get("cordon_concurrent") or [])
+    print()
+    print("=" * 126)
+    print(f"make test-vm: the hostile battery through real smolvm microVMs ({version}) under emulated KVM")
+    print("=" * 126)
+    for name in order:
+        print_pass(name, by_pass[name], summaries[name])
+    print_warm_cold(ratio, summaries)
+    if freshness:
+        print("\nfreshness of branched VMs:")
+        for f in freshness:
+            said = ", ".join(f"{k} {v}" for k, v in f.items() if k not in ("test", "pass", "ok"))
+            print(f"  {_case_name(f['test'])} ({f['pass']} pass): {said}: {'ok' if f.get('ok') is True else 'FAILED'}")
+    for warning in warnings:
+        print(f"WARNING: {warning}")
+    print("\ntotals:")
+    passed = sum(1 for r in cases if r["status"] == "passed")
+    print(f"  cases run {len(cases)} (all passes): passed {passed}, failed {len(failed)}")
+    print(f"  retries after a microVM failed (emulation faults, counted): {retries}")
     print(f"  emulated host boots: {len(boots)} ({', '.join(f'{b.seconds:.0f} s' for b in boots)})")
     print(f"  infrastructure failures: {len(infra)}" + "".join(f"\n    {i}" for i in infra))
     tries = sum(len(b.doctor) for b in boots)
@@ -494,14 +676,20 @@ def summarise(boots: list[Boot], version: str, build_s: float, total_s: float) -
     print(f"  build {build_s:.0f} s, total {total_s / 60:.1f} min")
     if failed:
         verdict, code = "FAILED: a case was misclassified or left something behind", EXIT_FAILED
+    elif stale:
+        verdict, code = "FAILED: a freshness check found branched VMs that were not fresh", EXIT_FAILED
     elif not canary_ok:
         verdict, code = "FAILED: the canary microVM did not boot in the emulated host", EXIT_FAILED
     elif not finished or not cases:
-        verdict, code = "INFRASTRUCTURE FAILURE: the emulated host did not finish the battery", EXIT_INFRA
-    elif any(b.pytest_rc not in (None, 0) for b in boots if b.done):
+        verdict, code = (
+            f"INFRASTRUCTURE FAILURE: the emulated host did not finish the {'/'.join(passes)} passes",
+            EXIT_INFRA,
+        )
+    elif any(rc not in (0, PYTEST_NO_TESTS) for rc in rcs.values()):
         verdict, code = "FAILED: pytest reported an error outside the cases", EXIT_FAILED
     else:
         verdict, code = "passed: every applicable case classified as expected, every audit green", EXIT_OK
+        verdict += ", every freshness record ok" if freshness else ""
     print(f"verdict: {verdict}")
     report = {
         "at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -514,6 +702,10 @@ def summarise(boots: list[Boot], version: str, build_s: float, total_s: float) -
         "canary_tries": tries,
         "canary_failures": canary_failures,
         "infrastructure_failures": infra,
+        "passes": summaries,
+        "warm_cold": ratio,
+        "freshness": freshness,
+        "warnings": warnings,
         "boots": [
             {
                 "number": b.number,
@@ -534,12 +726,30 @@ def summarise(boots: list[Boot], version: str, build_s: float, total_s: float) -
 # --- main -------------------------------------------------------------------------------------
 
 
+def passes_left(boots: list[Boot], passes: tuple[str, ...]) -> list[str]:
+    """The passes no boot finished (its pytest run ended), in order: what a restarted host runs."""
+    finished = {name for boot in boots for name in boot.pytest_rc}
+    return [name for name in passes if name not in finished]
+
+
+def done_entries(boots: list[Boot]) -> str:
+    """The done file: every test reported so far, in its pass, which a restarted host skips there."""
+    return "".join(done_entry(r.get("pass", ""), r["test"]) + "\n" for boot in boots for r in boot.records)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.vm", description=__doc__.split("\n\n")[0])
     parser.add_argument("--rebuild", action="store_true", help="rebuild the emulated host's root from scratch")
-    parser.add_argument("-k", dest="select", default="", help="pytest -k expression (a subset of the battery)")
+    parser.add_argument(
+        "-k", dest="select", default="", help="pytest -k expression (a subset of the battery, in both passes)"
+    )
+    parser.add_argument(
+        "--cold-k", default=COLD_SELECT, help="pytest -k expression of the cold pass's cases ('' = no cold pass)"
+    )
     parser.add_argument("--silence-s", type=float, default=150.0, help="watchdog: no heartbeat this long = hung")
-    parser.add_argument("--limit-s", type=float, default=2400.0, help="upper bound for one emulated-host boot")
+    parser.add_argument(
+        "--limit-s", type=float, default=2400.0, help="upper bound for the emulated host's boots together"
+    )
     parser.add_argument(
         "--per-vm-uids", action="store_true",
         help="keep smolvm's per-VM uids (production's mode; the emulated host often hangs with them)",
@@ -567,13 +777,17 @@ def main(argv: list[str] | None = None) -> int:
     build_s = time.monotonic() - started
     boots: list[Boot] = []
     done_file = builder.root / "etc" / "cordon-vm-done"
-    done_file.unlink(missing_ok=True)
+    cold_select = f"({args.cold_k}) and ({args.select})" if args.cold_k and args.select else args.cold_k
+    passes = tuple(name for name in PASSES if name != "cold" or cold_select)
     while len(boots) < args.boots:
+        done_file.write_text(done_entries(boots))
         builder.configure(
             {
                 "CORDON_VM_DONE": "/etc/cordon-vm-done",
                 "CORDON_VM_CASE_TIMEOUT_S": "900",
+                "CORDON_VM_PASSES": " ".join(passes_left(boots, passes)),
                 "CORDON_VM_SELECT": args.select,
+                "CORDON_VM_COLD_SELECT": cold_select,
                 "CORDON_VM_PER_VM_UIDS": "1" if args.per_vm_uids else "0",
             },
             args.script,
@@ -586,13 +800,14 @@ def main(argv: list[str] | None = None) -> int:
                 break
             log(f"boot {boot.number} failed ({boot.infra}) before the script finished; running it again")
             continue
-        if boot.done or not boot.infra or not any(d.get("report") for d in boot.doctor):
+        battery_started = any(d.get("report") for d in boot.doctor)
+        if boot.done or not boot.infra or not battery_started or not passes_left(boots, passes):
             break  # finished, or failed before the battery started: a restart would not help
-        log(f"boot {boot.number} failed ({boot.infra}); restarting with the cases not yet reported")
-        done_file.write_text("".join(r["test"] + "\n" for b in boots for r in b.records))
+        log(f"boot {boot.number} failed ({boot.infra}); restarting with the passes and cases not yet reported")
     if args.script is not None:
         return script_summary(boots, args.script, work, build_s, time.monotonic() - started)
-    code, report = summarise(boots, version, build_s, time.monotonic() - started)
+    code, report = summarise(boots, version, build_s, time.monotonic() - started, passes)
+    report["cold_select"] = cold_select
     path = work / f"report-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
     path.write_text(json.dumps(report, indent=1) + "\n")
     print(f"report: {path}; console logs: {work}/boot*.log")

@@ -1,10 +1,12 @@
 """pytest plugin for the emulated host of `make test-vm` (loaded there with `-p tests.vm.plugin`).
 
 Prints one `@@CASE {json}` line per test on the console, which is how results leave the
-emulated host: the test's outcome (passed, failed, skipped with its reason) and the record
-the hostile battery attaches to it (outcome, expected, boot and run time, retries, audit).
-Tests the host already has a record for (from an earlier boot of the emulated host) are
-deselected, so a restarted emulated host carries on where the last one stopped.
+emulated host: the pass it ran in (warm or cold), the test's outcome (passed, failed, skipped
+with its reason) and every `cordon_` property the test attached (the hostile battery's case:
+outcome, expected, how its VM started and how long that took, retries, audit; the freshness
+checks' figures).
+Tests the host already has a record for in this pass (from an earlier boot of the emulated host)
+are deselected, so a restarted emulated host carries on where the last one stopped.
 """
 
 from __future__ import annotations
@@ -16,18 +18,25 @@ from typing import Any
 
 import pytest
 
-DONE_FILE = "CORDON_VM_DONE"  # env: a file with the node ids already reported, one per line
+DONE_FILE = "CORDON_VM_DONE"  # env: a file with the tests already reported (done_entry), one per line
+PASS = "CORDON_VM_PASS"  # env: the pass this pytest run is (l1-init sets it)
+
+
+def done_entry(pass_name: str, nodeid: str) -> str:
+    """A line of the done file: a test counts as done in one pass only (the harness writes them)."""
+    return f"{pass_name}::{nodeid}"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     path = os.environ.get(DONE_FILE)
-    done = set(Path(path).read_text().split()) if path and Path(path).is_file() else set()
+    done = set(Path(path).read_text().splitlines()) if path and Path(path).is_file() else set()
     if not done:
         return
-    dropped = [item for item in items if item.nodeid in done]
+    this_pass = os.environ.get(PASS, "")
+    dropped = [item for item in items if done_entry(this_pass, item.nodeid) in done]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
-        items[:] = [item for item in items if item.nodeid not in done]
+        items[:] = [item for item in items if done_entry(this_pass, item.nodeid) not in done]
 
 
 def record(report: pytest.TestReport) -> dict[str, Any] | None:
@@ -35,7 +44,12 @@ def record(report: pytest.TestReport) -> dict[str, Any] | None:
     decisive = report.when == "call" or report.outcome != "passed"
     if not decisive:
         return None
-    out: dict[str, Any] = {"test": report.nodeid, "status": report.outcome, "when": report.when}
+    out: dict[str, Any] = {
+        "test": report.nodeid,
+        "pass": os.environ.get(PASS, ""),
+        "status": report.outcome,
+        "when": report.when,
+    }
     out.update({key: value for key, value in report.user_properties if key.startswith("cordon_")})
     if report.skipped and isinstance(report.longrepr, tuple):
         out["skip_reason"] = str(report.longrepr[2]).removeprefix("Skipped: ")
