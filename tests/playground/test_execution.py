@@ -112,23 +112,28 @@ def test_the_result_becomes_the_record_with_its_timings_shown_in_the_run_detail(
     result = RunResult(
         outcome=Outcome.SUCCEEDED, run_id="r", exit_code=0, wall_s=0.5, cpu_s=0.25, stdout_bytes=2,
         cleanup=[CleanupCheck("staging", True, "removed")], engine="smolvm", isolation="vm",
-        timings={"start_s": 0.123456, "boot_s": 1.5, "total_s": 2.25}, peak_memory_bytes=None, peak_file_bytes=4096,
-        vm_start="branch",
+        timings={"start_s": 0.123456, "boot_s": 1.5, "total_s": 2.25, "branch_s": 0.9, "mount_s": 0.3,
+                 "refresh_s": 0.2, "clock_skew_s": 0.0},
+        peak_memory_bytes=None, peak_file_bytes=4096, vm_start="branch",
     )  # fmt: skip
     finished = run_finish(run=claimed, result=result, exported=None, samples=[[0.5, 0.25, None, 4096]])
     assert (finished.state, finished.outcome, finished.cleanup_ok) == (RunState.FINISHED, "succeeded", True)
-    assert finished.timings == {"start_s": 0.1235, "boot_s": 1.5, "total_s": 2.25}
+    phases = {"branch_s": 0.9, "mount_s": 0.3, "refresh_s": 0.2}
+    assert finished.timings == {"start_s": 0.1235, "boot_s": 1.5, "total_s": 2.25, **phases, "clock_skew_s": 0.0}
     assert (finished.peak_memory_bytes, finished.peak_file_bytes) == (None, 4096)  # a VM's program: unknown
     assert run_finish(run=claimed, result=result, exported=None, samples=[]).samples == [[0.5, 0.25, None, 4096]]
     assert _states(run) == ["claimed", "finished"]  # written once: the second finish changed nothing
     client = Client(HTTP_AUTHORIZATION=f"Bearer {token_create(user=run.owner)}")
     shown = client.get(f"/api/runs/{run.id}").json()
-    assert shown["timings"] == {"start_s": 0.1235, "boot_s": 1.5, "total_s": 2.25}
+    assert shown["timings"] == {"start_s": 0.1235, "boot_s": 1.5, "total_s": 2.25, **phases, "cold_s": None}
     assert finished.vm_start == "branch" == shown["vm_start"]
     Run.objects.filter(id=run.id).update(timings={"start_s": 0.1, "total_s": 0.4})  # no boot phase
-    assert client.get(f"/api/runs/{run.id}").json()["timings"] == {"start_s": 0.1, "boot_s": None, "total_s": 0.4}
+    assert client.get(f"/api/runs/{run.id}").json()["timings"] == {
+        "start_s": 0.1, "boot_s": None, "total_s": 0.4, "branch_s": None, "mount_s": None, "refresh_s": None,
+        "cold_s": None,
+    }  # fmt: skip
     schema = client.get("/api/openapi.json").json()["components"]["schemas"]["TimingsOut"]
-    assert set(schema["properties"]) == {"start_s", "boot_s", "total_s"}
+    assert set(schema["properties"]) == {"start_s", "boot_s", "total_s", "branch_s", "mount_s", "refresh_s", "cold_s"}
     assert json.dumps(shown)
 
 
