@@ -8,9 +8,10 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.cordon-installed
 # Debian packages the host needs: sandboxing, image builds, Redis, and a Python venv.
 DEB_PACKAGES := bubblewrap mmdebstrap redis-server python3-venv libseccomp2 ca-certificates
-# Only the tests need a browser (Debian's Chromium, driven by Playwright) and PostgreSQL (the tests
-# start private clusters of their own: tests/pg.py; Debian's own cluster is left as it is).
-TEST_DEB_PACKAGES := chromium postgresql
+# Only the tests need a browser (Debian's Chromium, driven by Playwright), PostgreSQL (the tests
+# start private clusters of their own: tests/pg.py; Debian's own cluster is left as it is), and ip
+# and openssl (the egress tests' own test host in a network namespace, with its own certificate).
+TEST_DEB_PACKAGES := chromium postgresql iproute2 openssl
 
 .PHONY: help system test-system debs kvm-access cgroup-tuning venv images migrate run test test-hosts fuzz test-vm test-vm-system lint bench
 

@@ -1,0 +1,415 @@
+"""Scoped egress: a run's allow-list of destinations, enforced outside the sandbox by a proxy.
+
+With an empty policy a run has no network at all (as always). With a non-empty one the sandbox
+still gets no route off the machine: it reaches this proxy only, which speaks HTTP CONNECT (TLS
+and anything else tunnelled) and plain HTTP by absolute URI, and for each request:
+
+- takes the destination by name and port, and refuses it unless the policy names it (a refused
+  request gets a 403 at once, never a hang);
+- resolves the name itself (the sandbox has no resolver), and refuses it unless every address
+  is public: never loopback, link-local (the cloud metadata address among them), private, CGNAT,
+  multicast, reserved, unspecified, or one of the host's own addresses;
+- connects to the address it checked, not the name again (no DNS rebinding between check and
+  connect);
+- counts bytes each way and connections, against the run's caps: past one, the connection is cut
+  and the run told why (its outcome, egress_limit);
+- records the attempt: destination, port, allowed or refused and why, the address used, bytes
+  each way, when and how long.
+
+Django-free; a run's supervisor serves one proxy per run (EgressProxy.serve) on a listening
+socket it made where the sandbox can reach it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import re
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import psutil
+
+HOST_LABEL = re.compile(r"(?!-)[a-z0-9-]{1,63}(?<!-)")
+MAX_HEAD_BYTES = 16384
+CONNECT_TIMEOUT_S = 10.0
+RELAY_CHUNK = 65536
+# Not public, though Python's ipaddress calls some of them global or does not say.
+NOT_PUBLIC = tuple(
+    ipaddress.ip_network(n)
+    for n in ("100.64.0.0/10", "169.254.0.0/16", "fe80::/10", "fc00::/7", "64:ff9b:1::/48", "2002::/16")
+)
+METADATA = ipaddress.ip_address("169.254.169.254")
+KINDS = {
+    "loopback": "a loopback address", "link_local": "a link-local address", "multicast": "a multicast address",
+    "unspecified": "the unspecified address", "private": "a private address", "reserved": "a reserved address",
+}  # fmt: skip
+HOP_HEADERS = {"proxy-connection", "proxy-authorization", "connection", "keep-alive"}
+
+
+class PolicyError(ValueError):
+    """A rule that is not `host:port` or `*.suffix:port` with a valid name and port."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    host: str  # a name, or `*.suffix` for every name below suffix (not the suffix itself)
+    port: int
+
+    @classmethod
+    def parse(cls, text: str) -> Rule:
+        host, sep, port = text.strip().lower().rpartition(":")
+        if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+            raise PolicyError(f"{text!r}: a destination is host:port with a port from 1 to 65535")
+        name = host.removeprefix("*.")
+        labels = name.split(".")
+        if len(name) > 253 or len(labels) < 2 or not all(HOST_LABEL.fullmatch(label) for label in labels):
+            raise PolicyError(f"{text!r}: {host!r} is not a host name (or *.name) with a dot in it")
+        if _is_address(name):
+            raise PolicyError(f"{text!r}: destinations are names, never addresses")
+        return cls(host, int(port))
+
+    def matches(self, host: str, port: int) -> bool:
+        if port != self.port:
+            return False
+        if self.host.startswith("*."):
+            return host.endswith(self.host[1:])
+        return host == self.host
+
+    def within(self, other: Rule) -> bool:
+        """Whether every destination this rule allows, `other` allows too."""
+        if self.port != other.port:
+            return False
+        if other.host.startswith("*."):
+            return self.host.removeprefix("*").endswith(other.host[1:])
+        return self.host == other.host
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class Policy:
+    rules: tuple[Rule, ...] = ()
+
+    @classmethod
+    def parse(cls, items: Iterable[str]) -> Policy:
+        return cls(tuple(dict.fromkeys(Rule.parse(item) for item in items)))
+
+    def allows(self, host: str, port: int) -> bool:
+        return any(rule.matches(host, port) for rule in self.rules)
+
+    def outside(self, ceiling: Policy) -> list[Rule]:
+        """The rules of this policy that the ceiling does not allow (none: it is within it)."""
+        return [rule for rule in self.rules if not any(rule.within(top) for top in ceiling.rules)]
+
+    def __bool__(self) -> bool:
+        return bool(self.rules)
+
+    def to_json(self) -> list[str]:
+        return [str(rule) for rule in self.rules]
+
+
+def _is_address(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text.strip("[]"))
+    except ValueError:
+        return False
+    return True
+
+
+def host_addresses() -> frozenset[str]:
+    """Every address this host's interfaces have (a proxy never connects to one of them)."""
+    found = set()
+    for addresses in psutil.net_if_addrs().values():
+        for address in addresses:
+            if address.family in (socket.AF_INET, socket.AF_INET6):
+                found.add(str(ipaddress.ip_address(address.address.split("%")[0])))
+    return frozenset(found)
+
+
+def refusal(address: str, *, own: frozenset[str], public_for_tests: Sequence[Any] = ()) -> str:
+    """Why a proxy may not connect to `address` ('' when it is public and not the host's own)."""
+    ip = ipaddress.ip_address(address)
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    if str(ip) in own:
+        return "an address of this host"
+    if ip == METADATA:
+        return "the cloud metadata address"
+    for kind, said in KINDS.items():
+        if getattr(ip, f"is_{kind}") and not any(ip in net for net in public_for_tests):
+            return said
+    if any(ip in net for net in NOT_PUBLIC):
+        return "not a public address"
+    if not ip.is_global and not any(ip in net for net in public_for_tests):
+        return "not a public address"
+    return ""
+
+
+class Resolver:
+    """Names to addresses, as the proxy resolves them (the sandbox has no resolver)."""
+
+    def resolve(self, host: str, port: int) -> list[str]:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        return list(dict.fromkeys(str(info[4][0]) for info in infos))
+
+
+class StaticResolver(Resolver):
+    """A fixed map of names to addresses (tests: a name for a test host, or for a forbidden address)."""
+
+    def __init__(self, names: dict[str, list[str]]):
+        self.names = names
+
+    def resolve(self, host: str, port: int) -> list[str]:
+        if host not in self.names:
+            raise socket.gaierror(socket.EAI_NONAME, f"{host} is not known")
+        return list(self.names[host])
+
+
+@dataclass
+class Attempt:
+    """One request through the proxy, as the run's record keeps it."""
+
+    at: float  # unix time it came in
+    method: str  # CONNECT, GET, ...
+    host: str
+    port: int
+    allowed: bool = False
+    reason: str = ""  # why refused, or why it ended (a cap)
+    address: str = ""  # the checked address it connected to
+    bytes_out: int = 0  # from the sandbox to the destination
+    bytes_in: int = 0
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Caps:
+    bytes_out: int = 8 << 20
+    bytes_in: int = 64 << 20
+    connections: int = 32
+
+
+@dataclass
+class EgressProxy:
+    """One run's proxy: its policy, caps and record. `serve` runs it on a listening socket in a
+    thread of its own until `close`."""
+
+    policy: Policy
+    caps: Caps = field(default_factory=Caps)
+    resolver: Resolver = field(default_factory=Resolver)
+    own_addresses: frozenset[str] = field(default_factory=host_addresses)
+    on_limit: Callable[[str], None] = lambda reason: None
+    public_for_tests: Sequence[Any] = ()  # networks a test treats as public (its own test hosts)
+    attempts: list[Attempt] = field(default_factory=list)
+    limit: str = ""  # the cap that was passed, if any
+    _bytes_out: int = 0
+    _bytes_in: int = 0
+    _loop: asyncio.AbstractEventLoop | None = None
+    _thread: threading.Thread | None = None
+    _tasks: set[asyncio.Task[Any]] = field(default_factory=set)
+
+    # serving
+
+    def serve(self, listener: socket.socket) -> None:
+        """Serve on `listener` (bound and listening) in a thread until close()."""
+        ready = threading.Event()
+
+        def run() -> None:
+            loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(loop)
+            self._loop = loop
+            server = loop.run_until_complete(asyncio.start_server(self._handle, sock=listener))
+            ready.set()
+            try:
+                loop.run_forever()
+            finally:
+                loop.run_until_complete(self._shut(server))
+                loop.close()
+
+        self._thread = threading.Thread(target=run, name="cordon-egress", daemon=True)
+        self._thread.start()
+        ready.wait(10)
+
+    async def _shut(self, server: asyncio.Server) -> None:
+        """Stop listening and end every relay still open (the run is over)."""
+        server.close()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await server.wait_closed()
+
+    def close(self) -> None:
+        if self._loop is not None and self._thread is not None and self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(10)
+
+    def record(self) -> list[dict[str, Any]]:
+        return [attempt.to_json() for attempt in self.attempts]
+
+    # one request
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
+        try:
+            await self._request(reader, writer)
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, OSError):
+            pass  # the sandbox's side went away: nothing more to relay
+        except asyncio.CancelledError:
+            pass  # the proxy is closing (the run is over): this request ends here
+        finally:
+            if task is not None:
+                self._tasks.discard(task)
+            with contextlib.suppress(OSError):
+                writer.close()
+
+    async def _request(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        if len(head) > MAX_HEAD_BYTES:
+            await _answer(writer, 431, "request head too large")
+            return
+        lines = head.decode("latin-1").split("\r\n")
+        method, target, version = [*lines[0].split(" "), "", "", ""][:3]
+        parsed = _destination(method, target)
+        if parsed is None:
+            await _answer(writer, 400, "the proxy takes CONNECT host:port or an absolute http:// URL")
+            return
+        host, port, path = parsed
+        attempt = Attempt(at=time.time(), method=method, host=host, port=port)
+        self.attempts.append(attempt)
+        started = time.monotonic()
+        address, why = await self._check(host, port)
+        if why:
+            attempt.reason = why
+            await _answer(writer, 403, f"egress to {host}:{port} refused: {why}")
+            return
+        try:
+            upstream_reader, upstream_writer = await asyncio.wait_for(
+                asyncio.open_connection(address, port), CONNECT_TIMEOUT_S
+            )
+        except (OSError, TimeoutError) as exc:
+            attempt.reason = f"could not connect to {address}: {exc.__class__.__name__}"
+            await _answer(writer, 502, attempt.reason)
+            return
+        attempt.allowed, attempt.address = True, address
+        if method == "CONNECT":
+            writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            await writer.drain()
+        else:
+            sent = _origin_request(method, path, version, lines[1:]).encode("latin-1")
+            attempt.bytes_out += len(sent)
+            self._bytes_out += len(sent)
+            upstream_writer.write(sent)
+        try:
+            await self._relay(reader, writer, upstream_reader, upstream_writer, attempt)
+        finally:
+            attempt.seconds = round(time.monotonic() - started, 3)
+            with contextlib.suppress(OSError):
+                upstream_writer.close()
+
+    async def _check(self, host: str, port: int) -> tuple[str, str]:
+        """(the address to connect to, '') or ('', why it is refused)."""
+        if self.limit:
+            return "", f"the run passed its egress cap ({self.limit})"
+        if not self.policy.allows(host, port):
+            return "", "not in the run's egress policy"
+        if sum(1 for a in self.attempts if a.allowed) >= self.caps.connections:
+            self._passed(f"more than {self.caps.connections} connections")
+            return "", f"the run's cap of {self.caps.connections} connections"
+        try:
+            addresses = await asyncio.get_running_loop().run_in_executor(None, self.resolver.resolve, host, port)
+        except OSError as exc:
+            return "", f"the name does not resolve ({exc})"
+        if not addresses:
+            return "", "the name has no address"
+        for address in addresses:  # every address must be public: a name is not half trusted
+            why = refusal(address, own=self.own_addresses, public_for_tests=self.public_for_tests)
+            if why:
+                return "", f"{host} resolves to {address}, {why}"
+        return addresses[0], ""
+
+    async def _relay(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        up_reader: asyncio.StreamReader,
+        up_writer: asyncio.StreamWriter,
+        attempt: Attempt,
+    ) -> None:
+        async def pump(source: asyncio.StreamReader, sink: asyncio.StreamWriter, outward: bool) -> None:
+            while data := await source.read(RELAY_CHUNK):
+                if outward:
+                    attempt.bytes_out += len(data)
+                    self._bytes_out += len(data)
+                else:
+                    attempt.bytes_in += len(data)
+                    self._bytes_in += len(data)
+                if self._bytes_out > self.caps.bytes_out or self._bytes_in > self.caps.bytes_in:
+                    way = "out" if self._bytes_out > self.caps.bytes_out else "in"
+                    cap = self.caps.bytes_out if way == "out" else self.caps.bytes_in
+                    attempt.reason = self._passed(f"more than {cap} bytes {way}")
+                    return
+                sink.write(data)
+                await sink.drain()
+            with contextlib.suppress(OSError):
+                if sink.can_write_eof():
+                    sink.write_eof()
+
+        outward = asyncio.ensure_future(pump(reader, up_writer, True))
+        inward = asyncio.ensure_future(pump(up_reader, writer, False))
+        _, pending = await asyncio.wait({outward, inward}, return_when=asyncio.FIRST_COMPLETED)
+        if self.limit:  # a cap cuts both ways at once
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        elif pending:
+            await asyncio.wait(pending)
+        for task in (outward, inward):
+            if not task.cancelled() and task.exception() is not None:
+                attempt.reason = attempt.reason or f"ended: {task.exception().__class__.__name__}"
+
+    def _passed(self, what: str) -> str:
+        if not self.limit:
+            self.limit = what
+            self.on_limit(what)
+        return f"cut: the run's egress cap ({what})"
+
+
+def _destination(method: str, target: str) -> tuple[str, int, str] | None:
+    """(host, port, origin-form path) of a proxy request, or None when it is not one."""
+    if method == "CONNECT":
+        host, sep, port = target.rpartition(":")
+        if not sep or not port.isdigit():
+            return None
+        return host.strip("[]").lower().rstrip("."), int(port), ""
+    match = re.fullmatch(r"http://([^/:?#\s]+|\[[0-9a-fA-F:.]+\])(?::(\d{1,5}))?([/?][^\s]*)?", target)
+    if not method.isalpha() or match is None:
+        return None
+    host = match.group(1).strip("[]").lower().rstrip(".")
+    return host, int(match.group(2) or 80), match.group(3) or "/"
+
+
+def _origin_request(method: str, path: str, version: str, headers: list[str]) -> str:
+    kept = [line for line in headers if line and line.split(":", 1)[0].strip().lower() not in HOP_HEADERS]
+    return "\r\n".join([f"{method} {path} {version or 'HTTP/1.1'}", *kept, "Connection: close", "", ""])
+
+
+async def _answer(writer: asyncio.StreamWriter, status: int, text: str) -> None:
+    reason = {400: "Bad Request", 403: "Forbidden", 431: "Request Header Fields Too Large", 502: "Bad Gateway"}
+    body = (text + "\n").encode()
+    writer.write(
+        f"HTTP/1.1 {status} {reason.get(status, 'Error')}\r\nContent-Type: text/plain\r\n"
+        f"Content-Length: {len(body)}\r\nX-Cordon-Egress: refused\r\nConnection: close\r\n\r\n".encode()
+        + body
+    )
+    await writer.drain()

@@ -1,0 +1,316 @@
+"""The egress proxy (runner/egress.py): its policy, which addresses it refuses, and the proxy itself
+against a test host of the test's own, in a network namespace the test makes (198.18.7.2, reached
+over a veth pair). No traffic goes anywhere else: forbidden addresses come from a test resolver,
+and are refused before any connection is made."""
+
+from __future__ import annotations
+
+import http.client
+import ipaddress
+import os
+import shutil
+import socket
+import ssl
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from runner.config import PROJECT_ROOT
+from runner.egress import Caps, EgressProxy, Policy, PolicyError, Rule, StaticResolver, refusal
+
+TEST_NET = ipaddress.ip_network("198.18.7.0/30")  # benchmark range: the test treats it as public
+HOST_SIDE, TEST_HOST = "198.18.7.1", "198.18.7.2"
+
+
+def test_a_policy_names_hosts_and_ports_and_a_run_stays_within_the_ceiling() -> None:
+    policy = Policy.parse(["api.example.org:443", "*.data.example.org:443", "API.example.org:443"])
+    assert policy.to_json() == ["api.example.org:443", "*.data.example.org:443"]
+    assert policy.allows("api.example.org", 443) and not policy.allows("api.example.org", 80)
+    assert policy.allows("eu.data.example.org", 443) and not policy.allows("data.example.org", 443)
+    assert not policy.allows("evil-api.example.org", 443) and not Policy()
+    ceiling = Policy.parse(["*.example.org:443"])
+    assert policy.outside(ceiling) == []
+    assert Policy.parse(["example.org:443", "x.example.org:80"]).outside(ceiling) == [
+        Rule("example.org", 443),
+        Rule("x.example.org", 80),
+    ]
+    assert Policy.parse(["*.example.org:443"]).outside(Policy.parse(["a.example.org:443"])) == [
+        Rule("*.example.org", 443)
+    ]  # a wildcard is never within a single name
+    for bad in (
+        "1.2.3.4:443",
+        "[::1]:443",
+        "localhost:80",
+        "example.org",
+        "example.org:0",
+        "a.*.org:443",
+        "exa mple.org:443",
+        "-x.org:443",
+        "example.org:99999",
+    ):
+        with pytest.raises(PolicyError):
+            Rule.parse(bad)
+
+
+@pytest.mark.parametrize(
+    ("address", "why"),
+    [
+        ("127.0.0.1", "a loopback address"),
+        ("::1", "a loopback address"),
+        ("::ffff:127.0.0.1", "a loopback address"),
+        ("10.1.2.3", "a private address"),
+        ("172.16.0.1", "a private address"),
+        ("192.168.1.1", "a private address"),
+        ("100.64.0.1", "not a public address"),
+        ("169.254.169.254", "the cloud metadata address"),
+        ("169.254.1.1", "a link-local address"),
+        ("fe80::1", "a link-local address"),
+        ("fd00::1", "a private address"),
+        ("224.0.0.1", "a multicast address"),
+        ("0.0.0.0", "the unspecified address"),  # noqa: S104 - classified, never bound
+        ("203.0.113.5", "a private address"),  # documentation range
+        ("192.0.2.10", "an address of this host"),
+        ("93.184.215.14", ""),
+        ("2606:4700::1111", ""),
+    ],
+)
+def test_only_public_addresses_that_are_not_the_hosts_own_pass(address: str, why: str) -> None:
+    assert refusal(address, own=frozenset({"192.0.2.10"})) == why
+
+
+# --- the proxy, against a test host in its own network namespace -----------------------------
+
+
+@dataclass
+class EgressTestHost:
+    namespace: str
+    ca: Path
+
+
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
+
+
+@pytest.fixture(scope="module")
+def test_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EgressTestHost]:
+    if os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("openssl") is None:
+        pytest.skip("needs root, ip (iproute2) and openssl to make a test host in a network namespace")
+    folder = tmp_path_factory.mktemp("egress-host")
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=allowed.test",
+            "-addext",
+            "subjectAltName=DNS:allowed.test",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    namespace, veth = f"cordon-egress-{os.getpid()}", f"ceg{os.getpid() % 100000}"
+    _ip("netns", "add", namespace)
+    server = None
+    try:
+        _ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", namespace)
+        _ip("addr", "add", f"{HOST_SIDE}/30", "dev", veth)
+        _ip("link", "set", veth, "up")
+        _ip("-n", namespace, "addr", "add", f"{TEST_HOST}/30", "dev", "eth0")
+        _ip("-n", namespace, "link", "set", "eth0", "up")
+        _ip("-n", namespace, "link", "set", "lo", "up")
+        server = subprocess.Popen(
+            ["ip", "netns", "exec", namespace, sys.executable, "-m", "tests.runner.egress_host", str(cert), str(key)],
+            cwd=PROJECT_ROOT,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert server.stdout is not None and server.stdout.readline().strip() == "ready"
+        yield EgressTestHost(namespace, cert)
+    finally:
+        if server is not None:
+            server.kill()
+            server.wait()
+        subprocess.run(["ip", "link", "del", veth], capture_output=True, check=False)
+        subprocess.run(["ip", "netns", "del", namespace], capture_output=True, check=False)
+
+
+RESOLVER = StaticResolver(
+    {
+        "allowed.test": [TEST_HOST],
+        "other.test": [TEST_HOST],
+        "loop.test": ["127.0.0.1"],
+        "meta.test": ["169.254.169.254"],
+        "private.test": ["10.1.2.3"],
+        "mixed.test": [TEST_HOST, "10.1.2.3"],
+    }
+)
+
+
+LOOPBACK = socket.socket()  # a listener on loopback: were the proxy to connect there, it would see it
+LOOPBACK.bind(("127.0.0.1", 0))
+LOOPBACK.listen()
+LOOPBACK.settimeout(0.2)
+LOOP_PORT = LOOPBACK.getsockname()[1]
+
+
+@pytest.fixture
+def proxy(test_host: EgressTestHost) -> Iterator[tuple[EgressProxy, str, list[str]]]:
+    """A proxy on loopback (the sandbox's side is this test), its URL and the limits it reported."""
+    limits: list[str] = []
+    proxy = EgressProxy(
+        Policy.parse(
+            [
+                "allowed.test:8080",
+                "allowed.test:8443",
+                f"loop.test:{LOOP_PORT}",
+                "meta.test:80",
+                "private.test:8080",
+                "mixed.test:8080",
+            ]
+        ),
+        caps=Caps(bytes_out=64 << 10, bytes_in=256 << 10, connections=8),
+        resolver=RESOLVER,
+        own_addresses=frozenset({HOST_SIDE}),
+        on_limit=limits.append,
+        public_for_tests=[TEST_NET],
+    )
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    proxy.serve(listener)
+    yield proxy, f"http://127.0.0.1:{listener.getsockname()[1]}", limits
+    proxy.close()
+
+
+def _get(proxy_url: str, url: str, *, ca: Path | None = None) -> tuple[int, bytes]:
+    handlers: list[urllib.request.BaseHandler] = [urllib.request.ProxyHandler({"http": proxy_url, "https": proxy_url})]
+    if ca is not None:
+        handlers.append(urllib.request.HTTPSHandler(context=ssl.create_default_context(cafile=str(ca))))
+    opener = urllib.request.build_opener(*handlers)
+    try:
+        with opener.open(url, timeout=20) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+    except urllib.error.URLError as exc:  # a refused CONNECT: urllib raises OSError("Tunnel connection failed: 403")
+        return (403 if "403" in str(exc.reason) else 0), str(exc.reason).encode()
+
+
+def test_an_allowed_host_is_reached_over_http_and_https_and_each_attempt_is_recorded(
+    proxy: tuple[EgressProxy, str, list[str]], test_host: EgressTestHost
+) -> None:
+    egress, url, limits = proxy
+    status, body = _get(url, "http://allowed.test:8080/hello")
+    assert (status, body) == (200, b"hello from the test host, allowed.test:8080 /hello\n")
+    status, body = _get(url, "https://allowed.test:8443/hello", ca=test_host.ca)
+    assert (status, body) == (200, b"hello from the test host, allowed.test:8443 /hello\n")
+    first, second = egress.record()
+    assert (first["method"], first["host"], first["port"], first["allowed"], first["address"]) == (
+        "GET",
+        "allowed.test",
+        8080,
+        True,
+        TEST_HOST,
+    )
+    assert second["method"] == "CONNECT" and second["allowed"] and second["bytes_in"] > 1000  # TLS, certificate
+    assert first["bytes_out"] > 0 and first["bytes_in"] > len(body) and first["at"] <= time.time()
+    assert limits == []
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("http://other.test:8080/hello", "not in the run's egress policy"),
+        ("https://allowed.test:22/", "not in the run's egress policy"),  # CONNECT to another port
+        ("http://198.18.7.2:8080/hello", "not in the run's egress policy"),  # an address, not a name
+        ("http://[2001:db8::1]:8080/", "not in the run's egress policy"),
+        (f"http://loop.test:{LOOP_PORT}/", "loop.test resolves to 127.0.0.1, a loopback address"),
+        ("http://meta.test/latest/meta-data/", "meta.test resolves to 169.254.169.254, the cloud metadata address"),
+        ("http://private.test:8080/", "private.test resolves to 10.1.2.3, a private address"),
+        ("http://mixed.test:8080/", "mixed.test resolves to 10.1.2.3, a private address"),  # every address
+    ],
+)
+def test_a_refused_destination_fails_at_once_and_is_recorded_with_why(
+    proxy: tuple[EgressProxy, str, list[str]], url: str, why: str
+) -> None:
+    egress, proxy_url, _ = proxy
+    started = time.monotonic()
+    status, body = _get(proxy_url, url)
+    assert status == 403 and time.monotonic() - started < 2.0, body  # at once, never a hang
+    [attempt] = egress.record()
+    assert not attempt["allowed"] and attempt["reason"] == why and attempt["address"] == ""
+    assert attempt["bytes_in"] == attempt["bytes_out"] == 0
+    with pytest.raises(TimeoutError):
+        LOOPBACK.accept()  # no connection was made to loopback
+
+
+def test_a_download_over_the_cap_is_cut_and_the_run_told(proxy: tuple[EgressProxy, str, list[str]]) -> None:
+    egress, url, limits = proxy
+    status, body = _get(url, "http://allowed.test:8080/bytes/1000")
+    assert status == 200 and len(body) == 1000
+    with pytest.raises(http.client.IncompleteRead) as cut_short:  # the connection was cut mid-body
+        _get(url, "http://allowed.test:8080/bytes/1048576")
+    assert len(cut_short.value.partial) < 1048576
+    assert limits == [f"more than {256 << 10} bytes in"]
+    cut = egress.record()[1]
+    assert cut["allowed"] and cut["reason"] == f"cut: the run's egress cap (more than {256 << 10} bytes in)"
+    assert cut["bytes_in"] <= (256 << 10) + 65536 + 1000
+    status, body = _get(url, "http://allowed.test:8080/hello")  # and nothing more after it
+    assert status == 403 and b"passed its egress cap" in body
+
+
+def test_connections_past_the_cap_are_refused(test_host: EgressTestHost) -> None:
+    limits: list[str] = []
+    egress = EgressProxy(
+        Policy.parse(["allowed.test:8080"]),
+        caps=Caps(connections=2),
+        resolver=RESOLVER,
+        own_addresses=frozenset(),
+        on_limit=limits.append,
+        public_for_tests=[TEST_NET],
+    )
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    egress.serve(listener)
+    try:
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        assert [_get(url, "http://allowed.test:8080/hello")[0] for _ in range(3)] == [200, 200, 403]
+    finally:
+        egress.close()
+    assert limits == ["more than 2 connections"]
+    assert [a["allowed"] for a in egress.record()] == [True, True, False]
+
+
+def test_the_proxy_stops_with_connections_open(proxy: tuple[EgressProxy, str, list[str]]) -> None:
+    egress, url, _ = proxy
+    port = int(url.rsplit(":", 1)[1])
+    hanging = socket.create_connection(("127.0.0.1", port))
+    hanging.sendall(b"CONNECT allowed.test:8080 HTTP/1.1\r\n\r\n")
+    assert hanging.recv(100).startswith(b"HTTP/1.1 200")
+    stopped = threading.Thread(target=egress.close)
+    stopped.start()
+    stopped.join(5)
+    assert not stopped.is_alive()
+    hanging.settimeout(5)
+    assert hanging.recv(100) == b""  # the tunnel closed with the proxy
+    hanging.close()
