@@ -314,3 +314,55 @@ def test_the_proxy_stops_with_connections_open(proxy: tuple[EgressProxy, str, li
     hanging.settimeout(5)
     assert hanging.recv(100) == b""  # the tunnel closed with the proxy
     hanging.close()
+
+
+# --- the run's side: a network namespace with loopback and the proxy's listener only -----------
+
+SANDBOX_PROBE = f"""
+import errno, json, socket, urllib.request
+out = {{"interfaces": [name for _, name in socket.if_nameindex()]}}
+with urllib.request.urlopen("http://allowed.test:8080/hello", timeout=10) as response:  # by HTTP_PROXY
+    out["proxied"] = response.read().decode()
+try:
+    socket.create_connection(("{TEST_HOST}", 8080), timeout=3)
+    out["direct_tcp"] = "connected"
+except OSError as exc:
+    out["direct_tcp"] = errno.errorcode[exc.errno]
+try:
+    socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"\\0" * 12, ("{TEST_HOST}", 53))
+    out["udp_dns"] = "sent"
+except OSError as exc:
+    out["udp_dns"] = errno.errorcode[exc.errno]
+print(json.dumps(out))
+"""
+
+
+def test_a_run_namespace_reaches_the_proxy_and_has_no_other_path(test_host: EgressTestHost) -> None:
+    import json
+
+    from runner import netns
+
+    space = netns.create()
+    egress = EgressProxy(
+        Policy.parse(["allowed.test:8080"]), resolver=RESOLVER, own_addresses=frozenset(), public_for_tests=[TEST_NET]
+    )
+    egress.serve(space.listener)
+    try:
+        env = {"PATH": "/usr/bin:/bin", "HTTP_PROXY": space.proxy_url, "http_proxy": space.proxy_url}
+        proc = subprocess.run(
+            [sys.executable, "-c", SANDBOX_PROBE], env=env, capture_output=True, text=True, timeout=60,
+            preexec_fn=lambda: netns.enter(space.fd),
+        )  # fmt: skip
+    finally:
+        egress.close()
+        space.close()
+    assert proc.returncode == 0, proc.stderr
+    said = json.loads(proc.stdout)
+    assert said == {
+        "interfaces": ["lo"],
+        "proxied": "hello from the test host, allowed.test:8080 /hello\n",
+        "direct_tcp": "ENETUNREACH",  # the test host is there, but not for the run: no route
+        "udp_dns": "ENETUNREACH",
+    }
+    [attempt] = egress.record()
+    assert attempt["allowed"] and attempt["host"] == "allowed.test" and attempt["address"] == TEST_HOST
