@@ -81,10 +81,11 @@ class Admission:
                 if reservation is not None:
                     return reservation
                 in_use = sum(e.memory_mib for e in entries)
+                slots_used = sum(1 for e in entries if e.slot != NO_SLOT)  # warm bases hold memory, no slot
             if time.monotonic() >= deadline or cancelled():
                 raise RunnerError(
                     "no_capacity",
-                    f"no host capacity within {self.capacity.wait_s:g} s ({len(entries)} of "
+                    f"no host capacity within {self.capacity.wait_s:g} s ({slots_used} of "
                     f"{self.capacity.slots} slots and {in_use} of {self.capacity.memory_mib} MiB in use)",
                     outcome=Outcome.REJECTED_CAPACITY,
                     retryable=True,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.admission import Admission, Capacity
+from runner.admission import NO_SLOT, Admission, Capacity
 from runner.spec import Outcome, RunnerError
 
 
@@ -54,3 +54,18 @@ def test_a_dead_processs_reservation_is_reclaimed(tmp_path: Path) -> None:
     holder.kill()
     holder.join()
     assert admission.acquire("mine", memory_mib=1, cpus=1).slot == 0
+
+
+def test_a_warm_base_holds_memory_but_no_slot_and_is_held_within_the_budget(tmp_path: Path) -> None:
+    admission = Admission(tmp_path, Capacity(slots=2, memory_mib=1000, cpus=4, wait_s=0.05))
+    held = admission.hold("cordonbase-x", memory_mib=600)
+    assert held.slot == NO_SLOT and held.cpus == 0.0
+    assert admission.acquire("a", memory_mib=300, cpus=1).slot == 0  # the base took no slot
+    with pytest.raises(RunnerError) as refused:
+        admission.acquire("b", memory_mib=200, cpus=1)
+    assert refused.value.code == "no_capacity"
+    assert "(1 of 2 slots and 900 of 1000 MiB in use)" in refused.value.message
+    with pytest.raises(RunnerError) as over:
+        admission.hold("cordonbase-y", memory_mib=200)  # a second base past the budget: not built
+    assert over.value.outcome is Outcome.REJECTED_CAPACITY
+    assert [e.run_id for e in admission.active()] == ["cordonbase-x", "a"]
