@@ -16,7 +16,7 @@ from typing import Any
 
 from runner.cgroups import CgroupLayout, favors_dynmods
 from runner.images import ImageStore, recipe_names
-from runner.registry import canary_age_s, canary_record, canary_verdict, smolvm_installed
+from runner.registry import canary_age_s, canary_record, canary_verdict, read_json, smolvm_installed
 from runner.seccomp import bpf_program
 from runner.spec import Limits, Outcome, RunResult, RunSpec
 from runner.supervisor import Supervisor
@@ -155,7 +155,7 @@ def run_warm_canary(supervisor: Supervisor) -> dict[str, Any]:
 
 def _warm_checks(supervisor: Supervisor, *, smolvm_ok: bool, recheck: bool) -> list[Check]:
     """Warm starts: the setting, the warm canary (run when smolvm boots here), and every base."""
-    from runner.engines.smolvm import SmolvmEngine, read_json
+    from runner.engines.smolvm import SmolvmEngine
 
     engine = supervisor.registry.engines.get("smolvm")
     if not isinstance(engine, SmolvmEngine):

@@ -81,6 +81,15 @@ def auto_choice(usable: Collection[str]) -> str:
     return next((name for name in AUTO_PREFERENCE if name in usable), AUTO_PREFERENCE[-1])
 
 
+def read_json(path: Path) -> dict[str, Any] | None:
+    """A JSON object kept in a file (a canary's record), or None if there is none that reads as one."""
+    try:
+        data = json.loads(path.read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def canary_verdict(canary: Mapping[str, Any] | None) -> Availability:
     """Whether smolvm can run here, by the cached canary boot's record (None: there is none)."""
     if not canary:
@@ -148,11 +157,7 @@ class Registry:
     # --- the smolvm canary --------------------------------------------------------
 
     def read_canary(self) -> dict[str, Any] | None:
-        try:
-            data = json.loads(self.canary_path.read_text())
-        except (FileNotFoundError, ValueError):
-            return None
-        return data if isinstance(data, dict) else None
+        return read_json(self.canary_path)
 
     def write_canary(self, record: Mapping[str, Any], *, warm: bool = False) -> None:
         path = self.warm_canary_path if warm else self.canary_path

@@ -31,6 +31,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from runner import hostfs
 from runner.cgroups import CgroupLayout, RunCgroup, run_names
 from runner.engines.base import CgroupLimits, Collected, RunContext, guest_env
@@ -45,8 +47,20 @@ from runner.engines.common import (
     processes_of_uid,
 )
 from runner.engines.smolvm_bases import BASE_PREFIX, BaseKey, BaseRecord, Bases
-from runner.engines.smolvm_protocol import BaseConfig, ChildConfig, Error, Event, Exit, Facts, Mount, Ready, decode
+from runner.engines.smolvm_protocol import (
+    READY_TIMINGS,
+    BaseConfig,
+    ChildConfig,
+    Error,
+    Event,
+    Exit,
+    Facts,
+    Mount,
+    Ready,
+    decode,
+)
 from runner.images import ImageRef
+from runner.registry import read_json
 from runner.spec import MIB, CleanupCheck, Limits, RunnerError
 
 GUEST_WORKDIR = "/tmp"
@@ -60,7 +74,6 @@ ERROR_MESSAGE_CHARS = 2000
 VM_STARTS = ("cold", "branch")
 OVERLAY_GB = 1
 NEW_BASE_GRACE_S = 60.0
-READY_TIMINGS = ("branch_s", "mount_s", "refresh_s", "cold_s", "clock_skew_s")
 
 
 @lru_cache(maxsize=1)
@@ -510,7 +523,7 @@ class SmolvmEngine(CgroupEngine[SmolvmState]):
         return base, why
 
     def build_refusal(self, key: BaseKey) -> str:
-        live = [r for r in self.bases.records() if r.keeper_alive() and r.state != "failed"]
+        live = self.bases.live()
         return f"{len(live)} bases already (at most {self.warm.max_bases})" if live else "another build holds it"
 
     def build_base(self, image: ImageRef, key: BaseKey) -> bool:
@@ -521,8 +534,7 @@ class SmolvmEngine(CgroupEngine[SmolvmState]):
             existing = self.bases.read(key.name)
             if existing is not None and existing.keeper_alive():
                 return False
-            live = [r for r in self.bases.records() if r.keeper_alive() and r.state != "failed"]
-            if len(live) >= self.warm.max_bases:
+            if len(self.bases.live()) >= self.warm.max_bases:
                 return False
             folder = self.bases.folder(key.name)
             if folder.exists():  # a dead keeper's base or a crashed build's folder: gone first
@@ -560,7 +572,7 @@ class SmolvmEngine(CgroupEngine[SmolvmState]):
                     env=self.child_env(), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                     start_new_session=True, close_fds=True,
                 )  # fmt: skip
-            started = psutil_start_time(proc.pid)
+            started = psutil.Process(proc.pid).create_time()
             self.bases.write(BaseRecord(key.name, key, "building", time.time(), proc.pid, started))
             threading.Thread(target=proc.wait, name=f"keeper-{key.name}", daemon=True).start()
             return True
@@ -569,9 +581,7 @@ class SmolvmEngine(CgroupEngine[SmolvmState]):
         """The base for runs of these limits, built now if there is none (or only a failed or dead
         one), once it is frozen or failed; None if its build did not finish in time."""
         key = self.base_key(image, limits)
-        record = self.bases.read(key.name)
-        if record is None or not record.keeper_alive() or record.state == "failed":
-            self.build_base(image, key)
+        self.build_base(image, key)  # builds nothing while a keeper of this key lives
         return self.wait_for_base(key.name, timeout_s=3 * self.boot_timeout_s + 120)
 
     def wait_for_base(self, name: str, timeout_s: float) -> BaseRecord | None:
@@ -640,9 +650,10 @@ class SmolvmEngine(CgroupEngine[SmolvmState]):
                 self._base_cgroup(group).remove()
                 swept.append(f"smolvm base cgroup {group}")
         if (self.state_root / ".local" / "share" / "smolvm").exists():
-            for machine in self.machine_names():
-                base = machine.removesuffix("-probe")
-                if machine.startswith(BASE_PREFIX) and base not in self.bases.names():
+            machines = self.machine_names()
+            folders = set(self.bases.names())  # read after the machines: a base's folder comes first
+            for machine in machines:
+                if machine.startswith(BASE_PREFIX) and machine.removesuffix("-probe") not in folders:
                     self.delete_machine(machine)
                     swept.append(f"smolvm machine {machine} (no base record)")
         return swept
@@ -733,20 +744,6 @@ def _kill(cgroup: RunCgroup) -> None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, 9)
     cgroup.wait_empty(10.0)
-
-
-def read_json(path: Path) -> dict[str, object] | None:
-    try:
-        data = json.loads(path.read_text())
-    except (FileNotFoundError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def psutil_start_time(pid: int) -> float:
-    import psutil
-
-    return psutil.Process(pid).create_time()
 
 
 def _names(vm_dir: Path, name: str) -> bool:

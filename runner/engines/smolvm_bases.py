@@ -136,6 +136,10 @@ class Bases:
     def records(self) -> list[BaseRecord]:
         return [record for name in self.names() if (record := self.read(name)) is not None]
 
+    def live(self) -> list[BaseRecord]:
+        """The bases that are or will be there: their keeper alive, not failed (the bound counts them)."""
+        return [r for r in self.records() if r.keeper_alive() and r.state != "failed"]
+
     def served(self, name: str) -> int:
         try:
             return (self.folder(name) / "served").stat().st_size

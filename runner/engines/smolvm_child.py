@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.engines.smolvm_protocol import (
+    READY_TIMINGS,
     BaseConfig,
     ChildConfig,
     Deleted,
@@ -329,7 +330,7 @@ def main(config_path: str) -> int:
         # A branch runs as its base's per-VM uid, shared with the base and its siblings: that uid
         # is not this run's to audit (its VMM is found by its name and in the run's cgroup).
         boot_s = round(time.monotonic() - started, 3)
-        phases = {name: timings.get(name) for name in ("branch_s", "mount_s", "refresh_s", "cold_s", "clock_skew_s")}
+        phases = {name: timings.get(name) for name in READY_TIMINGS}
         control.say(Ready(boot_s=boot_s, vm_start=vm_start, vm_note=note or None, facts=facts, **phases))
         stream = machine.exec_stream(
             config.argv,

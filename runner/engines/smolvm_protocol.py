@@ -132,6 +132,9 @@ class Ready(Event):
     clock_skew_s: float | None = None  # guest clock minus host clock after the refresh
 
 
+READY_TIMINGS = ("branch_s", "mount_s", "refresh_s", "cold_s", "clock_skew_s")  # Ready's phase fields
+
+
 @dataclass(frozen=True, kw_only=True)
 class Exit(Event):
     kind = "exit"

@@ -193,12 +193,17 @@ def proxy(test_host: EgressTestHost) -> Iterator[tuple[EgressProxy, str, list[st
         on_limit=limits.append,
         public_for_tests=[TEST_NET],
     )
+    yield proxy, _serve_on_loopback(proxy), limits
+    proxy.close()
+
+
+def _serve_on_loopback(egress: EgressProxy) -> str:
+    """Serve the proxy on a free loopback port (the sandbox's side is the test); its URL."""
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen()
-    proxy.serve(listener)
-    yield proxy, f"http://127.0.0.1:{listener.getsockname()[1]}", limits
-    proxy.close()
+    egress.serve(listener)
+    return f"http://127.0.0.1:{listener.getsockname()[1]}"
 
 
 def _get(proxy_url: str, url: str, *, ca: Path | None = None) -> tuple[int, bytes]:
@@ -288,12 +293,8 @@ def test_connections_past_the_cap_are_refused(test_host: EgressTestHost) -> None
         on_limit=limits.append,
         public_for_tests=[TEST_NET],
     )
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen()
-    egress.serve(listener)
+    url = _serve_on_loopback(egress)
     try:
-        url = f"http://127.0.0.1:{listener.getsockname()[1]}"
         assert [_get(url, "http://allowed.test:8080/hello")[0] for _ in range(3)] == [200, 200, 403]
     finally:
         egress.close()
