@@ -3,9 +3,12 @@
 Precedence, when several apply, is fixed: whoever stopped the run first wins, then the
 strongest evidence of a limit, then the program's own exit status:
 
-    cancelled > sandbox_error > timed_out > cpu_limit > output_limit (stream cap, output
-    files over their caps) > memory_limit (OOM kill) > process_limit > disk_limit
-    > failed / succeeded
+    cancelled > sandbox_error > timed_out > cpu_limit > egress_limit (the egress proxy's
+    bytes or connections cap) > output_limit (stream cap, output files over their caps)
+    > memory_limit (OOM kill) > process_limit > disk_limit > failed / succeeded
+
+An egress cap counts whenever it was passed, like a stream cap: the proxy cut the connection
+at that moment, so whatever the program did next followed from the cut.
 
 Limits the program merely brushed against (a refused fork, a full disk) count only when the
 program did not succeed: a program that handles ENOSPC and exits 0 has succeeded.
@@ -47,6 +50,7 @@ class Evidence:
     # What the program's files held at their peak where they count against the memory limit
     # (a namespace sandbox's tmpfs areas); None where they do not.
     memory_file_bytes: int | None = None
+    egress_limit: str = ""  # the egress cap the run passed, as the proxy said it ("more than N bytes in")
     exit_code: int | None = None
     signal: int | None = None
 
@@ -60,6 +64,8 @@ def classify(ev: Evidence, limits: Limits) -> tuple[Outcome, str]:
         return Outcome.TIMED_OUT, f"stopped after the {limits.wall_timeout_s:g} s wall-clock limit"
     if ev.stopped_by == "cpu":
         return Outcome.CPU_LIMIT, f"stopped after using its {limits.cpu_time_s:g} s of CPU time"
+    if ev.egress_limit:
+        return Outcome.EGRESS_LIMIT, f"stopped when its egress passed its cap ({ev.egress_limit})"
     succeeded = ev.exit_code == 0 and ev.signal is None and ev.stopped_by in (None, "exit")
     if ev.stream_cap_hit:
         cap = limits.stdout_max_bytes if ev.stream_cap_hit == "stdout" else limits.stderr_max_bytes

@@ -66,6 +66,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--stdin-file", type=Path, help="a file whose bytes are the program's stdin (default: none)")
     run.add_argument("--arg", action="append", default=[], dest="args", metavar="VALUE",
                      help="an argument after the script (repeat; --arg=-x for one starting with a dash)")  # fmt: skip
+    run.add_argument("--egress", action="append", default=[], metavar="HOST:PORT",
+                     help="a destination the run may reach through its egress proxy, host:port or *.suffix:port, "
+                     "within CORDON_EGRESS_CEILING (repeat; default: no network)")  # fmt: skip
     run.add_argument("--json", action="store_true", help="print only the result object")
     run.add_argument("script", help="the script to run ('-' reads it from standard input)")
 
@@ -164,7 +167,7 @@ def _run(args: argparse.Namespace) -> int:
     stdin = args.stdin_file.read_bytes() if args.stdin_file is not None else b""
     spec = RunSpec(
         runtime=args.runtime, script=script, limits=limits, inputs=tuple(args.input), engine=args.engine,
-        stdin=stdin, args=tuple(args.args),
+        stdin=stdin, args=tuple(args.args), egress=tuple(args.egress),
     )  # fmt: skip
     cancel = threading.Event()
     for signo in (signal.SIGINT, signal.SIGTERM):
@@ -213,6 +216,16 @@ def _summary(result: RunResult) -> None:
     ]
     lines += [f"output {o.name} {o.size} bytes sha256:{o.sha256}" for o in result.outputs]
     lines += [f"rejected output {r.name}: {r.reason}" for r in result.rejected_outputs]
+    if result.egress is not None:
+        lines.append(
+            f"egress {result.egress['connections']} connections, {result.egress['refused']} refused, "
+            f"{result.egress['bytes_out']} bytes out, {result.egress['bytes_in']} in"
+        )
+        lines += [
+            f"  {a['method']} {a['host']}:{a['port']} "
+            f"{'allowed, ' + a['address'] if a['allowed'] else 'refused'}{': ' + a['reason'] if a['reason'] else ''}"
+            for a in result.egress["attempts"]
+        ]
     lines.append(f"cleanup: {'ok' if result.cleanup_ok else 'INCOMPLETE'}")
     lines += [f"  {'ok  ' if c.ok else 'FAIL'} {c.name}: {c.detail}" for c in result.cleanup]
     if result.error:

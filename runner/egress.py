@@ -35,6 +35,8 @@ from typing import Any
 
 import psutil
 
+from runner.env import ConfigError, env_str
+
 HOST_LABEL = re.compile(r"(?!-)[a-z0-9-]{1,63}(?<!-)")
 MAX_HEAD_BYTES = 16384
 CONNECT_TIMEOUT_S = 10.0
@@ -113,6 +115,38 @@ class Policy:
 
     def to_json(self) -> list[str]:
         return [str(rule) for rule in self.rules]
+
+
+CEILING_ENV = "CORDON_EGRESS_CEILING"
+
+
+def ceiling_from_env(environ: Any = None) -> Policy:
+    """The operator's site-wide ceiling, CORDON_EGRESS_CEILING: rules separated by commas or
+    spaces. Unset or empty (the default): no run may reach anything."""
+    text = env_str(CEILING_ENV, "", environ=environ)
+    try:
+        return Policy.parse(item for item in re.split(r"[,\s]+", text) if item)
+    except PolicyError as exc:
+        raise ConfigError(f"{CEILING_ENV}: {exc}") from None
+
+
+def policy_problem(rules: Sequence[str], ceilings: Sequence[tuple[str, Policy]]) -> tuple[str, str] | None:
+    """(code, message) when a run's rules are not a policy or pass one of its ceilings (each named,
+    e.g. ("this service's", site) then ("this course's", course)), else None. The supervisor's
+    check, and the web's before it stores a run."""
+    if isinstance(rules, str) or not all(isinstance(rule, str) for rule in rules):
+        return "egress_invalid", 'egress must be a list of destinations such as "api.example.org:443"'
+    try:
+        policy = Policy.parse(rules)
+    except PolicyError as exc:
+        return "egress_invalid", f"egress: {exc}"
+    for whose, ceiling in ceilings:
+        outside = policy.outside(ceiling)
+        if outside:
+            allowed = ", ".join(ceiling.to_json()) or "nothing"
+            named = ", ".join(str(rule) for rule in outside)
+            return "egress_outside_ceiling", f"egress to {named} is outside {whose} ceiling (it allows {allowed})"
+    return None
 
 
 def _is_address(text: str) -> bool:
@@ -197,6 +231,11 @@ class Caps:
     bytes_in: int = 64 << 20
     connections: int = 32
 
+    @classmethod
+    def of(cls, limits: Any) -> Caps:
+        """A run's caps, from its Limits (runner.spec)."""
+        return cls(limits.egress_max_bytes_out, limits.egress_max_bytes_in, limits.egress_max_connections)
+
 
 @dataclass
 class EgressProxy:
@@ -254,6 +293,23 @@ class EgressProxy:
 
     def record(self) -> list[dict[str, Any]]:
         return [attempt.to_json() for attempt in self.attempts]
+
+    def summary(self) -> dict[str, Any]:
+        """What the run's record keeps (RunResult.egress): the policy, every attempt, the totals,
+        and the cap the run passed ('' if none)."""
+        return {
+            "policy": self.policy.to_json(),
+            "attempts": self.record(),
+            "connections": sum(1 for attempt in self.attempts if attempt.allowed),
+            "refused": sum(1 for attempt in self.attempts if not attempt.allowed),
+            "bytes_out": self._bytes_out,
+            "bytes_in": self._bytes_in,
+            "limit": self.limit,
+        }
+
+    @property
+    def serving(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
 
     # one request
 
@@ -413,3 +469,59 @@ async def _answer(writer: asyncio.StreamWriter, status: int, text: str) -> None:
         + body
     )
     await writer.drain()
+
+
+def proxy_env(url: str) -> dict[str, str]:
+    """The sandbox's environment for its proxy: both spellings, as clients read either (urllib,
+    requests and pip read these; Node.js from 22.21 and 24.5 with NODE_USE_ENV_PROXY=1)."""
+    names = ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")
+    return {**dict.fromkeys(names, url), "NO_PROXY": "", "no_proxy": "", "NODE_USE_ENV_PROXY": "1"}
+
+
+@dataclass(frozen=True)
+class EgressSettings:
+    """The operator's side of egress: the site ceiling, and how the proxy resolves names (a test
+    gives a StaticResolver and the networks of its own test hosts)."""
+
+    ceiling: Policy = Policy()
+    resolver: Resolver = field(default_factory=Resolver)
+    public_for_tests: tuple[Any, ...] = ()
+
+    @classmethod
+    def from_env(cls, environ: Any = None) -> EgressSettings:
+        return cls(ceiling=ceiling_from_env(environ))
+
+
+@dataclass
+class RunEgress:
+    """One run's egress: its network namespace (loopback and the proxy's listener only) and the
+    proxy serving it from the supervisor's side. Opened before the sandbox starts, closed after
+    its processes are gone."""
+
+    namespace: Any  # runner.netns.EgressNamespace
+    proxy: EgressProxy
+
+    @classmethod
+    def open(cls, policy: Policy, caps: Caps, settings: EgressSettings) -> RunEgress:
+        from runner import netns
+
+        namespace = netns.create()
+        proxy = EgressProxy(policy, caps, settings.resolver, public_for_tests=settings.public_for_tests)
+        try:
+            proxy.serve(namespace.listener)
+        except BaseException:
+            namespace.close()
+            raise
+        return cls(namespace, proxy)
+
+    @property
+    def env(self) -> dict[str, str]:
+        return proxy_env(self.namespace.proxy_url)
+
+    def close(self) -> tuple[bool, str]:
+        """End the proxy (open tunnels cut) and let the namespace go: (done, what the audit says)."""
+        self.proxy.close()
+        self.namespace.close()
+        if self.proxy.serving:
+            return False, "the egress proxy is still serving"
+        return True, "egress proxy stopped, its namespace released"

@@ -17,6 +17,7 @@ This file is also the helper's program, so it imports nothing outside the standa
 
 from __future__ import annotations
 
+import ctypes
 import fcntl
 import json
 import os
@@ -43,6 +44,21 @@ class Steps:
     uid: int  # the slot's unprivileged host uid (and gid), dropped to last
     rlimits: list[tuple[int, int]] = field(default_factory=list)  # (resource, soft = hard)
     oom_score_adj: int = 1000
+    # A network namespace to join (the fd's number in the child, one of the targets; closed once
+    # joined), after the cgroups and before the drop: a run with scoped egress (runner.netns).
+    netns_fd: int = -1
+
+
+CLONE_NEWNET = 0x40000000
+_libc = ctypes.CDLL(None, use_errno=True)  # loaded before any fork
+
+
+def join_netns(fd: int) -> None:
+    """In a forked child before exec: into the network namespace `fd`, then close it (setns(2))."""
+    if _libc.setns(fd, CLONE_NEWNET) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"setns(CLONE_NEWNET): {os.strerror(err)}")
+    os.close(fd)
 
 
 def join_cgroups(procs_files: list[str]) -> None:
@@ -137,8 +153,9 @@ def _spawn(
 
 def _child(argv: list[str], env: dict[str, str], fds: list[int], targets: list[int], failed: int,
            steps: Steps) -> None:  # fmt: skip
-    """Between fork and exec: into the cgroups, the fds into place and nothing else open, the
-    limits and the uid drop (last: /proc/self/fd is not readable once the uid has changed)."""
+    """Between fork and exec: into the cgroups, the fds into place (a network namespace joined)
+    and nothing else open, the limits and the uid drop (last: /proc/self/fd is not readable once
+    the uid has changed)."""
     join_cgroups(steps.cgroup_procs)
     for signo in (signal.SIGPIPE, signal.SIGXFSZ):  # as subprocess restores them for its children
         signal.signal(signo, signal.SIG_DFL)
@@ -146,7 +163,9 @@ def _child(argv: list[str], env: dict[str, str], fds: list[int], targets: list[i
     moved = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, floor) for fd in fds]  # clear of every target
     for source, target in zip(moved, targets, strict=True):
         os.dup2(source, target)  # inheritable
-    keep = {*targets, failed}
+    if steps.netns_fd >= 0:
+        join_netns(steps.netns_fd)
+    keep = {*targets, failed} - {steps.netns_fd}
     for fd in [int(name) for name in os.listdir("/proc/self/fd")]:
         if fd not in keep:
             try:

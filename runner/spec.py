@@ -27,6 +27,7 @@ class Outcome(StrEnum):
     CPU_LIMIT = "cpu_limit"
     MEMORY_LIMIT = "memory_limit"
     OUTPUT_LIMIT = "output_limit"
+    EGRESS_LIMIT = "egress_limit"
     DISK_LIMIT = "disk_limit"
     PROCESS_LIMIT = "process_limit"
     REJECTED_INPUT = "rejected_input"
@@ -99,6 +100,16 @@ class Limits:
     )
     input_max_files: int = _limit(16, "files", "input files staged into /input")
     input_max_bytes: int = _limit(64 * MIB, "bytes", "bytes of all input files together")
+    # Counted only for a run with an egress policy (RunSpec.egress); without one there is no network.
+    egress_max_bytes_out: int = _limit(
+        8 * MIB, "bytes", "bytes the run may send through its egress proxy; the run is stopped when it passes this"
+    )
+    egress_max_bytes_in: int = _limit(
+        64 * MIB, "bytes", "bytes the run may receive through its egress proxy; the run is stopped when it passes this"
+    )
+    egress_max_connections: int = _limit(
+        32, "connections", "connections the egress proxy opens for the run; the run is stopped at the next one"
+    )
 
     def over(self, maxima: Limits) -> list[tuple[str, str]]:
         """(field, message) for every limit that is out of range or over the operator's maximum."""
@@ -139,6 +150,9 @@ DEFAULT_MAXIMA = Limits(
     disk_mib=1024,
     input_max_files=64,
     input_max_bytes=512 * MIB,
+    egress_max_bytes_out=256 * MIB,
+    egress_max_bytes_in=1024 * MIB,
+    egress_max_connections=1024,
 )
 
 
@@ -175,6 +189,9 @@ class RunSpec:
     engine: str = "auto"
     stdin: bytes = b""  # the program's whole stdin; empty: /dev/null
     args: tuple[str, ...] = ()  # after the script: sys.argv[1:], process.argv.slice(2)
+    # Destinations the run may reach through its egress proxy ("host:port", "*.suffix:port"),
+    # within the operator's ceiling; empty (the default): no network at all.
+    egress: tuple[str, ...] = ()
 
     @property
     def image_name(self) -> str:
@@ -286,6 +303,9 @@ class RunResult:
     # How a microVM came to be: "cold" (booted from the image for this run) or "branch" (a fresh
     # copy-on-write branch of a frozen base); None for engines without a VM.
     vm_start: str | None = None
+    # A run with an egress policy: the policy, every attempt through its proxy, the totals and
+    # the cap it passed (runner.egress.EgressProxy.summary); None for a run without network.
+    egress: dict[str, Any] | None = None
 
     @property
     def cleanup_ok(self) -> bool:
@@ -313,6 +333,7 @@ class RunResult:
             "engine_version": self.engine_version,
             "engine_note": self.engine_note,
             "vm_start": self.vm_start,
+            "egress": self.egress,
             "isolation": self.isolation,
             "image": asdict(self.image) if self.image else None,
             "cleanup": {"ok": self.cleanup_ok, "checks": [asdict(c) for c in self.cleanup]},

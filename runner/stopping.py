@@ -3,10 +3,11 @@
 No clock and no I/O here: the supervisor reads the time, samples the sandbox and asks. When
 several reasons apply in the same round, precedence is fixed:
 
-    cancel > engine_error > boot_timeout > deadline > cpu > oom > process_cap
+    cancel > engine_error > boot_timeout > deadline > egress > cpu > oom > process_cap
 
 The sandbox's own trouble (cancel, engine failure, a boot that never finished) comes first,
-then the wall clock, then what a sample shows. Until the program has started there is no wall
+then the wall clock, then the egress proxy's caps (it says at once when one is passed), then
+what a sample shows. Until the program has started there is no wall
 deadline and no usage limit, only the boot deadline; once it has, the boot deadline is gone.
 A stream passing its byte cap is decided where the stream is read, not here. The first reason
 stands: a run already stopped is not stopped again.
@@ -37,12 +38,14 @@ def stop_reason(
     deadline: float,
     cpu_time_s: float,
     usage: Usage | None = None,
+    egress_limit: bool = False,
 ) -> str | None:
     """Why the run must stop now (the `Evidence.stopped_by` word), or None to let it go on.
 
     `ready` says whether the program has started (a VM has booted); `deadline` is the wall
     deadline, which counts only once it has. `usage` is this round's sample, None when the
     round took none: the limits it carries are checked only on a round that sampled.
+    `egress_limit` says the run's egress proxy saw a cap passed (bytes or connections).
     """
     if stopped:
         return None
@@ -54,6 +57,8 @@ def stop_reason(
         return "boot_timeout" if now >= boot_deadline else None
     if now >= deadline:
         return "deadline"
+    if egress_limit:
+        return "egress"
     if usage is None:
         return None
     if usage.cpu_s is not None and usage.cpu_s >= cpu_time_s:

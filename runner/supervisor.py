@@ -23,6 +23,7 @@ from runner import hostfs
 from runner.admission import Admission, Capacity
 from runner.classify import Evidence, classify
 from runner.config import PROJECT_ROOT, Paths, paths_from_env
+from runner.egress import Caps, EgressSettings, Policy, RunEgress, policy_problem
 from runner.engines.base import Collected, Engine, RunContext
 from runner.env import ConfigError, env_bool, env_choice, env_float, env_int, env_path, env_str
 from runner.files import export_outputs, stage_inputs
@@ -131,10 +132,12 @@ class Supervisor:
         admission: Admission | None = None,
         settings: SupervisorSettings | None = None,
         maxima: Limits | None = None,
+        egress: EgressSettings | None = None,
     ):
         self.paths = paths or paths_from_env()
         self.settings = settings or SupervisorSettings.from_env()
         self.maxima = maxima or maxima_from_env()
+        self.egress = egress or EgressSettings.from_env()
         self.admission = admission or Admission(self.paths.host_state_dir / "admission", Capacity.from_env())
         self.images = ImageStore(self.paths)
         self.registry = Registry(self.settings, self.paths.host_state_dir, engines=engines)
@@ -187,6 +190,13 @@ class Supervisor:
             engine, result.engine_note = self.registry.choose(spec.engine)
             result.engine, result.isolation = engine.name, engine.isolation
             result.engine_version = engine.version()
+            if spec.egress and not engine.scoped_egress:
+                raise RunnerError(
+                    "egress_unsupported",
+                    f"the {engine.name} engine cannot give a run scoped egress; run it without egress "
+                    "or on an engine that can",
+                    outcome=Outcome.REJECTED_INPUT,
+                )
             image = self._image(spec.image_name)
             result.image = ImageInfo(image.name, image.digest)
             need = engine.reservation(spec.limits)
@@ -199,6 +209,8 @@ class Supervisor:
             ctx = self._stage(spec, run_id, reservation.slot, image, engine)
             result.sandbox_id = f"{engine.name}:{run_id}"
             result.evidence["host_uid"] = ctx.uid
+            if spec.egress:
+                ctx.egress = RunEgress.open(Policy.parse(spec.egress), Caps.of(spec.limits), self.egress)
             _announce(emit, Phase.STARTING)
             engine.prepare(ctx)
             self._write_script(ctx)
@@ -248,6 +260,9 @@ class Supervisor:
         finally:
             result.cleanup = self._teardown(engine, ctx, run_id)
             lock.release()
+        if ctx is not None and ctx.egress is not None:
+            result.egress = ctx.egress.proxy.summary()
+            evidence.egress_limit = ctx.egress.proxy.limit
         evidence.cancelled = evidence.cancelled or evidence.stopped_by == "cancel"
         result.outcome, result.reason = classify(evidence, spec.limits)
         for stream in streams.values():
@@ -268,6 +283,9 @@ class Supervisor:
         if problems:
             raise RunnerError("limits_over_maxima", "; ".join(m for _, m in problems), outcome=Outcome.REJECTED_INPUT)
         spec.check_stdin_and_args()
+        problem = policy_problem(spec.egress, [("this service's", self.egress.ceiling)])
+        if problem is not None:
+            raise RunnerError(*problem, outcome=Outcome.REJECTED_INPUT)
 
     def _image(self, name: str) -> Any:
         ref = self.images.resolve(name)
@@ -392,6 +410,7 @@ class Supervisor:
             deadline=deadline,
             cpu_time_s=ctx.limits.cpu_time_s,
             usage=usage,
+            egress_limit=ctx.egress is not None and bool(ctx.egress.proxy.limit),
         )
         if reason == "engine_error":
             evidence.engine_error = failure
@@ -488,6 +507,9 @@ class Supervisor:
                 if pipe is not None:
                     pipe.close()
             checks.extend(engine.teardown(ctx))
+        if ctx is not None and ctx.egress is not None:  # after the sandbox: nothing of the run can reach it now
+            closed, detail = ctx.egress.close()
+            checks.append(CleanupCheck("egress", closed, detail))
         run_dir = self.runs_dir / run_id
         if run_dir.exists() and not hostfs.mounts_under(run_dir):  # never recurse into a live mount
             shutil.rmtree(run_dir, ignore_errors=True)
@@ -584,6 +606,8 @@ def _evidence_dict(ev: Evidence, streams: dict[str, _Stream]) -> dict[str, Any]:
         "oversize_output": ev.oversize_output,
         "guest_oom_kill": ev.guest_oom_kill,
     }
+    if ev.egress_limit:
+        out["egress_limit"] = ev.egress_limit
     if ev.stop_latency_s is not None:
         out["stop_latency_s"] = round(ev.stop_latency_s, 4)
         out["kill_method"] = ev.kill_method

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, ClassVar, Protocol
 
+from runner.egress import RunEgress
 from runner.images import ImageRef
 from runner.spec import MIB, CleanupCheck, Limits, RunnerError, RunSpec
 
@@ -105,6 +106,9 @@ class RunContext:
     argv: list[str]
     process: Process | None = None
     state: RunState | None = None  # the engine's own, made by it on first use
+    # A run with an egress policy: its network namespace and proxy (runner.egress.RunEgress),
+    # opened by the supervisor before the sandbox and closed after it.
+    egress: RunEgress | None = None
 
 
 @dataclass(frozen=True)
@@ -155,6 +159,8 @@ class Engine(ABC):
     # cgroup's less its files' pages, and files count against the limit. Otherwise (a VM's cgroup
     # holds the VMM and the guest's RAM) the host cannot see the program's share: it is unknown.
     files_in_memory_limit: ClassVar[bool] = False
+    # Whether the engine can put a run's egress proxy (and nothing else) within its sandbox's reach.
+    scoped_egress: ClassVar[bool] = False
 
     @abstractmethod
     def cgroup_limits(self, limits: Limits) -> CgroupLimits:

@@ -88,6 +88,7 @@ class Drop:
 
     uid: int
     rlimits: list[tuple[int, int]]
+    netns_fd: int = -1  # a network namespace the launcher joins first (runner.spawner.Steps)
 
 
 class CgroupEngine(Engine, Generic[StateT]):
@@ -269,7 +270,7 @@ def _spawn(launch: Launch, drop: Drop, procs_files: list[str], passed: list[int]
     out_read, out_write = os.pipe2(os.O_CLOEXEC)
     err_read, err_write = os.pipe2(os.O_CLOEXEC)
     try:
-        steps = Steps(cgroup_procs=procs_files, uid=drop.uid, rlimits=drop.rlimits)
+        steps = Steps(cgroup_procs=procs_files, uid=drop.uid, rlimits=drop.rlimits, netns_fd=drop.netns_fd)
         fds = {0: stdin, 1: out_write, 2: err_write, **{fd: fd for fd in passed}}
         process = Spawner.here().spawn(launch.argv, env=launch.env, fds=fds, steps=steps)
     except BaseException:

@@ -3,7 +3,10 @@
 Launch: the supervisor's spawner (runner.spawner, a small fork server) forks; the child joins
 the run's cgroups, keeps only the fds bwrap is given, sets rlimits, raises its OOM score and
 drops to the slot's unprivileged host uid, then execs bwrap, which builds
-fresh user/pid/ipc/uts/net namespaces around a read-only image rootfs. Every directory is
+fresh user/pid/ipc/uts/net namespaces around a read-only image rootfs. A run with an egress
+policy gets no fresh network namespace from bwrap: its launcher first joins the run's own
+(runner.netns: loopback and the egress proxy's listener, nothing else), and HTTP(S)_PROXY
+names the proxy. Every directory is
 handed to bwrap as an fd, so the sandbox uid needs no access to the host paths above them.
 """
 
@@ -48,6 +51,7 @@ class NamespaceEngine(CgroupEngine[NamespaceState]):
     isolation = "namespace"
     state_type = NamespaceState
     files_in_memory_limit = True  # see cgroup_limits
+    scoped_egress = True
 
     def __init__(self, *, cgroup_parent: str = "cordon", layout: CgroupLayout | None = None):
         super().__init__(cgroup_parent=cgroup_parent, layout=layout)
@@ -88,10 +92,14 @@ class NamespaceEngine(CgroupEngine[NamespaceState]):
         fds["scratch"] = os.open(ctx.scratch_dir, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         fds["output"] = os.open(ctx.output_dir, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         fds["seccomp"] = bpf_fd()
+        env = guest_env(ctx.limits)
+        if ctx.egress is not None:
+            fds["netns"] = os.dup(ctx.egress.namespace.fd)
+            env.update(ctx.egress.env)
         return Launch(
-            argv=bwrap_argv(self.bwrap, fds, ctx.argv, guest_env(ctx.limits)),
+            argv=bwrap_argv(self.bwrap, fds, ctx.argv, env, own_network=ctx.egress is not None),
             env={"PATH": "/usr/bin:/bin"},
-            drop=Drop(uid=ctx.uid, rlimits=rlimits(ctx)),
+            drop=Drop(uid=ctx.uid, rlimits=rlimits(ctx), netns_fd=fds.get("netns", -1)),
             stdin=ctx.spec.stdin,
         )
 
@@ -131,13 +139,17 @@ def _bwrap_version(path: str, *identity: int) -> str:
     return out.strip() or "bubblewrap (unknown version)"
 
 
-def bwrap_argv(bwrap: str, fds: dict[str, int], program: list[str], env: dict[str, str]) -> list[str]:
+def bwrap_argv(
+    bwrap: str, fds: dict[str, int], program: list[str], env: dict[str, str], *, own_network: bool = False
+) -> list[str]:
     """The bwrap command line, in a fixed, reviewed order. Directories come in as fds, and bwrap
-    reports the program's pid and exit status as JSON on fds["control"]."""
+    reports the program's pid and exit status as JSON on fds["control"]. With `own_network` the
+    launcher has joined the run's egress namespace already, and bwrap makes no network namespace."""
+    net = [] if own_network else ["--unshare-net"]
     argv = [
         bwrap,
         "--unshare-user", "--uid", str(SANDBOX_UID_INSIDE), "--gid", str(SANDBOX_UID_INSIDE),
-        "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net", "--unshare-cgroup-try",
+        "--unshare-pid", "--unshare-ipc", "--unshare-uts", *net, "--unshare-cgroup-try",
         "--disable-userns", "--die-with-parent", "--new-session", "--hostname", "sandbox",
         "--ro-bind-fd", str(fds["root"]), "/",
         "--proc", "/proc",

@@ -1,17 +1,25 @@
 """A test host for the egress proxy: `python -m tests.runner.egress_host CERT KEY` serves HTTP on
 8080 and HTTPS on 8443 (the given certificate) on every address of the network namespace it runs
-in, which the test made for it. GET /hello answers a line; GET /bytes/N answers N bytes."""
+in, which the test made for it. GET /hello answers a line; GET /bytes/N answers N bytes;
+GET /redirect?to=URL answers 302 to URL."""
 
 from __future__ import annotations
 
 import ssl
 import sys
 import threading
+import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
+        if self.path.startswith("/redirect?"):
+            self.send_response(302)
+            self.send_header("Location", urllib.parse.parse_qs(self.path.split("?", 1)[1])["to"][0])
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         if self.path.startswith("/bytes/"):
             body = b"x" * int(self.path.removeprefix("/bytes/"))
         else:

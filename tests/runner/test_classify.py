@@ -100,3 +100,13 @@ def test_running_out_of_memory_says_how_much_of_it_files_held_when_that_was_a_go
 def test_running_out_of_memory_does_not_mention_files_that_held_little_or_do_not_count(files: int | None) -> None:
     ev = Evidence(oom_kills=1, signal=9, memory_file_bytes=files)
     assert classify(ev, LIMITS) == (Outcome.MEMORY_LIMIT, "ran out of its 128 MiB of memory")
+
+
+def test_an_egress_cap_beats_output_caps_and_the_programs_own_end_but_not_the_cpu_limit() -> None:
+    cut = "more than 1024 bytes in"
+    ev = Evidence(stopped_by="egress", egress_limit=cut, stream_cap_hit="stdout", oom_kills=1, exit_code=1)
+    assert classify(ev, LIMITS) == (Outcome.EGRESS_LIMIT, f"stopped when its egress passed its cap ({cut})")
+    # The program ended before the stop landed: the cut connection is still why.
+    assert classify(Evidence(egress_limit=cut, exit_code=0), LIMITS)[0] is Outcome.EGRESS_LIMIT
+    assert classify(Evidence(stopped_by="cpu", egress_limit=cut), LIMITS)[0] is Outcome.CPU_LIMIT
+    assert Outcome.EGRESS_LIMIT.charged and Outcome.EGRESS_LIMIT.exit_status == 1

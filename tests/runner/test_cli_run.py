@@ -87,6 +87,28 @@ def test_exit_status_follows_the_outcome(
         assert "memory_mib is 999999; the maximum on this service is" in result["error"]["message"]
 
 
+def test_egress_is_refused_past_the_sites_ceiling_and_each_attempt_is_summarised(
+    project_root: Path, tmp_path: Path
+) -> None:
+    script = (
+        "import urllib.request, urllib.error\n"
+        "try:\n    urllib.request.urlopen('http://other.example.org/', timeout=10)\n"
+        "except urllib.error.HTTPError as exc:\n    print(exc.code, exc.read().decode().strip())\n"
+    )
+    args = ("--runtime", "python", "--egress", "api.example.org:443")
+    refused = _run(project_root, *args, "--json", script=script, tmp_path=tmp_path)  # no ceiling: nothing allowed
+    assert refused.returncode == 2 and json.loads(refused.stdout)["error"]["code"] == "egress_outside_ceiling"
+    proc = subprocess.run(
+        [sys.executable, "-m", "runner", "run", *args, str(tmp_path / "job.py")], cwd=project_root,
+        env=child_env(CORDON_EGRESS_CEILING="*.example.org:443, *.example.org:80"), capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr  # a name outside the policy: refused without a lookup
+    assert proc.stdout == "403 egress to other.example.org:80 refused: not in the run's egress policy\n"
+    assert "[cordon] egress 0 connections, 1 refused, 0 bytes out, 0 in" in proc.stderr
+    assert "[cordon]   GET other.example.org:80 refused: not in the run's egress policy" in proc.stderr
+
+
 def test_ctrl_c_cancels_the_run_within_two_seconds_with_a_clean_audit(project_root: Path, tmp_path: Path) -> None:
     script = tmp_path / "job.py"
     script.write_text("import time\nprint('started', flush=True)\ntime.sleep(60)\n")

@@ -6,9 +6,6 @@ and are refused before any connection is made."""
 from __future__ import annotations
 
 import http.client
-import ipaddress
-import os
-import shutil
 import socket
 import ssl
 import subprocess
@@ -18,16 +15,12 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from runner.config import PROJECT_ROOT
-from runner.egress import Caps, EgressProxy, Policy, PolicyError, Rule, StaticResolver, refusal
-
-TEST_NET = ipaddress.ip_network("198.18.7.0/30")  # benchmark range: the test treats it as public
-HOST_SIDE, TEST_HOST = "198.18.7.1", "198.18.7.2"
+from runner.egress import Caps, EgressProxy, Policy, PolicyError, Rule, refusal
+from tests.runner.egress_net import HOST_SIDE, RESOLVER, TEST_HOST, TEST_NET, EgressTestHost
 
 
 def test_a_policy_names_hosts_and_ports_and_a_run_stays_within_the_ceiling() -> None:
@@ -87,82 +80,6 @@ def test_only_public_addresses_that_are_not_the_hosts_own_pass(address: str, why
 
 
 # --- the proxy, against a test host in its own network namespace -----------------------------
-
-
-@dataclass
-class EgressTestHost:
-    namespace: str
-    ca: Path
-
-
-def _ip(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
-
-
-@pytest.fixture(scope="module")
-def test_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EgressTestHost]:
-    if os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("openssl") is None:
-        pytest.skip("needs root, ip (iproute2) and openssl to make a test host in a network namespace")
-    folder = tmp_path_factory.mktemp("egress-host")
-    cert, key = folder / "cert.pem", folder / "key.pem"
-    subprocess.run(
-        [
-            "openssl",
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=allowed.test",
-            "-addext",
-            "subjectAltName=DNS:allowed.test",
-            "-keyout",
-            str(key),
-            "-out",
-            str(cert),
-        ],
-        check=True,
-        capture_output=True,
-    )
-    namespace, veth = f"cordon-egress-{os.getpid()}", f"ceg{os.getpid() % 100000}"
-    _ip("netns", "add", namespace)
-    server = None
-    try:
-        _ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", namespace)
-        _ip("addr", "add", f"{HOST_SIDE}/30", "dev", veth)
-        _ip("link", "set", veth, "up")
-        _ip("-n", namespace, "addr", "add", f"{TEST_HOST}/30", "dev", "eth0")
-        _ip("-n", namespace, "link", "set", "eth0", "up")
-        _ip("-n", namespace, "link", "set", "lo", "up")
-        server = subprocess.Popen(
-            ["ip", "netns", "exec", namespace, sys.executable, "-m", "tests.runner.egress_host", str(cert), str(key)],
-            cwd=PROJECT_ROOT,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        assert server.stdout is not None and server.stdout.readline().strip() == "ready"
-        yield EgressTestHost(namespace, cert)
-    finally:
-        if server is not None:
-            server.kill()
-            server.wait()
-        subprocess.run(["ip", "link", "del", veth], capture_output=True, check=False)
-        subprocess.run(["ip", "netns", "del", namespace], capture_output=True, check=False)
-
-
-RESOLVER = StaticResolver(
-    {
-        "allowed.test": [TEST_HOST],
-        "other.test": [TEST_HOST],
-        "loop.test": ["127.0.0.1"],
-        "meta.test": ["169.254.169.254"],
-        "private.test": ["10.1.2.3"],
-        "mixed.test": [TEST_HOST, "10.1.2.3"],
-    }
-)
 
 
 LOOPBACK = socket.socket()  # a listener on loopback: were the proxy to connect there, it would see it

@@ -24,10 +24,12 @@ from runner import hostfs
 from runner.admission import Admission, Capacity
 from runner.cgroups import CgroupLayout
 from runner.config import PROJECT_ROOT, paths_from_env
+from runner.egress import EgressSettings, Policy
 from runner.engines.namespace import check_available
 from runner.spec import MIB, Limits, Outcome, RunResult, RunSpec
 from runner.supervisor import Supervisor
 from tests.conftest import child_env
+from tests.runner.egress_net import RESOLVER, TEST_NET
 
 pytestmark = pytest.mark.images
 
@@ -105,7 +107,14 @@ def engine_runs_here(engine: str, canary: dict[str, Any]) -> None:
 def supervisor() -> Supervisor:
     paths = paths_from_env()
     capacity = Capacity(slots=SLOTS, memory_mib=8192, cpus=64.0, wait_s=120.0)
-    sup = Supervisor(paths=paths, admission=Admission(paths.host_state_dir / "admission", capacity))
+    # The egress cases' destinations: the test's own host, and names the test resolver maps to
+    # addresses the proxy must refuse (tests.runner.egress_net).
+    egress = EgressSettings(
+        ceiling=Policy.parse(["allowed.test:8080", "allowed.test:8443", "meta.test:80"]),
+        resolver=RESOLVER,
+        public_for_tests=(TEST_NET,),
+    )
+    sup = Supervisor(paths=paths, admission=Admission(paths.host_state_dir / "admission", capacity), egress=egress)
     sup.sweep()
     return sup
 
@@ -194,6 +203,7 @@ def run_case(supervisor: Supervisor, case: Case, engine: str, tmp: Path) -> tupl
         engine=engine,
         stdin=case.expect.get("stdin", "").encode(),
         args=tuple(case.expect.get("args", [])),
+        egress=tuple(case.expect.get("egress", [])),
     )
     out = tmp / "exported"
     out.mkdir()
@@ -281,7 +291,25 @@ def assert_expected(case: Case, result: RunResult, inputs: Inputs, engine: str) 
         assert result.error is not None and result.error.code == expect["error_code"], summary
     if inputs.listener is not None:
         assert inputs.accepted_connections() == 0, "the sandbox reached a listener on the host"
+    if "egress" in expect:
+        _assert_egress(expect, result, summary)
     _assert_evidence(result, limits)
+
+
+def _assert_egress(expect: dict[str, Any], result: RunResult, summary: str) -> None:
+    """Every attempt through the run's proxy is on its record, refused ones with why."""
+    record = result.egress
+    assert record is not None and record["policy"] == expect["egress"], summary
+    attempts = record["attempts"]
+    refused = [a for a in attempts if not a["allowed"]]
+    assert len(refused) == record["refused"] == expect["egress_refused"], attempts
+    assert record["connections"] == expect.get("egress_allowed", 0), attempts
+    for words in expect.get("egress_reasons_have", []):
+        assert any(words in a["reason"] for a in refused), (words, attempts)
+    assert all(a["address"] == "" and a["bytes_in"] == a["bytes_out"] == 0 for a in refused), attempts
+    for name in expect.get("egress_never_resolved", []):
+        assert name.lower() in {a["host"] for a in attempts}, attempts  # asked for, refused...
+        assert name.lower() not in RESOLVER.asked, RESOLVER.asked  # ...and never looked up
 
 
 def _assert_evidence(result: RunResult, limits: Limits) -> None:
@@ -354,10 +382,20 @@ def processes_of(uid: int) -> list[str]:
 @pytest.mark.parametrize("engine", engines_here())
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_hostile_case_is_classified_with_evidence_and_leaves_nothing(
-    supervisor: Supervisor, case: Case, engine: str, tmp_path: Path, record_property: Any
-) -> None:
+    supervisor: Supervisor, case: Case, engine: str, tmp_path: Path, record_property: Any,
+    request: pytest.FixtureRequest,
+) -> None:  # fmt: skip
     if engine in case.expect.get("not_on", {}):
         pytest.skip(case.expect["not_on"][engine])
+    if "egress" in case.expect and not supervisor.engines[engine].scoped_egress:
+        # An engine that cannot confine a run's egress to its proxy refuses the run, before any sandbox.
+        result, _ = run_case(supervisor, case, engine, tmp_path)
+        assert result.outcome is Outcome.REJECTED_INPUT and result.error is not None, result.reason
+        assert result.error.code == "egress_unsupported" and result.sandbox_id is None, result.reason
+        assert_nothing_left(supervisor, result)
+        return
+    if "egress" in case.expect:
+        request.getfixturevalue("test_host")  # the egress cases' destination, the test's own host
     result, inputs, retried = run_with_boot_retries(supervisor, case, engine, tmp_path)
     record_property("cordon_case", case_record(case, result, retried))
     assert_expected(case, result, inputs, engine)

@@ -129,3 +129,11 @@ def test_usage_limits_wait_until_the_program_has_started(usage: Usage) -> None:
 def test_a_round_without_a_sample_checks_only_the_clock() -> None:
     assert decide(usage=None) is None
     assert decide(usage=None, now=DEADLINE) == "deadline"
+
+
+def test_a_passed_egress_cap_stops_the_run_after_the_deadline_and_before_any_sampled_limit() -> None:
+    assert decide(egress_limit=True) == "egress"  # on any round, sampled or not
+    assert decide(egress_limit=True, usage=Usage(cpu_s=CPU_TIME_S + 1, oom_kills=1)) == "egress"
+    assert decide(egress_limit=True, now=DEADLINE + 1) == "deadline"
+    assert decide(egress_limit=True, ready=False, boot_deadline=NOW + 10) is None  # nothing runs before ready
+    assert decide(egress_limit=True, stopped=True) is None
