@@ -41,6 +41,9 @@ HOST_LABEL = re.compile(r"(?!-)[a-z0-9-]{1,63}(?<!-)")
 MAX_HEAD_BYTES = 16384
 CONNECT_TIMEOUT_S = 10.0
 RELAY_CHUNK = 65536
+# Attempts a run's record keeps; the totals count every one. A program looping on refused requests
+# would otherwise grow the supervisor's memory and the record as it liked.
+ATTEMPTS_KEPT = 1000
 # Not public, though Python's ipaddress calls some of them global or does not say.
 NOT_PUBLIC = tuple(
     ipaddress.ip_network(n)
@@ -248,7 +251,10 @@ class EgressProxy:
     own_addresses: frozenset[str] = field(default_factory=host_addresses)
     on_limit: Callable[[str], None] = lambda reason: None
     public_for_tests: Sequence[Any] = ()  # networks a test treats as public (its own test hosts)
-    attempts: list[Attempt] = field(default_factory=list)
+    attempts: list[Attempt] = field(default_factory=list)  # the first ATTEMPTS_KEPT
+    attempts_not_kept: int = 0
+    connections: int = 0  # every allowed attempt, kept or not
+    refused: int = 0
     limit: str = ""  # the cap that was passed, if any
     _bytes_out: int = 0
     _bytes_in: int = 0
@@ -300,8 +306,9 @@ class EgressProxy:
         return {
             "policy": self.policy.to_json(),
             "attempts": self.record(),
-            "connections": sum(1 for attempt in self.attempts if attempt.allowed),
-            "refused": sum(1 for attempt in self.attempts if not attempt.allowed),
+            "attempts_not_kept": self.attempts_not_kept,
+            "connections": self.connections,
+            "refused": self.refused,
             "bytes_out": self._bytes_out,
             "bytes_in": self._bytes_in,
             "limit": self.limit,
@@ -342,13 +349,18 @@ class EgressProxy:
             return
         host, port, path = parsed
         attempt = Attempt(at=time.time(), method=method, host=host, port=port)
-        self.attempts.append(attempt)
+        if len(self.attempts) < ATTEMPTS_KEPT:
+            self.attempts.append(attempt)
+        else:
+            self.attempts_not_kept += 1
         started = time.monotonic()
         address, why = await self._check(host, port)
         if why:
+            self.refused += 1
             attempt.reason = why
             await _answer(writer, 403, f"egress to {host}:{port} refused: {why}")
             return
+        attempt.allowed, attempt.address = True, address  # it passed every check: it counts as a connection
         try:
             upstream_reader, upstream_writer = await asyncio.wait_for(
                 asyncio.open_connection(address, port), CONNECT_TIMEOUT_S
@@ -357,7 +369,6 @@ class EgressProxy:
             attempt.reason = f"could not connect to {address}: {exc.__class__.__name__}"
             await _answer(writer, 502, attempt.reason)
             return
-        attempt.allowed, attempt.address = True, address
         if method == "CONNECT":
             writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
             await writer.drain()
@@ -379,9 +390,6 @@ class EgressProxy:
             return "", f"the run passed its egress cap ({self.limit})"
         if not self.policy.allows(host, port):
             return "", "not in the run's egress policy"
-        if sum(1 for a in self.attempts if a.allowed) >= self.caps.connections:
-            self._passed(f"more than {self.caps.connections} connections")
-            return "", f"the run's cap of {self.caps.connections} connections"
         try:
             addresses = await asyncio.get_running_loop().run_in_executor(None, self.resolver.resolve, host, port)
         except OSError as exc:
@@ -392,6 +400,10 @@ class EgressProxy:
             why = refusal(address, own=self.own_addresses, public_for_tests=self.public_for_tests)
             if why:
                 return "", f"{host} resolves to {address}, {why}"
+        if self.connections >= self.caps.connections:  # counted here, with no await since: no race past it
+            self._passed(f"more than {self.caps.connections} connections")
+            return "", f"the run's cap of {self.caps.connections} connections"
+        self.connections += 1
         return addresses[0], ""
 
     async def _relay(

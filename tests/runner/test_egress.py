@@ -284,3 +284,19 @@ def test_a_run_namespace_reaches_the_proxy_and_has_no_other_path(test_host: Egre
     }
     [attempt] = egress.record()
     assert attempt["allowed"] and attempt["host"] == "allowed.test" and attempt["address"] == TEST_HOST
+
+
+def test_the_record_keeps_the_first_attempts_and_counts_every_one(
+    proxy: tuple[EgressProxy, str, list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import runner.egress
+
+    monkeypatch.setattr(runner.egress, "ATTEMPTS_KEPT", 3)
+    egress, url, _ = proxy
+    statuses = [_get(url, f"http://other.test:8080/{n}")[0] for n in range(5)] + [
+        _get(url, "http://allowed.test:8080/hello")[0]
+    ]
+    assert statuses == [403] * 5 + [200]
+    summary = egress.summary()
+    assert len(summary["attempts"]) == 3 and summary["attempts_not_kept"] == 3
+    assert summary["refused"] == 5 and summary["connections"] == 1  # the totals count every attempt
