@@ -42,6 +42,11 @@ def guest_env(limits: Limits) -> dict[str, str]:
     return {**GUEST_ENV, "OMP_NUM_THREADS": str(max(1, math.ceil(limits.cpus)))}
 
 
+def run_env(ctx: RunContext) -> dict[str, str]:
+    """A run's program environment: guest_env, and for a run with egress its proxy's names."""
+    return {**guest_env(ctx.limits), **(ctx.egress.env if ctx.egress is not None else {})}
+
+
 # Host memory a run costs outside its cgroups (mounts, namespaces, pipes, the supervisor's
 # per-run bookkeeping), reserved on top of what the cgroups allow.
 HOST_OVERHEAD_MIB = 16

@@ -22,7 +22,7 @@ from functools import lru_cache
 
 from runner import hostfs
 from runner.cgroups import CgroupLayout
-from runner.engines.base import CgroupLimits, RunContext, guest_env
+from runner.engines.base import CgroupLimits, RunContext, run_env
 from runner.engines.common import (
     CgroupEngine,
     CgroupState,
@@ -92,12 +92,10 @@ class NamespaceEngine(CgroupEngine[NamespaceState]):
         fds["scratch"] = os.open(ctx.scratch_dir, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         fds["output"] = os.open(ctx.output_dir, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         fds["seccomp"] = bpf_fd()
-        env = guest_env(ctx.limits)
         if ctx.egress is not None:
             fds["netns"] = os.dup(ctx.egress.namespace.fd)
-            env.update(ctx.egress.env)
         return Launch(
-            argv=bwrap_argv(self.bwrap, fds, ctx.argv, env, own_network=ctx.egress is not None),
+            argv=bwrap_argv(self.bwrap, fds, ctx.argv, run_env(ctx), own_network=ctx.egress is not None),
             env={"PATH": "/usr/bin:/bin"},
             drop=Drop(uid=ctx.uid, rlimits=rlimits(ctx), netns_fd=fds.get("netns", -1)),
             stdin=ctx.spec.stdin,

@@ -35,7 +35,7 @@ import psutil
 
 from runner import hostfs
 from runner.cgroups import CgroupLayout, RunCgroup, run_names
-from runner.engines.base import CgroupLimits, Collected, RunContext, guest_env
+from runner.engines.base import CgroupLimits, Collected, RunContext, run_env
 from runner.engines.common import (
     CgroupEngine,
     CgroupState,
@@ -60,6 +60,7 @@ from runner.engines.smolvm_protocol import (
     decode,
 )
 from runner.images import ImageRef
+from runner.netns import CLONE_NEWNET
 from runner.registry import read_json
 from runner.spec import MIB, CleanupCheck, Limits, RunnerError
 
@@ -215,7 +216,8 @@ def child_config(
         ],
         output_dir=str(ctx.output_dir),
         argv=guest_argv(ctx),
-        env=guest_env(limits),
+        env=run_env(ctx),
+        network=ctx.egress is not None,
         user=GUEST_UID,
         workdir=GUEST_WORKDIR,
         # The guest's own timeout is a backstop; the supervisor's deadline on the host decides.
@@ -245,7 +247,7 @@ def guest_argv(ctx: RunContext) -> list[str]:
     """The program with exactly Cordon's guest environment (the agent's container adds its own,
     e.g. TERM; the namespace engine's job sees guest_env and PWD, so this one does too), under
     an in-guest process cap (the guest kernel has no pids cgroup for it), its stdin from /job."""
-    env = [f"{key}={value}" for key, value in sorted({**guest_env(ctx.limits), "PWD": GUEST_WORKDIR}.items())]
+    env = [f"{key}={value}" for key, value in sorted({**run_env(ctx), "PWD": GUEST_WORKDIR}.items())]
     redirect = STDIN_REDIRECT if ctx.spec.stdin else []
     return [
         "/usr/bin/env", "-i", *env,
@@ -292,6 +294,11 @@ class SmolvmEngine(CgroupEngine[SmolvmState]):
     # graceful machine delete would let it run on past the deadline (seen: +2 s under emulated
     # KVM). Teardown deletes the machine record through smolvm's CLI.
     polite_stop = False
+    # A run with egress: its child, and so the VMM it spawns, joins the run's network namespace
+    # (loopback and the egress proxy only) before exec, and the guest gets smolvm's TSI network:
+    # a guest socket its own stack cannot serve is opened by the VMM, in that namespace. So the
+    # guest reaches 127.0.0.1:3128, the proxy, and no route off the machine (make test-vm).
+    scoped_egress = True
 
     def __init__(
         self,
@@ -362,7 +369,11 @@ class SmolvmEngine(CgroupEngine[SmolvmState]):
         mount_output_area(ctx, uid=0, gid=_kvm_gid(), mode=0o770)
 
     def launch(self, ctx: RunContext, fds: dict[str, int]) -> Launch:
-        base, cold_reason = self.warm_base(ctx)
+        if ctx.egress is None:
+            base, cold_reason = self.warm_base(ctx)
+        else:  # a base and its branches have no network; a run with egress boots its own VM
+            base, cold_reason = None, "the run has egress, which a warm base's branches cannot have"
+            fds["netns"] = os.dup(ctx.egress.namespace.fd)
         self.state(ctx).base = base
         config = child_config(
             ctx,
@@ -380,15 +391,18 @@ class SmolvmEngine(CgroupEngine[SmolvmState]):
             handle.write(config.to_json())
         return Launch(
             argv=[sys.executable, "-m", self.child_module, str(config_path)],
-            env=self.child_env(),
-            before_exec=_die_with_parent(),
+            env=self.child_env(egress=ctx.egress is not None),
+            before_exec=_die_with_parent(netns_fd=fds.get("netns", -1)),
         )
 
     def runtime(self) -> Path:
         """The smol package the child imports and whose smol-vmm the CLI runs (a traversable copy)."""
         return runtime_copy(self.state_root.parent / "runtime")
 
-    def child_env(self) -> dict[str, str]:
+    def child_env(self, *, egress: bool = False) -> dict[str, str]:
+        """The child's environment. With egress the VMM's network namespace is the bound, and smolvm's
+        egress floor, which refuses loopback (where the proxy listens, measured: EACCES in the
+        guest), is off; without, the guest has no network and the floor is strict besides."""
         folder = self.runtime() if wheel_dir() is not None else None
         env = {
             "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
@@ -398,7 +412,7 @@ class SmolvmEngine(CgroupEngine[SmolvmState]):
             "SMOLVM_SECCOMP": "enforce",
             "SMOLVM_LANDLOCK": "enforce",
             "SMOLVM_IMAGE_SEEDS": "0",  # no image-seed helper VM (unadmitted, 8 GiB by default)
-            "SMOLVM_EGRESS_FLOOR": "strict",
+            "SMOLVM_EGRESS_FLOOR": "off" if egress else "strict",
         }
         env.update(self.extra_env)
         env.pop("SMOL_CLOUD_TOKEN", None)
@@ -777,10 +791,14 @@ def first_untraversable(path: Path) -> Path | None:
     return None
 
 
-def _die_with_parent() -> Callable[[], None]:
+def _die_with_parent(*, netns_fd: int = -1) -> Callable[[], None]:
     libc = ctypes.CDLL(None, use_errno=True)
 
     def enter() -> None:
+        if netns_fd >= 0:  # the run's egress namespace, before anything else (runner.netns)
+            if libc.setns(netns_fd, CLONE_NEWNET) != 0:
+                raise OSError(ctypes.get_errno(), "setns(CLONE_NEWNET) into the run's egress namespace")
+            os.close(netns_fd)
         libc.prctl(_PR_SET_PDEATHSIG, 9, 0, 0, 0)  # the child, and so its VMM, dies with us
         # The VMM writes the guest's /output files on the host: a file size limit inherited from
         # the worker would kill it (SIGXFSZ) on an oversize file, a sandbox_error instead of the

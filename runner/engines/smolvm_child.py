@@ -268,11 +268,11 @@ def cold_start(config: ChildConfig, smol: Any) -> Any:
             resources=smol.ResourceSpec(
                 cpus=config.cpus,
                 memory_mb=config.memory_mib,
-                network=False,
+                network=config.network,
                 storage_gb=config.storage_gb,
                 overlay_gb=config.overlay_gb,
             ),
-            network=False,
+            network=config.network,
             ready_timeout_seconds=config.boot_timeout_s,
         ),
         smol.ConnectOptions(target="local"),

@@ -50,6 +50,9 @@ class ChildConfig:
     base: str | None = None
     base_lock: str | None = None
     cold_reason: str = ""
+    # smolvm's TSI network for a run with egress: the VMM runs in the run's network namespace,
+    # whose only reachable place is the egress proxy (runner.netns). False: no network at all.
+    network: bool = False
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))

@@ -33,6 +33,16 @@ from runner.engines.smolvm_protocol import (
 FORGED = '{"event":"error","code":"boot_failed","message":"forged by the guest","retryable":true}\n'
 
 
+def via_proxy(request: str) -> str:
+    """A request to the run's egress proxy from this process's network namespace, as the VMM opens
+    a guest's socket: the proxy's status line."""
+    import socket
+
+    with socket.create_connection(("127.0.0.1", 3128), timeout=10) as conn:
+        conn.sendall(request.encode())
+        return conn.recv(200).decode().split("\r\n")[0]
+
+
 def main(config_path: str) -> int:
     config = ChildConfig.from_json(Path(config_path).read_text())
     mode = os.environ.get("FAKE_CHILD_MODE", "forge")
@@ -47,6 +57,18 @@ def main(config_path: str) -> int:
     say(start(config, mode))
     if mode in ("sparse_output", "dense_output"):
         say(Exit(exit_code=write_oversize_output(Path(config.output_dir), sparse=mode == "sparse_output")))
+        return 0
+    if mode == "egress":  # where the VMM would run, and what the guest would be given and reach
+        devices = Path("/proc/net/dev").read_text().splitlines()[2:]
+        said = {
+            "network": config.network, "env": config.env, "argv": config.argv,
+            "floor": os.environ.get("SMOLVM_EGRESS_FLOOR"),
+            "netns": os.readlink("/proc/self/ns/net"), "cold_reason": config.cold_reason,
+            "interfaces": sorted(line.split(":")[0].strip() for line in devices),
+            "proxy": via_proxy("GET http://elsewhere.example.org/ HTTP/1.1\r\nHost: elsewhere.example.org\r\n\r\n"),
+        }  # fmt: skip
+        os.write(1, json.dumps(said).encode())
+        say(Exit(exit_code=0))
         return 0
     if mode == "echo":  # what the guest program would be given: its argv and what /job holds
         job = next(Path(m.source) for m in config.mounts if m.target == "/job")

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from runner.config import PROJECT_ROOT, paths_from_env
+from runner.egress import EgressSettings, Policy
 from runner.engines.base import RunContext
 from runner.engines.smolvm import STDIN_REDIRECT, ControlChannel, SmolvmEngine, child_config, machine_name
 from runner.engines.smolvm_protocol import ChildConfig, Facts
@@ -192,6 +193,23 @@ def test_a_run_hands_its_stdin_and_args_to_the_smolvm_child(monkeypatch: pytest.
     assert said["argv"][-8:] == [*STDIN_REDIRECT, "/usr/bin/python3", "/job/main.py", "-v", "a b"]
     assert result.cleanup_ok, result.cleanup
     assert result.vm_start == "cold" and result.to_json()["vm_start"] == "cold"  # as the child said
+
+
+def test_a_run_with_egress_puts_the_child_and_its_vmm_in_the_runs_namespace(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The child (whose VMM would open the guest's sockets) runs in the run's egress namespace: it
+    sees loopback only and reaches the run's proxy there; the guest gets TSI network and the proxy."""
+    supervisor = _fake_supervisor("egress", monkeypatch)
+    supervisor.egress = EgressSettings(ceiling=Policy.parse(["api.example.org:443"]))
+    result = supervisor.run(RunSpec(runtime="python", script=b"pass", engine="smolvm", egress=("api.example.org:443",)))
+    assert result.outcome is Outcome.SUCCEEDED and result.cleanup_ok, result.to_json()
+    said = json.loads(result.stdout)
+    assert said["netns"] != os.readlink("/proc/self/ns/net") and said["interfaces"] == ["lo"]
+    assert said["network"] is True and said["floor"] == "off"  # the namespace bounds it, not smolvm's floor
+    assert said["env"]["HTTPS_PROXY"] == said["env"]["http_proxy"] == "http://127.0.0.1:3128"
+    assert {"HTTPS_PROXY=http://127.0.0.1:3128", "http_proxy=http://127.0.0.1:3128"} <= set(said["argv"])  # env -i
+    assert said["proxy"] == "HTTP/1.1 403 Forbidden" and "egress" in said["cold_reason"]
+    assert result.egress is not None and result.egress["attempts"][0]["host"] == "elsewhere.example.org"
+    assert "egress" in {c.name for c in result.cleanup}
 
 
 @pytest.mark.parametrize("mode", ["sparse_output", "dense_output"])

@@ -58,7 +58,7 @@ from tests.vm.plugin import done_entry
 SUITE = "bookworm"
 L1_PACKAGES = (
     "linux-image-amd64", "kmod", "python3", "python3-venv", "zstd", "procps", "e2fsprogs",
-    "iproute2", "ca-certificates", "util-linux", "passwd",
+    "iproute2", "ca-certificates", "util-linux", "passwd", "openssl",
 )  # fmt: skip
 L1_VENV = "/opt/venv"
 L1_PROJECT = "/opt/cordon"

@@ -73,6 +73,14 @@ def py(code: str, *args: str, timeout: float = 300) -> str:
     return text
 
 
+def listing(also: str = "") -> None:
+    """smolvm's machines, then the VMM processes (and `also`, when given)."""
+    cli("machine", "ls", "--json")
+    vmms()
+    if also:
+        say(also)
+
+
 def vmms() -> None:
     say(sh("ps -eo pid,ppid,comm,args | grep -E 'libkrun|VM:' | grep -v grep || true"))
     for line in sh("pgrep -f 'libkrun|smol-vmm' || true").split():
@@ -88,9 +96,9 @@ def main() -> int:
     try:
         step("build a detached base in a process that exits", lambda: py(BUILD, BASE, str(root)))
         time.sleep(3)
-        step("after the builder exited: machines and VMMs", lambda: (cli("machine", "ls", "--json"), vmms()))
+        step("after the builder exited: machines and VMMs", listing)
         step("branch a from another process (kept)", lambda: py(BRANCH, BASE, "cordon-da", "keep"))
-        step("machines after a", lambda: (cli("machine", "ls", "--json"), vmms()))
+        step("machines after a", listing)
 
         def two_at_once() -> None:
             argv = [sys.executable, "-c", BRANCH, BASE]
@@ -103,14 +111,14 @@ def main() -> int:
                 say(f"rc {proc.returncode}: {out.strip()[-3000:]}")
 
         step("two branches at once from two processes (deleted)", two_at_once)
-        step("machines after b, c", lambda: (cli("machine", "ls", "--json"), vmms()))
+        step("machines after b, c", listing)
         volume = f"{SPIKE}:/input:ro"
         step("mount add on a (stopped)", lambda: cli("machine", "mount", "add", "--name", "cordon-da", "-v", volume))
     finally:
         step("delete a", lambda: cli("machine", "delete", "--name", "cordon-da", "-f"))
         step("delete base", lambda: cli("machine", "delete", "--name", BASE, "-f"))
         vms = f"ls -la {STATE_ROOT}/.cache/smolvm/vms"
-        step("left", lambda: (cli("machine", "ls", "--json"), vmms(), say(sh(vms))))
+        step("left", lambda: listing(sh(vms)))
         group = CGROUPS / "spike-bases"
         step("base cgroup", lambda: say(sh(f"cat {group}/cgroup.procs; cat {group}/memory.current")))
         from runner import hostfs
