@@ -1,8 +1,8 @@
 """The Django admin is Cordon's audit console: read-only run records (a run's audit page shows its
-code, inputs, outputs, logs and timeline, and opening it is itself recorded), staff reads of user
-data, an overview of the last 7 days (/admin/overview/) and a CSV export of the filtered run list;
-filters for outcome, engine, isolation, runtime, image digest and incomplete cleanup; actions that
-say what they did."""
+code, inputs, outputs, network attempts, logs and timeline, and opening it is itself recorded),
+staff reads of user data, an overview of the last 7 days (/admin/overview/) and a CSV export of the
+filtered run list; filters for outcome, engine, isolation, runtime, network, image digest and
+incomplete cleanup; actions that say what they did."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ from playground.models import (
 )
 from playground.selectors.hosts import WORKER_LIVE_S, hosts_with_active_runs
 from playground.selectors.overview import Rate, overview
-from playground.selectors.runs import run_log_read
+from playground.selectors.runs import run_egress_view, run_log_read
 from playground.services.audit import record_staff_access
 from playground.services.errors import ServiceError
 from playground.services.hosts import hosts_drain
@@ -58,7 +58,11 @@ CSV_COLUMNS = (
     "id", "owner", "runtime", "state", "outcome", "reason", "engine", "isolation", "vm_start", "worker_host",
     "image_name", "image_digest", "wall_s", "cpu_s", "peak_memory_bytes", "peak_file_bytes", "stdout_bytes",
     "stderr_bytes", "cleanup_ok", "created_at", "started_at", "finished_at",
+    # A run's network: its policy (rules separated by spaces) and its proxy's totals, empty for a
+    # run without a record (no policy, or it ended before its proxy served it).
+    "egress", "egress_connections", "egress_refused", "egress_bytes_out", "egress_bytes_in", "egress_limit",
 )  # fmt: skip
+EGRESS_TOTALS = ("connections", "refused", "bytes_out", "bytes_in", "limit")
 
 
 def human_bytes(count: int | None) -> str:
@@ -133,6 +137,28 @@ class CleanupIncomplete(admin.SimpleListFilter):
         return queryset
 
 
+class NetworkFilter(admin.SimpleListFilter):
+    """Runs with an egress policy, those whose proxy refused something, or passed a cap."""
+
+    title = "network"
+    parameter_name = "network"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("egress", "with an egress policy"), ("refused", "with refused attempts"),
+                ("capped", "passed an egress cap"), ("none", "no network")]  # fmt: skip
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Run]) -> QuerySet[Run]:
+        if self.value() == "egress":
+            return queryset.exclude(egress=[])
+        if self.value() == "refused":
+            return queryset.filter(egress_record__refused__gt=0)
+        if self.value() == "capped":
+            return queryset.filter(egress_record__isnull=False).exclude(egress_record__limit="")
+        if self.value() == "none":
+            return queryset.filter(egress=[])
+        return queryset
+
+
 class ImageFilter(admin.SimpleListFilter):
     """By image digest, each shown with its image's name."""
 
@@ -153,8 +179,8 @@ class RunAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         "id", "owner", "kind", "runtime", "engine", "isolation", "state", "outcome", "wall", "cpu", "peak_memory",
         "image", "cleanup_ok", "created_at",
     )  # fmt: skip
-    list_filter = ("outcome", "engine", "isolation", "runtime", "state", "kind", CleanupIncomplete, ImageFilter,
-                   "created_at")  # fmt: skip
+    list_filter = ("outcome", "engine", "isolation", "runtime", "state", "kind", NetworkFilter, CleanupIncomplete,
+                   ImageFilter, "created_at")  # fmt: skip
     list_select_related = ("owner",)
     search_fields = ("id", "owner__username", "image_digest", "sandbox_id")
     date_hierarchy = "created_at"
@@ -165,6 +191,7 @@ class RunAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                             "cancel_requested", "exit_code", "signal", "error_code", "error_message")}),
         ("Figures", {"fields": ("wall", "cpu", "peak_memory", "peak_files", "stdout", "stderr", "limits",
                                 "timings")}),
+        ("Network", {"fields": ("egress_policy", "egress_totals")}),
         ("Where it ran", {"fields": ("image", "engine", "isolation", "vm_start", "worker_host", "cleanup_ok",
                                      "engine_requested", "engine_version", "engine_note", "queue", "sandbox_id")}),
         # Folded: the timeline below has every state change to the millisecond.
@@ -210,6 +237,19 @@ class RunAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     @admin.display(description="stderr")
     def stderr(self, run: Run) -> str:
         return human_bytes(run.stderr_bytes) + (" (truncated at the cap)" if run.stderr_truncated else "")
+
+    @admin.display(description="egress policy")
+    def egress_policy(self, run: Run) -> str:
+        return ", ".join(run.egress) if run.egress else "none: no network"
+
+    @admin.display(description="egress")
+    def egress_totals(self, run: Run) -> str:
+        record = run.egress_record
+        if record is None:
+            return NOT_APPLICABLE
+        said = (f"{record['connections']} connected, {record['refused']} refused, {record['bytes_out']} bytes out, "
+                f"{record['bytes_in']} bytes in")  # fmt: skip
+        return f"{said}; stopped: passed its cap ({record['limit']})" if record.get("limit") else said
 
     @admin.display(description="created")
     def created(self, run: Run) -> str:
@@ -298,8 +338,12 @@ class RunAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
 
 def _csv_row(run: Run) -> list[Any]:
-    values = {name: getattr(run, name) for name in CSV_COLUMNS}
+    values = {name: getattr(run, name) for name in CSV_COLUMNS if not name.startswith("egress")}
     values["owner"] = run.owner.get_username()
+    values["egress"] = " ".join(run.egress)
+    record = run.egress_record or {}
+    for total in EGRESS_TOTALS:
+        values[f"egress_{total}"] = record.get(total, "")
     return [csv_cell(values[name]) for name in CSV_COLUMNS]
 
 
@@ -315,12 +359,22 @@ def _audit(run: Run) -> dict[str, Any]:
         "audit_datasets": list(run.datasets.all()),
         "audit_chained": list(run.input_outputs.select_related("run")),
         "audit_outputs": outputs,
+        "audit_egress": _egress(run),
         "audit_logs": [_log(run, "stdout"), _log(run, "stderr")],
         "audit_timeline": _timeline(run),
         "audit_boot": human_seconds(run.timings["boot_s"]) if run.timings.get("boot_s") is not None else None,
         "audit_vm_start": _vm_start(run),
         "audit_staff": list(run.staff_accesses.all()[:STAFF_ACCESSES_SHOWN]),
     }
+
+
+def _egress(run: Run) -> dict[str, Any] | None:
+    """A run's network as its audit page lists it: each attempt's time to the millisecond."""
+    view = run_egress_view(run=run)
+    if view is not None and view["record"] is not None:
+        for attempt in view["record"]["attempts"]:
+            attempt["at"] = ms_time(attempt["at"])
+    return view
 
 
 VM_PHASES = (("branch_s", "branch"), ("mount_s", "mounts"), ("refresh_s", "entropy and clock"), ("cold_s", "cold boot"))
@@ -423,8 +477,8 @@ class CourseAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_select_related = ("created_by",)
     search_fields = ("title", "created_by__username")
     inlines = (MembershipInline,)
-    readonly_fields = ("id", "title", "created_by", "created_at", "allowed_runtimes", "limits_ceiling", "require_vm",
-                       "quota_concurrent_runs", "quota_runs_per_hour")  # fmt: skip
+    readonly_fields = ("id", "title", "created_by", "created_at", "allowed_runtimes", "limits_ceiling",
+                       "egress_ceiling", "require_vm", "quota_concurrent_runs", "quota_runs_per_hour")  # fmt: skip
     exclude = ("join_code",)
 
     def has_add_permission(self, request: HttpRequest) -> bool:

@@ -23,6 +23,8 @@ from ninja.throttling import AuthRateThrottle
 from playground import throttle
 from playground.apierrors import error_payload
 from playground.bodies import JSON_INT_MAX, BodyTooLarge, MalformedJson, StrictJsonParser
+from playground.egress import EgressPolicy, EgressRecordOut, site_ceiling
+from playground.egress import describe_validation_error as describe_egress_error
 from playground.ipynb import ipynb_from_cells
 from playground.limits import (
     CellLimitsIn,
@@ -112,9 +114,9 @@ def _validation_error(request: HttpRequest, exc: ValidationError) -> HttpRespons
     first = exc.errors[0] if exc.errors else {}
     location = [str(p) for p in first.get("loc", []) if p not in ("body", "payload", "query", "form", "file")]
     field = ".".join(location) or None
-    about_limits = describe_validation_error(first, field or "")
-    if about_limits is not None:
-        return _error(request, 422, *about_limits, field)
+    about = describe_validation_error(first, field or "") or describe_egress_error(first, field or "")
+    if about is not None:
+        return _error(request, 422, *about, field)
     message = f"{field}: {first.get('msg', 'invalid')}" if field else str(first.get("msg", "invalid request"))
     return _error(request, 422, "invalid_request", message, field)
 
@@ -228,6 +230,7 @@ class RunIn(Schema):
     output_ids: list[OutputId] = Field(default=[], max_length=MAX_IDS)
     limits: LimitsIn = Field(default_factory=LimitsIn)  # type: ignore[valid-type]
     engine: EngineName = "auto"
+    egress: EgressPolicy = []
 
 
 class OutputOut(Schema):
@@ -286,6 +289,7 @@ class RunOut(Schema):
     retries: list[UUID]
     outputs: list[OutputOut]
     limits: LimitsOut  # type: ignore[valid-type]
+    egress: list[str] = Field(description="the run's egress policy: the destinations it may reach (empty: no network)")
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
@@ -315,6 +319,10 @@ class TimingsOut(Schema):
 class RunDetailOut(RunOut):
     code: str
     timings: TimingsOut
+    egress_record: EgressRecordOut | None = Field(
+        description="what the run reached through its egress proxy: every attempt and the totals (null for a run "
+        "without an egress policy, and until it ends)"
+    )
     events: list[EventOut]
     cleanup: list[CheckOut]
     samples: list[Any]
@@ -341,7 +349,7 @@ def _run_out(run: Run, *, detail: bool = False) -> dict[str, Any]:
         "error": {"code": run.error_code, "message": run.error_message, "field": None} if run.error_code else None,
         "retry_of": run.retry_of_id, "retries": [r.id for r in run.retries.all()],
         "outputs": [_output_out(o) for o in run.outputs.all()],
-        "limits": limits_from_record(run.limits).to_json(), "created_at": run.created_at,
+        "limits": limits_from_record(run.limits).to_json(), "egress": run.egress, "created_at": run.created_at,
         "started_at": run.started_at, "finished_at": run.finished_at,
     }  # fmt: skip
     if detail:
@@ -350,6 +358,7 @@ def _run_out(run: Run, *, detail: bool = False) -> dict[str, Any]:
         out["cleanup"] = [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in run.cleanup_checks.all()]
         out["samples"] = run.samples
         out["timings"] = run.timings
+        out["egress_record"] = run.egress_record
     return out
 
 
@@ -425,6 +434,7 @@ def run_create(request: HttpRequest, payload: RunIn) -> Status[Any]:
         output_ids=payload.output_ids,
         limits=limits_from_input(payload.limits),
         engine=payload.engine,
+        egress=payload.egress,
     )
     return Status(201, _run_out(run))
 
@@ -737,6 +747,16 @@ def notebook_export(request: HttpRequest, notebook_id: UUID) -> HttpResponse:
 def limits(request: HttpRequest) -> list[dict[str, Any]]:
     """Every limit a run takes: its unit, default and the maximum on this service."""
     return limits_described()
+
+
+class EgressCeilingOut(Schema):
+    ceiling: list[str] = Field(description="the destinations any run's egress policy may name at most (empty: none)")
+
+
+@api.get("/egress", response=_answers({200: EgressCeilingOut}), tags=["service"])
+def egress_ceiling(request: HttpRequest) -> dict[str, Any]:
+    """This service's egress ceiling: a run's policy (and a course's ceiling) must be within it."""
+    return {"ceiling": site_ceiling().to_json()}
 
 
 @api.get("/images", response=_answers({200: list[ImageOut]}), tags=["service"])

@@ -28,6 +28,7 @@ from playground.api import (
     uploaded_file,
 )
 from playground.csvcells import csv_cell
+from playground.egress import EgressPolicy
 from playground.markdown import render_markdown
 from playground.models import (
     Assignment,
@@ -61,6 +62,10 @@ class CoursePatchIn(Schema):
     title: str | None = Field(default=None, max_length=200)
     allowed_runtimes: list[RuntimeName] | None = Field(default=None, max_length=len(RUNTIMES))
     limits_ceiling: dict[str, float] | None = None
+    egress_ceiling: EgressPolicy | None = Field(
+        default=None, description="what the course's runs may reach at most, within this service's ceiling; "
+        "empty: no network for any of its runs"
+    )  # fmt: skip
     require_vm: bool | None = None
     quota_concurrent_runs: int | None = Field(default=None, ge=1, le=100_000)
     quota_runs_per_hour: int | None = Field(default=None, ge=1, le=100_000)
@@ -78,6 +83,7 @@ class CourseOut(Schema):
     join_open: bool
     allowed_runtimes: list[str]
     limits_ceiling: dict[str, float]
+    egress_ceiling: list[str]
     require_vm: bool
     quota_concurrent_runs: int
     quota_runs_per_hour: int
@@ -150,6 +156,10 @@ class AssignmentIn(Schema):
     starter_code: str = ""
     dataset_ids: list[UUID] = Field(default=[], max_length=MAX_IDS)
     limits: dict[str, float] = {}
+    egress: EgressPolicy = Field(
+        default=[], description="what its runs (the Run button, each test's) may reach, within the course's "
+        "egress ceiling; a check program has no network"
+    )  # fmt: skip
     opens_at: datetime | None = None
     due_at: datetime | None = None
     attempts_allowed: int = Field(default=0, ge=0, le=10_000)
@@ -202,6 +212,7 @@ class AssignmentOut(Schema):
     starter_code: str
     datasets: list[DatasetOut]
     limits: dict[str, float]
+    egress: list[str]
     opens_at: datetime | None
     due_at: datetime | None
     past_due: bool
@@ -300,8 +311,9 @@ def _course_out(course: Course, membership: Membership) -> dict[str, Any]:
         "id": course.id, "title": course.title, "role": membership.role,
         "join_code": course.join_code if staff else None, "join_open": course.join_code is not None,
         "allowed_runtimes": course.allowed_runtimes, "limits_ceiling": course.limits_ceiling,
-        "require_vm": course.require_vm, "quota_concurrent_runs": course.quota_concurrent_runs,
-        "quota_runs_per_hour": course.quota_runs_per_hour, "created_at": course.created_at,
+        "egress_ceiling": course.egress_ceiling, "require_vm": course.require_vm,
+        "quota_concurrent_runs": course.quota_concurrent_runs, "quota_runs_per_hour": course.quota_runs_per_hour,
+        "created_at": course.created_at,
         "students": roles.count(Role.STUDENT), "staff": len(roles) - roles.count(Role.STUDENT),
     }  # fmt: skip
 
@@ -399,7 +411,8 @@ def _assignment_out(assignment: Assignment, membership: Membership) -> dict[str,
         "title": assignment.title, "instructions": assignment.instructions,
         "instructions_html": render_markdown(assignment.instructions), "runtime": assignment.runtime,
         "starter_code": assignment.starter_code, "datasets": list(assignment.datasets.all()),
-        "limits": assignment.limits, "opens_at": assignment.opens_at, "due_at": assignment.due_at,
+        "limits": assignment.limits, "egress": assignment.egress, "opens_at": assignment.opens_at,
+        "due_at": assignment.due_at,
         "past_due": assignment_past_due(assignment), "attempts_allowed": assignment.attempts_allowed,
         "accept_late": assignment.accept_late, "max_score": sum(t.points for t in tests),
         "tests_version": assignment.tests_version, "is_staff": staff,

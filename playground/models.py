@@ -101,6 +101,11 @@ class Run(models.Model):
     # Files staged into /input that are neither datasets nor outputs (a check run's view of the
     # student's results): [{"name": "stdout", "path": <storage name>, "sha256": <hex>}, ...]
     staged_files = models.JSONField(default=list, blank=True)
+    # The run's egress policy as asked and checked (runner.spec.RunSpec.egress): ["host:port",
+    # "*.suffix:port", ...]; empty: no network. And what its proxy recorded (RunResult.egress:
+    # the policy, each attempt, the totals, the cap passed; playground/egress.py), null without one.
+    egress = models.JSONField(default=list, blank=True)
+    egress_record = models.JSONField(null=True, blank=True)
     engine_requested = models.CharField(max_length=16, default="auto")
     queue = models.CharField(max_length=32, default="namespace")
 
@@ -327,13 +332,17 @@ class Course(models.Model):
     """A course: its people (Membership), datasets (Dataset.course), assignments and policy. The
     policy caps every run of the course under the operator's maxima: allowed runtimes, a limits
     ceiling (a partial Limits: what it leaves out is capped by the operator's maximum only),
-    microVMs required or not, and per-student quotas for the Run button."""
+    an egress ceiling (what its runs may reach), microVMs required or not, and per-student quotas
+    for the Run button."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     title = models.CharField(max_length=200)
     join_code = models.CharField(max_length=16, unique=True, null=True, blank=True)  # None: joining closed
     allowed_runtimes = models.JSONField(default=list)
     limits_ceiling = models.JSONField(default=dict, blank=True)
+    # The destinations the course's runs may reach at most (within the operator's ceiling); empty,
+    # the default: no run of the course gets a network.
+    egress_ceiling = models.JSONField(default=list, blank=True)
     require_vm = models.BooleanField(default=False)
     quota_concurrent_runs = models.PositiveIntegerField(default=2)
     quota_runs_per_hour = models.PositiveIntegerField(default=60)
@@ -408,6 +417,7 @@ class Assignment(models.Model):
     starter_code = models.TextField(blank=True)
     datasets = models.ManyToManyField(Dataset, blank=True, related_name="assignments")
     limits = models.JSONField(default=dict)
+    egress = models.JSONField(default=list, blank=True)  # the policy of its runs (Run button, tests)
     opens_at = models.DateTimeField(null=True, blank=True)
     due_at = models.DateTimeField(null=True, blank=True)
     attempts_allowed = models.PositiveIntegerField(default=0)  # 0: unlimited

@@ -15,6 +15,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from runner.config import ENV_FILE, PROJECT_ROOT, paths_from_env
+from runner.egress import ceiling_from_env
 from runner.env import ConfigError, env_bool, env_int, env_list, env_str, load_env_file
 from runner.spec import maxima_from_env
 
@@ -78,6 +79,9 @@ try:
         raise ConfigError(f"CORDON_STORAGE must be 'filesystem' or 'database', not {CORDON_STORAGE!r}")
     # The operator's maximum for each limit (CORDON_MAX_<LIMIT>), read and checked once, here.
     CORDON_MAXIMA = maxima_from_env()
+    # The operator's egress ceiling (CORDON_EGRESS_CEILING, a runner.egress.Policy): what any run's
+    # egress policy may name at most. Empty, the default: no run gets a network.
+    CORDON_EGRESS_CEILING = ceiling_from_env()
 except ConfigError as exc:
     raise ImproperlyConfigured(f"Cordon configuration error: {exc}") from exc
 

@@ -27,7 +27,7 @@ from playground.forms import InviteForm, TokenForm
 from playground.selectors.accounts import invite_list, token_list_for_user
 from playground.selectors.images import image_list_built
 from playground.selectors.notebooks import notebook_get_for_user
-from playground.selectors.runs import run_get_for_viewer, run_list_for_user
+from playground.selectors.runs import run_egress_view, run_get_for_viewer, run_list_for_user
 from playground.services import notebooks as notebook_services
 from playground.services.accounts import token_create, token_revoke
 from playground.services.audit import record_staff_access
@@ -69,7 +69,8 @@ def run_detail(request: HttpRequest, run_id: UUID) -> HttpResponse:
     """The run's page, for its owner or for staff (any run; each staff view is recorded)."""
     run = run_get_for_viewer(user=request.user, run_id=run_id)  # type: ignore[arg-type]
     record_staff_access(viewer=request.user, owner=run.owner, what="run page", run=run, path=request.get_full_path())
-    return render(request, "run_detail.html", {"run": run, "viewed_as_staff": run.owner_id != request.user.pk})
+    context = {"run": run, "viewed_as_staff": run.owner_id != request.user.pk, "egress": run_egress_view(run=run)}
+    return render(request, "run_detail.html", context)
 
 
 @login_required

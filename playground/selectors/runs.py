@@ -3,7 +3,7 @@ any user's (the callers record such reads with services/audit.py)."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.contrib.auth.models import User
@@ -12,7 +12,16 @@ from django.http import Http404
 from django.utils import timezone
 
 from playground.live import whole_utf8
-from playground.models import ACTIVE_STATES, STAFF_ROLES, Membership, Run, RunKind, RunOutputFile, StaffAccess
+from playground.models import (
+    ACTIVE_STATES,
+    STAFF_ROLES,
+    Membership,
+    Run,
+    RunKind,
+    RunOutputFile,
+    RunState,
+    StaffAccess,
+)
 from playground.services.logs import log_read
 
 
@@ -100,3 +109,26 @@ def run_stdout_text(*, user: User, run_id: Any, limit: int = 1 << 20) -> str | N
         return None
     data, _, _ = run_log_read(run=run, stream="stdout", offset=0, limit=limit)
     return data.decode("utf-8", errors="replace")
+
+
+def run_egress_view(*, run: Run) -> dict[str, Any] | None:
+    """A run's egress as its pages show it: the policy asked, whether the run has ended, and its
+    proxy's record (each attempt with its time as a datetime and its destination as host:port);
+    None for a run that had no network."""
+    record = run.egress_record
+    if not run.egress and record is None:
+        return None
+    shown = None
+    if record is not None:
+        attempts = [
+            {**attempt, "at": datetime.fromtimestamp(attempt["at"], tz=UTC),
+             "destination": _destination(attempt["host"], attempt["port"])}
+            for attempt in record.get("attempts") or []
+        ]  # fmt: skip
+        shown = {**record, "attempts": attempts}
+    return {"policy": run.egress or (record or {}).get("policy", []), "ended": run.state == RunState.FINISHED,
+            "record": shown}  # fmt: skip
+
+
+def _destination(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

@@ -31,7 +31,7 @@ from playground.models import (
 )
 from playground.selectors.courses import course_by_join_code
 from playground.services.errors import ServiceError
-from playground.services.runs import check_program_input
+from playground.services.runs import check_egress, check_program_input
 from runner.spec import RUNTIMES, Limits
 
 JOIN_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I: read aloud in a classroom
@@ -60,7 +60,8 @@ def course_create(*, user: User, title: str, policy: dict[str, Any] | None = Non
 
 def course_update(*, course: Course, changes: dict[str, Any]) -> Course:
     """Title and policy. A lower ceiling applies to runs from now on; assignments whose limits
-    are over it are capped when they run (effective_limits), not rewritten."""
+    are over it are capped when they run (effective_limits), not rewritten, and runs whose egress
+    is outside it are refused when they are made or taken by a worker."""
     if "title" in changes:
         course.title = _title(changes["title"])
     if "allowed_runtimes" in changes:
@@ -74,6 +75,8 @@ def course_update(*, course: Course, changes: dict[str, Any]) -> Course:
         course.allowed_runtimes = runtimes
     if "limits_ceiling" in changes:
         course.limits_ceiling = check_partial_limits(changes["limits_ceiling"] or {}, field="limits_ceiling")
+    if "egress_ceiling" in changes:  # within the operator's ceiling, like any run's policy
+        course.egress_ceiling = check_egress(changes["egress_ceiling"] or [], field="egress_ceiling")
     if "require_vm" in changes:
         course.require_vm = bool(changes["require_vm"])
     for quota in ("quota_concurrent_runs", "quota_runs_per_hour"):
@@ -263,6 +266,7 @@ def assignment_save(*, course: Course, data: dict[str, Any], assignment: Assignm
         allowed = ", ".join(course.allowed_runtimes or RUNTIMES)
         raise ServiceError("runtime_not_allowed", f"this course allows {allowed}", field="runtime", status=422)
     limits = check_partial_limits(data.get("limits") or {}, field="limits", ceiling=course_ceiling(course))
+    egress = check_egress(data.get("egress") or [], course=course)
     opens_at, due_at = data.get("opens_at"), data.get("due_at")
     if opens_at and due_at and due_at <= opens_at:
         raise ServiceError("invalid_dates", "due_at must be after opens_at", field="due_at", status=422)
@@ -278,7 +282,8 @@ def assignment_save(*, course: Course, data: dict[str, Any], assignment: Assignm
         raise ServiceError("too_many_tests", f"at most {MAX_TESTS} tests", field="tests", status=422)
     fields_ = {
         "title": title, "instructions": str(data.get("instructions") or "")[:MAX_TEST_TEXT], "runtime": runtime,
-        "starter_code": _text(data.get("starter_code"), "starter_code"), "limits": limits, "opens_at": opens_at,
+        "starter_code": _text(data.get("starter_code"), "starter_code"), "limits": limits, "egress": egress,
+        "opens_at": opens_at,
         "due_at": due_at, "attempts_allowed": int(data.get("attempts_allowed") or 0),
         "accept_late": bool(data.get("accept_late")),
     }  # fmt: skip

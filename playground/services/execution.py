@@ -18,6 +18,7 @@ from django.core.files.storage import default_storage
 from django.db import transaction
 from django.utils import timezone
 
+from playground.egress import egress_problem, record_for_storage
 from playground.limits import limits_from_record
 from playground.live import ChunkBatcher, LivePublisher, final_message, state_message
 from playground.models import WORKER_STATES, CleanupCheck, Run, RunOutputFile, RunState
@@ -49,16 +50,18 @@ def run_execute(*, run_id: str, worker: str) -> Run | None:
         work.mkdir(mode=0o700)  # the run's inputs and outputs: this process's alone
         (work / "inputs").mkdir()
         (work / "export").mkdir()
-        try:
-            spec = run_spec(run=run, staging=work / "inputs")
-        except (StorageIntegrityError, OSError) as exc:
-            result = staging_failed(run=run, error=exc)
-        else:
-            # The events write every chunk to the stored log; the supervisor need not keep them.
-            result = Supervisor().run(
-                spec, on_event=events, cancelled=events.cancelled, output_dir=work / "export",
-                run_id=run.id.hex[:16], keep_output=False,
-            )  # fmt: skip
+        result = egress_refused(run=run)
+        if result is None:
+            try:
+                spec = run_spec(run=run, staging=work / "inputs")
+            except (StorageIntegrityError, OSError) as exc:
+                result = staging_failed(run=run, error=exc)
+            else:
+                # The events write every chunk to the stored log; the supervisor need not keep them.
+                result = Supervisor().run(
+                    spec, on_event=events, cancelled=events.cancelled, output_dir=work / "export",
+                    run_id=run.id.hex[:16], keep_output=False,
+                )  # fmt: skip
         final = run_finish(run=run, result=result, exported=work / "export", samples=events.samples.rows)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -95,7 +98,23 @@ def run_spec(*, run: Run, staging: Path) -> RunSpec:
         inputs=tuple(inputs),
         input_names=tuple(name for _, _, name in wanted),
         engine=run.engine_requested,
+        egress=tuple(run.egress),
     )
+
+
+def egress_refused(*, run: Run) -> RunResult | None:
+    """The end of a run whose egress policy is no longer within its ceilings (one was lowered while
+    it waited): rejected_input, before anything is staged. The supervisor checks the site's ceiling
+    again itself; the course's only the web knows."""
+    problem = egress_problem(run.egress, course=run.course)
+    if problem is None:
+        return None
+    code, message = problem
+    return RunResult(
+        outcome=Outcome.REJECTED_INPUT, run_id=run.id.hex[:16], reason=f"{code}: {message}"[:500],
+        error=RunnerError(code, message, outcome=Outcome.REJECTED_INPUT),
+        cleanup=[RunnerCleanupCheck("no sandbox started", True, "the egress policy was refused before any sandbox")],
+    )  # fmt: skip
 
 
 def staging_failed(*, run: Run, error: Exception) -> RunResult:
@@ -181,6 +200,7 @@ def run_finish(*, run: Run, result: RunResult, exported: Path | None, samples: S
         "error_code": result.error.code if result.error else "",
         "error_message": result.error.message if result.error else "",
         "cleanup_ok": result.cleanup_ok,
+        "egress_record": record_for_storage(result.egress),
         "finished_at": timezone.now(),
         "lease_expires_at": None,
     }

@@ -10,9 +10,10 @@ last served. `settle` turns finished grading runs into results; both run after e
 run ends (the worker's task) and from the periodic reaper.
 
 Only the student's code, stdin and args enter the student's sandbox; expectations and check
-programs never do. A grading run that ends in an infrastructure outcome (sandbox_error,
-rejected_capacity, cancelled) is run again, up to MAX_TRIES; a submission whose grading still
-failed is `not_graded` and not charged as an attempt, and its student is told so."""
+programs never do. A test's run has the assignment's egress policy; a check run has no network.
+A grading run that ends in an infrastructure outcome (sandbox_error, rejected_capacity,
+cancelled) is run again, up to MAX_TRIES; a submission whose grading still failed is
+`not_graded` and not charged as an attempt, and its student is told so."""
 
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ from playground.selectors.runs import run_log_read
 from playground.services.courses import effective_limits
 from playground.services.dispatch import choose_queue, enqueue
 from playground.services.errors import ServiceError
-from playground.services.runs import MAX_CODE_BYTES, record_event
+from playground.services.runs import MAX_CODE_BYTES, check_egress, record_event
 from playground.storage import delete_with_folders
 from runner.spec import Limits, Outcome
 
@@ -80,6 +81,7 @@ PLAIN = {
     Outcome.OUTPUT_LIMIT.value: "failed: the program wrote more output than allowed",
     Outcome.DISK_LIMIT.value: "failed: the program filled its disk",
     Outcome.PROCESS_LIMIT.value: "failed: the program started too many processes",
+    Outcome.EGRESS_LIMIT.value: "failed: the program sent, received or connected more over the network than allowed",
 }
 
 
@@ -239,7 +241,7 @@ def _start_test(result: TestResult) -> int:
         kind=RunKind.TEST, submission=submission, runtime=assignment.runtime, code=submission.code,
         stdin=spec.get("stdin", ""), args=spec.get("args", []), limits=effective_limits(assignment.course,
                                                                                        assignment.limits),
-        datasets=list(assignment.datasets.all()),
+        datasets=list(assignment.datasets.all()), egress=list(assignment.egress or []),
     )  # fmt: skip
     if run is None:
         return 0
@@ -278,9 +280,10 @@ def _start_check(result: TestResult) -> int:
         "input_max_bytes": min(maxima.input_max_bytes, sum(len(d) for d in files.values())
                                + sum(o.size for o in outputs) + 4096),
     })  # fmt: skip
+    # No network for the check program: it judges the student's results, which are all staged.
     run = _grading_run(
         kind=RunKind.CHECK, submission=submission, runtime=spec.get("check_runtime") or submission.assignment.runtime,
-        code=spec.get("check_code", ""), stdin="", args=[], limits=limits, datasets=[], staged=staged,
+        code=spec.get("check_code", ""), stdin="", args=[], limits=limits, datasets=[], staged=staged, egress=[],
     )  # fmt: skip
     if run is None:
         return 0
@@ -290,18 +293,21 @@ def _start_check(result: TestResult) -> int:
 
 def _grading_run(
     *, kind: str, submission: Submission, runtime: str, code: str, stdin: str, args: list[str], limits: Limits,
-    datasets: list[Any], staged: list[dict[str, str]] | None = None,
+    datasets: list[Any], egress: list[str], staged: list[dict[str, str]] | None = None,
 ) -> Run | None:  # fmt: skip
     course = submission.assignment.course
     engine = "smolvm" if course.require_vm else "auto"
     try:
         queue = choose_queue(engine)
-    except ServiceError as exc:  # no live host serves what the course requires: not the student's
+        # The assignment's policy against the ceilings of today (the course's may have been lowered
+        # since the assignment was saved): the instructor's to fix, not the student's.
+        egress = check_egress(egress, course=course)
+    except ServiceError as exc:  # no live host serves what the course requires, or the policy is refused
         _fail_infrastructure_now(submission, str(exc.message))
         return None
     run = Run.objects.create(
         owner=submission.student, kind=kind, course=course, runtime=runtime, code=code, stdin=stdin, args=args,
-        staged_files=staged or [], limits=limits.to_json(), engine_requested=engine, queue=queue,
+        staged_files=staged or [], limits=limits.to_json(), engine_requested=engine, queue=queue, egress=egress,
     )  # fmt: skip
     run.datasets.set(datasets)
     record_event(run=run, state=RunState.QUEUED, detail={"grading": kind, "submission": str(submission.id)})
@@ -505,7 +511,7 @@ def assignment_try(
     *, user: User, assignment: Assignment, code: str, stdin: str = "", args: list[str] | None = None
 ) -> Run:
     """A student's own run of their code for an assignment (not a submission): the course's
-    datasets under /input, the assignment's limits, the course's engine policy and quotas."""
+    datasets under /input, the assignment's limits and egress, the course's engine policy and quotas."""
     from playground.services.runs import run_create
 
     course = assignment.course
@@ -513,5 +519,5 @@ def assignment_try(
         user=user, runtime=assignment.runtime, code=code, dataset_ids=[], limits=effective_limits(course,
                                                                                                assignment.limits),
         engine="smolvm" if course.require_vm else "auto", course=course, datasets=list(assignment.datasets.all()),
-        stdin=stdin, args=args or [],
+        stdin=stdin, args=args or [], egress=assignment.egress or [],
     )  # fmt: skip

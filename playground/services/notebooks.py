@@ -121,6 +121,7 @@ def cell_run(*, notebook: Notebook, cell_id: str, engine: str = "auto") -> Run:
             dataset_ids=[ref["id"] for ref in cell["inputs"] if ref["kind"] == "dataset"],
             output_ids=[ref["id"] for ref in cell["inputs"] if ref["kind"] == "output"],
             limits=limits_from_record(cell["limits"]), engine=engine,
+            egress=(),  # a cell has no egress policy: its runs have no network (a run's own, by the API, may)
         )  # fmt: skip
         cell["last_run_id"] = str(run.id)
         Notebook.objects.filter(id=current.id).update(cells=current.cells)  # not a new version

@@ -1,10 +1,11 @@
-"""Runs on the web's side: submission (checked against the limits, the quotas and the engines
-live hosts serve), the user's cancel and rerun, the retry of a sandbox error, and the reaper's
+"""Runs on the web's side: submission (checked against the limits, the egress ceilings, the quotas
+and the engines live hosts serve), the user's cancel and rerun, the retry of a sandbox error, and the reaper's
 decisions (lost workers, runs no live host serves). Every state change is a conditional update
 plus a RunEvent row; the worker's side of a run is services/execution.py."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -13,6 +14,7 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
+from playground.egress import egress_problem, normalised
 from playground.limits import limits_from_record, over_maximum
 from playground.models import (
     ACTIVE_STATES,
@@ -49,9 +51,11 @@ def run_create(
     datasets: list[Dataset] | None = None,
     stdin: str = "",
     args: list[str] | None = None,
+    egress: Sequence[str] = (),
 ) -> Run:
     """A user's own run. With `course` (an assignment's Run button) it is a course run: the
-    course's datasets given as `datasets`, its runtimes, and its quotas besides the site's."""
+    course's datasets given as `datasets`, its runtimes, and its quotas besides the site's. With
+    `egress` it may reach those destinations, within the site's egress ceiling (and the course's)."""
     if runtime not in RUNTIMES:
         raise ServiceError(
             "unknown_runtime", f"runtime must be one of {', '.join(RUNTIMES)}", field="runtime", status=422
@@ -69,6 +73,7 @@ def run_create(
         allowed = ", ".join(course.allowed_runtimes)
         raise ServiceError("runtime_not_allowed", f"this course allows {allowed}", field="runtime", status=422)
     check_program_input(stdin, args or [])
+    policy = check_egress(egress, course=course)
     own = list(Dataset.objects.filter(owner=user, course=None, id__in=dataset_ids))
     if len(own) != len(set(map(str, dataset_ids))):
         raise ServiceError(
@@ -93,7 +98,7 @@ def run_create(
             _check_course_quotas(user, course)
         run = Run.objects.create(
             owner=user, runtime=runtime, code=code, limits=limits.to_json(), engine_requested=engine, queue=queue,
-            course=course, stdin=stdin, args=list(args or []),
+            course=course, stdin=stdin, args=list(args or []), egress=policy,
         )  # fmt: skip
         run.datasets.set(datasets)
         run.input_outputs.set(outputs)
@@ -106,6 +111,16 @@ def check_limits(*, limits: Limits) -> None:
     """Every run's limits, new, rerun or retried, against the operator's maxima of today."""
     for field, code, message in over_maximum(limits):
         raise ServiceError(code, message, field=field, status=422)
+
+
+def check_egress(egress: Sequence[str], *, course: Course | None = None, field: str = "egress") -> list[str]:
+    """A run's egress policy (or an assignment's) against the ceilings of today: the site's and,
+    for a course's run, the course's. Returns it as stored."""
+    problem = egress_problem(egress, course=course)
+    if problem is not None:
+        code, message = problem
+        raise ServiceError(code, message, field=field, status=422)
+    return normalised(egress)
 
 
 def _check_run_quotas(user: User) -> None:
@@ -180,7 +195,7 @@ def run_rerun(*, run: Run, by: User) -> Run:
         user=run.owner, runtime=run.runtime, code=run.code, dataset_ids=[d.id for d in datasets if d.course is None],
         output_ids=[o.id for o in run.input_outputs.all()], limits=limits_from_record(run.limits),
         engine=run.engine_requested, course=run.course, datasets=[d for d in datasets if d.course is not None],
-        stdin=run.stdin, args=run.args,
+        stdin=run.stdin, args=run.args, egress=run.egress,
     )  # fmt: skip
     Run.objects.filter(id=new.id).update(rerun_of=run)
     new.refresh_from_db()
@@ -191,15 +206,16 @@ def retry_once(*, run: Run) -> Run | None:
     """A sandbox error is not the user's: run it once more, as a new, linked run."""
     if run.retry_count >= 1 or run.cancel_requested or run.kind != RunKind.RUN:
         return None  # a grading run is tried again by the grading queue (services/grading.py)
-    try:  # the same check as a new run's: the maxima may have been lowered since
+    try:  # the same checks as a new run's: the maxima or a ceiling may have been lowered since
         check_limits(limits=limits_from_record(run.limits))
+        check_egress(run.egress, course=run.course)
     except ServiceError as exc:
         record_event(run=run, state="retry_refused", detail={"reason": exc.message})
         return None
     retry = Run.objects.create(
         owner=run.owner, runtime=run.runtime, code=run.code, limits=run.limits, engine_requested=run.engine_requested,
         queue=run.queue, retry_of=run, retry_count=run.retry_count + 1, course=run.course, stdin=run.stdin,
-        args=run.args,
+        args=run.args, egress=run.egress,
     )  # fmt: skip
     retry.datasets.set(run.datasets.all())
     retry.input_outputs.set(run.input_outputs.all())

@@ -53,6 +53,7 @@
     if (a.my && a.my.score !== null && a.my.score !== undefined) rows.push(["Your score", formatScore(a.my.score, a.max_score)]);
     else rows.push(["Points", String(+Number(a.max_score).toFixed(2))]);
     rows.push(["Runtime", a.runtime]);
+    rows.push(["Network", a.egress && a.egress.length ? a.egress.join(", ") : "none"]);
     document.getElementById("facts").replaceChildren(...rows.map(([name, value]) =>
       el("li", { "data-fact": name.toLowerCase().replace(/ /g, "-") }, el("span", { class: "label" }, name), " ", value)));
     updateButtons();

@@ -5,7 +5,8 @@
 "use strict";
 
 (() => {
-  const { api, el, showFieldError, clearFieldErrors, limitFields, limitValues } = Cordon;
+  const { api, el, showFieldError, clearFieldErrors, limitFields, limitValues, egressRules, egressText, egressWords } =
+    Cordon;
   const root = document.getElementById("assignment-editor");
   const courseId = root.dataset.courseId;
   let assignmentId = root.dataset.assignmentId || null;
@@ -170,7 +171,7 @@
 
   // --- load, fill, save -----------------------------------------------------------------------
 
-  function fill(assignment, datasets, limitInfo) {
+  function fill(assignment, datasets, limitInfo, course) {
     document.getElementById("title").value = assignment.title || "";
     document.getElementById("instructions").value = assignment.instructions || "";
     const runtime = document.getElementById("runtime");
@@ -189,6 +190,8 @@
         el("a", { href: `/courses/${courseId}/#datasets-panel` }, "course page"), ")."));
     }
     document.getElementById("limit-fields").replaceChildren(...limitFields(limitInfo, assignment.limits || {}));
+    document.getElementById("egress").value = egressText(assignment.egress);
+    document.getElementById("egress-ceiling").textContent = egressWords(course.egress_ceiling);
     document.getElementById("opens-at").value = toLocalInput(assignment.opens_at);
     document.getElementById("due-at").value = toLocalInput(assignment.due_at);
     document.getElementById("attempts").value = assignment.attempts_allowed ?? 0;
@@ -206,6 +209,7 @@
       starter_code: starterSource,
       dataset_ids: [...form.querySelectorAll("input[name=dataset_ids]:checked")].map((box) => box.value),
       limits: limitValues(document.getElementById("limit-fields")),
+      egress: egressRules(document.getElementById("egress").value),
       opens_at: fromLocalInput(document.getElementById("opens-at").value),
       due_at: fromLocalInput(document.getElementById("due-at").value),
       attempts_allowed: attempts === "" ? 0 : Number(attempts),
@@ -261,7 +265,7 @@
     const server = root.dataset.runtimes.split(",").filter(Boolean);
     runtimes = course.allowed_runtimes && course.allowed_runtimes.length ? course.allowed_runtimes : server;
     const limitInfo = Object.fromEntries(described.map((limit) => [limit.name, limit]));
-    fill(assignment || { title: "", runtime: runtimes[0], tests: [] }, datasets, limitInfo);
+    fill(assignment || { title: "", runtime: runtimes[0], tests: [] }, datasets, limitInfo, course);
     if (!assignment) addTest();
     document.getElementById("time-zone").textContent = Intl.DateTimeFormat().resolvedOptions().timeZone || "local time";
     document.getElementById("add-test").addEventListener("click", () => {

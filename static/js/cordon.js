@@ -120,6 +120,13 @@ const Cordon = (() => {
     return values;
   }
 
+  // An egress policy as typed in a text box, one destination a line (spaces or commas also
+  // separate them), as the API takes it: ["api.example.org:443", "*.example.org:443"]; and back.
+  function egressRules(text) { return text.split(/[\s,]+/).filter(Boolean); }
+  function egressText(rules) { return (rules || []).join("\n"); }
+  // A ceiling in words: "api.example.org:443, *.pypi.org:443", or "nothing" when it is empty.
+  function egressWords(rules) { return rules && rules.length ? rules.join(", ") : "nothing"; }
+
   // A moment from the API (ISO text) in the reader's time zone; null is "none".
   function formatWhen(iso) {
     if (!iso) return "none";
@@ -509,5 +516,5 @@ const Cordon = (() => {
   }
 
   return { api, el, pathPart, markdownNodes, showFieldError, clearFieldErrors, LIMITS, limitFields, limitValues,
-    formatBytes, formatSeconds, formatWhen, formatScore, tableView, RunView, describe, describeTimings };
+    egressRules, egressText, egressWords, formatBytes, formatSeconds, formatWhen, formatScore, tableView, RunView, describe, describeTimings };
 })();

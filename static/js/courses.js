@@ -5,7 +5,8 @@
 "use strict";
 
 (() => {
-  const { api, el, formatBytes, formatWhen, formatScore, showFieldError, clearFieldErrors, limitFields, limitValues } =
+  const { api, el, formatBytes, formatWhen, formatScore, showFieldError, clearFieldErrors, limitFields, limitValues,
+    egressRules, egressText, egressWords } =
     Cordon;
 
   function message(text) { document.getElementById("message").textContent = text; }
@@ -314,7 +315,7 @@
     // The course's policy (instructors).
     async function setUpPolicy() {
       const form = document.getElementById("policy-form");
-      const described = await api("GET", "/limits");
+      const [described, site] = await Promise.all([api("GET", "/limits"), api("GET", "/egress")]);
       const info = Object.fromEntries(described.map((limit) => [limit.name, limit]));
       const runtimes = root.dataset.runtimes.split(",").filter(Boolean);
       const allowed = new Set(course.allowed_runtimes || []);
@@ -326,6 +327,9 @@
       document.getElementById("policy-per-hour").value = course.quota_runs_per_hour ?? "";
       const limits = document.getElementById("policy-limits");
       limits.replaceChildren(...limitFields(info, course.limits_ceiling || {}, { prefix: "limits_ceiling", unset: "maximum" }));
+      const egress = document.getElementById("policy-egress");
+      egress.value = egressText(course.egress_ceiling);
+      document.getElementById("policy-egress-site").textContent = egressWords(site.ceiling);
       form.addEventListener("submit", async (event) => {
         event.preventDefault();
         clearFieldErrors(form);
@@ -334,6 +338,7 @@
           allowed_runtimes: [...form.querySelectorAll("input[name=allowed_runtimes]:checked")].map((box) => box.value),
           require_vm: document.getElementById("policy-require-vm").checked,
           limits_ceiling: limitValues(limits),
+          egress_ceiling: egressRules(egress.value),
         };
         // A quota left empty is left as it is (a course always has one).
         for (const [name, id] of [["quota_concurrent_runs", "policy-concurrent"], ["quota_runs_per_hour", "policy-per-hour"]]) {

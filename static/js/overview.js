@@ -7,6 +7,7 @@
   const COLOURS = {
     succeeded: "#2f855a", failed: "#c53030", timed_out: "#dd6b20", cpu_limit: "#b7791f",
     memory_limit: "#9b2c2c", output_limit: "#d69e2e", disk_limit: "#744210", process_limit: "#97266d",
+    egress_limit: "#c05621",
     rejected_input: "#4a5568", rejected_capacity: "#718096", sandbox_error: "#553c9a", cancelled: "#a0aec0",
     unfinished: "#3182ce",
   };

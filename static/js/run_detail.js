@@ -4,7 +4,7 @@
 "use strict";
 
 (async () => {
-  const { api, RunView, formatBytes } = Cordon;
+  const { api, el, RunView, formatBytes } = Cordon;
   const MIB = 1048576;
   const FIRST_SAMPLE_S = 0.05;  // the supervisor's first reading (runner/supervisor.py)
   const UNITS = [["GiB", 1024 ** 3], ["MiB", MIB], ["KiB", 1024], ["B", 1]];
@@ -83,12 +83,41 @@
     return "No resource samples recorded.";
   }
 
+  // The Network section of a run that was still going when the page loaded: its egress record
+  // (the API's egress_record), listed as the page lists a finished run's.
+  function fillEgress(record) {
+    const section = document.getElementById("egress");
+    const pending = document.getElementById("egress-pending");
+    if (!section || !section.dataset.pending || !pending) return;
+    if (!record) { pending.textContent = "No egress record: the run ended before its proxy served it."; return; }
+    const when = (at) => new Date(at * 1000).toISOString().slice(0, 19).replace("T", " ");
+    const where = (a) => (a.host.includes(":") ? `[${a.host}]:${a.port}` : `${a.host}:${a.port}`);
+    const totals = `${record.connections} connected · ${record.refused} refused · ${record.bytes_out} bytes out · ` +
+      `${record.bytes_in} bytes in`;
+    const rows = record.attempts.map((a) => el("tr", { class: a.allowed ? "egress-allowed" : "egress-refused" },
+      el("td", {}, when(a.at)), el("td", {}, a.method), el("td", {}, el("code", {}, where(a))),
+      el("td", {}, a.allowed ? "allowed" : "refused"), el("td", {}, a.reason), el("td", {}, el("code", {}, a.address)),
+      el("td", { class: "num" }, a.bytes_out), el("td", { class: "num" }, a.bytes_in),
+      el("td", { class: "num" }, a.seconds)));
+    if (!rows.length) rows.push(el("tr", {}, el("td", { colspan: "9" }, "No attempts: the program reached for nothing.")));
+    const head = ["time (UTC)", "method", "destination", "result", "reason", "address", "bytes out", "bytes in", "seconds"];
+    pending.replaceWith(
+      el("p", { class: "figures", id: "egress-totals" }, totals,
+        record.limit ? el("strong", {}, ` · stopped: the run passed its egress cap (${record.limit})`) : null),
+      el("table", { class: "table", id: "egress-attempts" },
+        el("thead", {}, el("tr", {}, ...head.map((name) => el("th", {}, name)))), el("tbody", {}, ...rows)),
+      record.attempts_not_kept ? el("p", { class: "muted small" },
+        `${record.attempts_not_kept} later attempts were counted in the totals but not kept.`) : "");
+    delete section.dataset.pending;
+  }
+
   const root = document.getElementById("run");
   const view = new RunView(document.getElementById("run-view"), { canStop: root.dataset.owned === "true" });
   const run = await view.follow(root.dataset.runId);
   const chart = document.getElementById("chart");
   if (run.outcome === null) { chart.textContent = "This run is no longer stored."; return; }
   const detail = await api("GET", `/runs/${root.dataset.runId}`);
+  fillEgress(detail.egress_record);
   if (detail.isolation === "vm") {
     document.getElementById("chart-note").textContent = "In a microVM the host sees the VM's memory, not the " +
       "program's: the program's own memory is unknown, and the limit is the guest's memory.";
