@@ -40,6 +40,7 @@ from runner.env import ConfigError, env_str
 HOST_LABEL = re.compile(r"(?!-)[a-z0-9-]{1,63}(?<!-)")
 MAX_HEAD_BYTES = 16384
 CONNECT_TIMEOUT_S = 10.0
+CONNECT_TRIES = 3  # a name's checked addresses tried in turn, at most
 RELAY_CHUNK = 65536
 # Attempts a run's record keeps; the totals count every one. A program looping on refused requests
 # would otherwise grow the supervisor's memory and the record as it liked.
@@ -354,21 +355,19 @@ class EgressProxy:
         else:
             self.attempts_not_kept += 1
         started = time.monotonic()
-        address, why = await self._check(host, port)
+        addresses, why = await self._check(host, port)
         if why:
             self.refused += 1
             attempt.reason = why
             await _answer(writer, 403, f"egress to {host}:{port} refused: {why}")
             return
-        attempt.allowed, attempt.address = True, address  # it passed every check: it counts as a connection
-        try:
-            upstream_reader, upstream_writer = await asyncio.wait_for(
-                asyncio.open_connection(address, port), CONNECT_TIMEOUT_S
-            )
-        except (OSError, TimeoutError) as exc:
-            attempt.reason = f"could not connect to {address}: {exc.__class__.__name__}"
-            await _answer(writer, 502, attempt.reason)
+        attempt.allowed = True  # it passed every check: it counts as a connection
+        opened = await _open_first(addresses[:CONNECT_TRIES], port)
+        if isinstance(opened, str):
+            attempt.reason = opened
+            await _answer(writer, 502, opened)
             return
+        attempt.address, upstream_reader, upstream_writer = opened
         if method == "CONNECT":
             writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
             await writer.drain()
@@ -384,27 +383,27 @@ class EgressProxy:
             with contextlib.suppress(OSError):
                 upstream_writer.close()
 
-    async def _check(self, host: str, port: int) -> tuple[str, str]:
-        """(the address to connect to, '') or ('', why it is refused)."""
+    async def _check(self, host: str, port: int) -> tuple[list[str], str]:
+        """(the checked addresses to connect to, '') or ([], why it is refused)."""
         if self.limit:
-            return "", f"the run passed its egress cap ({self.limit})"
+            return [], f"the run passed its egress cap ({self.limit})"
         if not self.policy.allows(host, port):
-            return "", "not in the run's egress policy"
+            return [], "not in the run's egress policy"
         try:
             addresses = await asyncio.get_running_loop().run_in_executor(None, self.resolver.resolve, host, port)
         except OSError as exc:
-            return "", f"the name does not resolve ({exc})"
+            return [], f"the name does not resolve ({exc})"
         if not addresses:
-            return "", "the name has no address"
+            return [], "the name has no address"
         for address in addresses:  # every address must be public: a name is not half trusted
             why = refusal(address, own=self.own_addresses, public_for_tests=self.public_for_tests)
             if why:
-                return "", f"{host} resolves to {address}, {why}"
+                return [], f"{host} resolves to {address}, {why}"
         if self.connections >= self.caps.connections:  # counted here, with no await since: no race past it
             self._passed(f"more than {self.caps.connections} connections")
-            return "", f"the run's cap of {self.caps.connections} connections"
+            return [], f"the run's cap of {self.caps.connections} connections"
         self.connections += 1
-        return addresses[0], ""
+        return addresses, ""
 
     async def _relay(
         self,
@@ -451,6 +450,20 @@ class EgressProxy:
             self.limit = what
             self.on_limit(what)
         return f"cut: the run's egress cap ({what})"
+
+
+async def _open_first(addresses: list[str], port: int) -> tuple[str, asyncio.StreamReader, asyncio.StreamWriter] | str:
+    """A connection to the first of the checked addresses that answers (an IPv6 address first on a
+    host without IPv6 routes is no reason to fail), or why none did."""
+    why = ""
+    for address in addresses:
+        try:
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(address, port), CONNECT_TIMEOUT_S)
+        except (OSError, TimeoutError) as exc:
+            why = f"could not connect to {address}: {exc.__class__.__name__}"
+            continue
+        return address, reader, writer
+    return why
 
 
 def _destination(method: str, target: str) -> tuple[str, int, str] | None:

@@ -6,6 +6,7 @@ and are refused before any connection is made."""
 from __future__ import annotations
 
 import http.client
+import ipaddress
 import socket
 import ssl
 import subprocess
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.egress import Caps, EgressProxy, Policy, PolicyError, Rule, refusal
+from runner.egress import Caps, EgressProxy, Policy, PolicyError, Rule, StaticResolver, refusal
 from tests.runner.egress_net import HOST_SIDE, RESOLVER, TEST_HOST, TEST_NET, EgressTestHost
 
 
@@ -300,3 +301,21 @@ def test_the_record_keeps_the_first_attempts_and_counts_every_one(
     summary = egress.summary()
     assert len(summary["attempts"]) == 3 and summary["attempts_not_kept"] == 3
     assert summary["refused"] == 5 and summary["connections"] == 1  # the totals count every attempt
+
+
+def test_a_name_is_reached_at_the_first_of_its_checked_addresses_that_answers(test_host: EgressTestHost) -> None:
+    # 2001:db8:7::1 (documentation range, treated as public here alone) has no route: refused at once.
+    unrouted = ipaddress.ip_network("2001:db8:7::/48")
+    egress = EgressProxy(
+        Policy.parse(["fallback.test:8080"]),
+        resolver=StaticResolver({"fallback.test": ["2001:db8:7::1", TEST_HOST]}),
+        own_addresses=frozenset(),
+        public_for_tests=[TEST_NET, unrouted],
+    )
+    url = _serve_on_loopback(egress)
+    try:
+        assert _get(url, "http://fallback.test:8080/hello")[0] == 200
+    finally:
+        egress.close()
+    [attempt] = egress.record()
+    assert attempt["allowed"] and attempt["address"] == TEST_HOST and attempt["reason"] == ""
