@@ -168,7 +168,7 @@ def test_the_child_config_on_disk_is_a_plain_json_object_of_its_fields(tmp_path:
 
 def test_a_child_config_with_a_field_the_child_does_not_know_is_refused(tmp_path: Path) -> None:
     config = child_config(_ctx(tmp_path), state_root=tmp_path / "state", boot_timeout_s=20.0, control_fd=9)
-    raw = {**json.loads(config.to_json()), "network": True}
+    raw = {**json.loads(config.to_json()), "allow_hosts": ["example.org"]}
     with pytest.raises(TypeError):
         ChildConfig.from_json(json.dumps(raw))
 
