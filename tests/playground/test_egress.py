@@ -1,7 +1,7 @@
 """Scoped egress on the web's side: a run's policy checked against the site's ceiling (read once from
 CORDON_EGRESS_CEILING) and its course's, when it is asked for and again when a worker takes it;
 the record of what it reached stored on the run, and shown on its page, the audit console and the
-CSV export; and one run end to end whose proxy refuses a name that does not resolve."""
+CSV export; and one run end to end whose proxy refuses, unresolved, a name outside its policy."""
 
 from __future__ import annotations
 
@@ -399,11 +399,13 @@ def test_a_run_with_a_policy_reaches_its_proxy_and_the_refusal_is_recorded(
 ) -> None:
     from tests.playground.conftest import Worker
 
-    worker = Worker({**worker_env, "CORDON_EGRESS_CEILING": "nowhere.invalid:80"})
+    # The request names a host outside the run's policy: the proxy refuses it before any lookup, so
+    # the test sends nothing to any resolver (tests reach only loopback or hosts of their own).
+    worker = Worker({**worker_env, "CORDON_EGRESS_CEILING": "api.example.org:443"})
     worker.start()
     try:
         client = api(UserFactory())
-        created = submit(client, ["nowhere.invalid:80"], code=FETCH_NOWHERE)
+        created = submit(client, ["api.example.org:443"], code=FETCH_NOWHERE)
         assert created.status_code == 201, created.content
         deadline = time.monotonic() + 90
         while (run := client.get(f"/api/runs/{created.json()['id']}").json())["state"] != "finished":
@@ -415,7 +417,7 @@ def test_a_run_with_a_policy_reaches_its_proxy_and_the_refusal_is_recorded(
     log = client.get(f"/api/runs/{run['id']}/log").json()["data"]
     assert log == "refused 403 refused\n"
     record = run["egress_record"]
-    assert record["policy"] == ["nowhere.invalid:80"]
+    assert record["policy"] == ["api.example.org:443"]
     assert (record["connections"], record["refused"], record["bytes_out"], record["bytes_in"]) == (0, 1, 0, 0)
     [attempt] = record["attempts"]
     assert (attempt["method"], attempt["host"], attempt["port"], attempt["allowed"]) == (
@@ -424,4 +426,4 @@ def test_a_run_with_a_policy_reaches_its_proxy_and_the_refusal_is_recorded(
         80,
         False,
     )
-    assert attempt["reason"].startswith("the name does not resolve") and attempt["address"] == ""
+    assert attempt["reason"] == "not in the run's egress policy" and attempt["address"] == ""
