@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from runner import netns
 from runner.cgroups import CgroupLayout, favors_dynmods
 from runner.images import ImageStore, recipe_names
 from runner.registry import canary_age_s, canary_record, canary_verdict, read_json, smolvm_installed
@@ -34,7 +35,15 @@ CANARY_MAX_AGE_S = 6 * 3600
 
 def diagnose(supervisor: Supervisor | None = None, *, recheck: bool = False) -> dict[str, Any]:
     supervisor = supervisor or Supervisor()
-    checks = [_bwrap(), _cgroups(), _seccomp(), *_images(supervisor.images), _kvm(), _smolvm_engine()]
+    checks = [
+        _bwrap(),
+        _cgroups(),
+        _seccomp(),
+        *_images(supervisor.images),
+        _kvm(),
+        _smolvm_engine(),
+        _egress(supervisor),
+    ]
     if all(c.ok for c in checks if c.name in ("bubblewrap", "cgroups", "seccomp", "image python")):
         checks.append(_namespace_canary(supervisor))
     canary = supervisor.registry.read_canary()
@@ -267,6 +276,18 @@ def _kvm() -> Check:
         detail = f"/dev/kvm is {group} mode {mode:04o}: smolvm's per-VM uids cannot open it. Fix: {KVM_FIX}"
         return Check("kvm", False, detail)
     return Check("kvm", True, f"/dev/kvm {group} mode {mode:04o}; opening it proves nothing, only a canary boot does")
+
+
+def _egress(supervisor: Supervisor) -> Check:
+    """The site's egress ceiling, and whether a run's network namespace (loopback and its proxy's
+    listener) can be made here: without one, a run with egress would end as a sandbox error."""
+    ceiling = supervisor.egress.ceiling
+    allowed = f"ceiling {', '.join(ceiling.to_json())}" if ceiling else "ceiling empty: no run has network"
+    try:
+        netns.create().close()
+    except OSError as exc:
+        return Check("egress", not ceiling, f"{allowed}; a run's network namespace cannot be made here: {exc}")
+    return Check("egress", True, f"{allowed}; a run with egress gets a network namespace and proxy of its own")
 
 
 def _namespace_canary(supervisor: Supervisor) -> Check:

@@ -325,6 +325,8 @@ def test_doctor_reports_the_canary_failure_with_its_reason(project_root: Path) -
     assert "FAILED" in canary["detail"] and ("boot_failed" in canary["detail"] or "kvm_unavailable" in canary["detail"])
     assert report["engines"] == {"namespace": True, "smolvm": False}
     assert report["auto"] == "namespace" and "cannot boot" in report["conclusion"]
+    egress = next(c for c in report["checks"] if c["name"] == "egress")  # the ceiling is empty unless set
+    assert egress["ok"] and "ceiling empty: no run has network" in egress["detail"], egress
     assert proc.returncode == 0  # the namespace engine still serves
 
 
