@@ -33,7 +33,7 @@ from typing import Any
 
 import psutil
 
-from runner import hostfs
+from runner import hostfs, netns
 from runner.cgroups import CgroupLayout, RunCgroup, run_names
 from runner.engines.base import CgroupLimits, Collected, RunContext, run_env
 from runner.engines.common import (
@@ -60,7 +60,6 @@ from runner.engines.smolvm_protocol import (
     decode,
 )
 from runner.images import ImageRef
-from runner.netns import CLONE_NEWNET
 from runner.registry import read_json
 from runner.spec import MIB, CleanupCheck, Limits, RunnerError
 
@@ -795,9 +794,8 @@ def _die_with_parent(*, netns_fd: int = -1) -> Callable[[], None]:
     libc = ctypes.CDLL(None, use_errno=True)
 
     def enter() -> None:
-        if netns_fd >= 0:  # the run's egress namespace, before anything else (runner.netns)
-            if libc.setns(netns_fd, CLONE_NEWNET) != 0:
-                raise OSError(ctypes.get_errno(), "setns(CLONE_NEWNET) into the run's egress namespace")
+        if netns_fd >= 0:  # the run's egress namespace, before anything else
+            netns.enter(netns_fd)
             os.close(netns_fd)
         libc.prctl(_PR_SET_PDEATHSIG, 9, 0, 0, 0)  # the child, and so its VMM, dies with us
         # The VMM writes the guest's /output files on the host: a file size limit inherited from

@@ -276,3 +276,14 @@ def test_without_a_policy_nothing_changes(supervisor: Supervisor) -> None:
     result = run(supervisor, script, [])
     assert result.outcome is Outcome.SUCCEEDED and result.stdout.decode().strip() == "['lo'] None"
     assert result.egress is None and "egress" not in {c.name for c in result.cleanup}
+
+
+def test_an_engine_that_cannot_confine_egress_refuses_a_run_with_a_policy(
+    supervisor: Supervisor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(supervisor.engines["namespace"], "scoped_egress", False)
+    result = supervisor.run(
+        RunSpec(runtime="python", script=b"print(1)", egress=("allowed.test:8080",), engine="namespace")
+    )
+    assert result.outcome is Outcome.REJECTED_INPUT and result.error is not None
+    assert result.error.code == "egress_unsupported" and result.sandbox_id is None and result.cleanup_ok
