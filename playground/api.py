@@ -584,6 +584,8 @@ class CellIn(Schema):
     )
     # Only the limits set for this cell (the others take their defaults when it runs).
     limits: CellLimitsIn = Field(default_factory=CellLimitsIn)  # type: ignore[valid-type]
+    # Checked for shape here, against today's ceiling when the cell runs (a ceiling may change meanwhile).
+    egress: EgressPolicy = []
     last_run_id: UUID | None = Field(None, description="read-only: set by running the cell, emptied by clearing it")
 
 
@@ -623,6 +625,7 @@ class CellOut(Schema):
     source: str
     inputs: list[InputOut]
     limits: LimitsSet
+    egress: list[str] = Field(description="the destinations the cell's runs may reach (empty: no network)")
     last_run_id: UUID | None
     html: str | None = Field(description="a markdown cell, rendered and sanitised on the server")
 

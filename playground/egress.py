@@ -111,7 +111,7 @@ def record_for_storage(record: dict[str, Any] | None) -> dict[str, Any] | None:
 def describe_validation_error(error: dict[str, Any], field: str) -> tuple[str, str] | None:
     """A readable (code, message) for pydantic's error about a policy, or None if not about one."""
     parts = field.split(".")
-    if not parts or parts[0] not in ("egress", "egress_ceiling"):
+    if "egress" not in parts and parts[0] != "egress_ceiling":  # a run's, a cell's (cells.N.egress), a course's
         return None
     kind = error.get("type", "")
     if kind == "too_long":

@@ -64,7 +64,8 @@ def notebook_view(*, notebook: Notebook) -> dict[str, Any]:
                 "fix": {"kind": "dataset", "id": fix.id, "name": fix.name} if fix else None}  # fmt: skip
 
     cells = [{**cell, "html": _rendered(cell["source"]) if cell["kind"] == "markdown" else None,
-              "inputs": [input_view(r) for r in cell["inputs"]]} for cell in notebook.cells]  # fmt: skip
+              "inputs": [input_view(r) for r in cell["inputs"]], "egress": cell.get("egress", [])}
+             for cell in notebook.cells]  # fmt: skip
     return {
         "id": notebook.id, "name": notebook.name, "version": notebook.version, "created_at": notebook.created_at,
         "updated_at": notebook.updated_at, "cells": cells,

@@ -1,7 +1,8 @@
 """Notebooks: several per user, each saved whole by the page with the version it read (a stale tab
 gets notebook_conflict instead of overwriting newer work), cells checked before anything is stored.
 
-A stored cell is {"id", "kind", "runtime", "source", "inputs", "limits", "last_run_id"} (a markdown
+A stored cell is {"id", "kind", "runtime", "source", "inputs", "limits", "egress", "last_run_id"} (a
+cell stored before egress has none: its runs have no network, as with an empty policy; a markdown
 cell's HTML is rendered when the notebook is read, so a safer sanitiser reaches every notebook). An input is a reference
 {"kind": "dataset"|"output", "id", "name"} that keeps the name it was made with, so one whose
 target is gone shows what it was. `last_run_id` is the server's: a cell's run sets it, clear
@@ -18,6 +19,7 @@ from django.core.files.uploadedfile import UploadedFile
 from django.db import transaction
 from django.http import Http404
 
+from playground.egress import MAX_RULES, RULE_MAX_CHARS
 from playground.ipynb import MAX_CELLS, cells_from_ipynb, cells_from_script
 from playground.limits import limits_from_record
 from playground.models import ACTIVE_STATES, Dataset, Notebook, Run, RunOutputFile
@@ -121,7 +123,7 @@ def cell_run(*, notebook: Notebook, cell_id: str, engine: str = "auto") -> Run:
             dataset_ids=[ref["id"] for ref in cell["inputs"] if ref["kind"] == "dataset"],
             output_ids=[ref["id"] for ref in cell["inputs"] if ref["kind"] == "output"],
             limits=limits_from_record(cell["limits"]), engine=engine,
-            egress=(),  # a cell has no egress policy: its runs have no network (a run's own, by the API, may)
+            egress=cell.get("egress") or (),  # checked against today's ceiling, as any run's
         )  # fmt: skip
         cell["last_run_id"] = str(run.id)
         Notebook.objects.filter(id=current.id).update(cells=current.cells)  # not a new version
@@ -211,9 +213,26 @@ def _clean_cell(
     clean: dict[str, Any] = {
         "id": cell["id"], "kind": kind, "runtime": cell["runtime"], "source": source,
         "inputs": _clean_inputs(user, index, cell.get("inputs") or [], known),
-        "limits": {k: v for k, v in limits.to_json().items() if k in set_names}, "last_run_id": last_run_id,
+        "limits": {k: v for k, v in limits.to_json().items() if k in set_names},
+        "egress": _clean_egress(index, cell.get("egress")), "last_run_id": last_run_id,
     }  # fmt: skip
     return clean
+
+
+def _clean_egress(index: int, rules: Any) -> list[str]:
+    """A cell's egress policy, checked for shape only: the rules and the ceiling are checked when
+    the cell runs (the API's schema checks the same for a save; this guards other callers)."""
+    rules = [] if rules is None else rules
+    if (
+        not isinstance(rules, list)
+        or len(rules) > MAX_RULES
+        or not all(isinstance(rule, str) and len(rule) <= RULE_MAX_CHARS for rule in rules)
+    ):
+        raise ServiceError(
+            "egress_invalid", f"cell {index + 1}: egress is a list of at most {MAX_RULES} destinations, each at most "
+            f"{RULE_MAX_CHARS} characters", field=f"cells.{index}.egress", status=422,
+        )  # fmt: skip
+    return list(rules)
 
 
 def _clean_inputs(

@@ -4,7 +4,8 @@
 "use strict";
 
 (() => {
-  const { api, el, markdownNodes, RunView, LIMITS } = Cordon;  // LIMITS: the limits a cell offers
+  // LIMITS: the limits a cell offers
+  const { api, el, egressRules, egressWords, markdownNodes, RunView, LIMITS } = Cordon;
   const root = document.getElementById("notebook");
   const notebookId = root.dataset.notebookId;
   const cellList = document.getElementById("cells");
@@ -13,6 +14,7 @@
   const RETRY_DELAY_MS = 5000;
 
   let limitInfo = {};
+  let siteEgress = [];  // the site's egress ceiling: a cell's network box shows only when it allows something
   let datasets = [];
   let cells = [];
   let name = "";
@@ -139,7 +141,7 @@
       this.data = {
         id: data.id, kind: data.kind || "code", runtime: data.runtime || "python", source: data.source || "",
         inputs: (data.inputs || []).map((ref) => ({ ...ref })), limits: { ...(data.limits || {}) },
-        last_run_id: data.last_run_id || null,
+        egress: [...(data.egress || [])], last_run_id: data.last_run_id || null,
       };
       this.html = data.html || "";
       this.editing = this.data.kind === "markdown" && !this.data.source;
@@ -156,8 +158,8 @@
 
     // What a save sends: the reference of each input, not what the page shows of it.
     payload() {
-      const { id, kind, runtime, source, limits, last_run_id } = this.data;
-      return { id, kind, runtime, source, limits, last_run_id,
+      const { id, kind, runtime, source, limits, egress, last_run_id } = this.data;
+      return { id, kind, runtime, source, limits, egress, last_run_id,
         inputs: this.data.inputs.map((ref) => ({ kind: ref.kind, id: ref.id })) };
     }
 
@@ -217,7 +219,10 @@
       const parts = [bar, this.editorBox];
       if (this.isCode) {
         this.inputsBox = el("div", { class: "inputs", role: "group", "aria-label": "inputs" });
-        parts.push(this.inputsBox, this.limitsBox(), this.viewRoot);
+        parts.push(this.inputsBox, this.limitsBox());
+        // A cell kept from when the site allowed more still shows its policy, so it can be emptied.
+        if (siteEgress.length || this.data.egress.length) parts.push(this.networkBox());
+        parts.push(this.viewRoot);
       } else {
         this.markdownView = el("div", { class: "markdown-view", tabindex: "0", "aria-label": "rendered markdown",
           title: "double-click to edit" });
@@ -268,6 +273,24 @@
         });
         box.append(el("label", {}, `${label} ${info.unit || ""} `, input));
       }
+      return box;
+    }
+
+    // The destinations this cell's runs may reach; checked against the site's ceiling when it runs.
+    networkBox() {
+      const box = el("details", { class: "limits network" }, el("summary", {}, "Network"));
+      if (this.data.egress.length) box.open = true;
+      const input = el("input", { type: "text", name: "egress", placeholder: "api.example.org:443 *.example.net:443",
+        spellcheck: "false", autocomplete: "off" });
+      input.value = this.data.egress.join(" ");
+      input.addEventListener("change", () => {
+        this.data.egress = egressRules(input.value);
+        input.value = this.data.egress.join(" ");
+        changed();
+      });
+      const allows = siteEgress.length ? "" : ": this cell's runs are refused until its destinations are removed";
+      box.append(el("label", {}, "destinations, separated by commas or spaces ", input),
+        el("p", { class: "muted" }, `This service allows ${egressWords(siteEgress)}${allows}.`));
       return box;
     }
 
@@ -649,9 +672,11 @@
   // --- start --------------------------------------------------------------------------------
 
   async function start() {
-    const [notebook, found, described, notebooks] = await Promise.all([api("GET", `/notebooks/${notebookId}`),
-      api("GET", "/datasets"), api("GET", "/limits"), api("GET", "/notebooks")]);
+    const [notebook, found, described, notebooks, egress] = await Promise.all([
+      api("GET", `/notebooks/${notebookId}`), api("GET", "/datasets"), api("GET", "/limits"),
+      api("GET", "/notebooks"), api("GET", "/egress")]);
     datasets = found;
+    siteEgress = egress.ceiling;
     limitInfo = Object.fromEntries(described.map((limit) => [limit.name, limit]));
     name = notebook.name;
     version = notebook.version;
