@@ -35,6 +35,7 @@ from typing import Any
 
 import psutil
 
+from runner import netns
 from runner.env import ConfigError, env_str
 
 HOST_LABEL = re.compile(r"(?!-)[a-z0-9-]{1,63}(?<!-)")
@@ -523,13 +524,11 @@ class RunEgress:
     proxy serving it from the supervisor's side. Opened before the sandbox starts, closed after
     its processes are gone."""
 
-    namespace: Any  # runner.netns.EgressNamespace
+    namespace: netns.EgressNamespace
     proxy: EgressProxy
 
     @classmethod
     def open(cls, policy: Policy, caps: Caps, settings: EgressSettings) -> RunEgress:
-        from runner import netns
-
         namespace = netns.create()
         proxy = EgressProxy(policy, caps, settings.resolver, public_for_tests=settings.public_for_tests)
         try:

@@ -5,7 +5,8 @@ The namespace has no other interface and so no route anywhere: a program in it c
 127.0.0.1:PROXY_PORT and nothing else (no resolver, no raw TCP or UDP path off the machine). The
 listener is made inside the namespace and served by the supervisor's own thread, whose outgoing
 connections leave from the host's namespace, after the proxy's checks. A sandbox joins the
-namespace by `enter(fd)` in its launcher before exec (bubblewrap then unshares no network).
+namespace in its launcher before exec with runner.spawner.join_netns (bubblewrap then unshares
+no network; a microVM's child, and so its VMM, likewise).
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import struct
 import threading
 from dataclasses import dataclass
 
-CLONE_NEWNET = 0x40000000
+from runner.spawner import CLONE_NEWNET
+
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 PROXY_PORT = 3128
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -70,13 +72,6 @@ def create() -> EgressNamespace:
     if isinstance(result, BaseException):
         raise result
     return result
-
-
-def enter(fd: int) -> None:
-    """Join the namespace `fd` (in a launcher, between fork and exec: plain syscalls only)."""
-    if _libc.setns(fd, CLONE_NEWNET) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"setns(CLONE_NEWNET): {os.strerror(err)}")
 
 
 def _loopback_up() -> None:

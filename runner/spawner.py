@@ -54,7 +54,8 @@ _libc = ctypes.CDLL(None, use_errno=True)  # loaded before any fork
 
 
 def join_netns(fd: int) -> None:
-    """In a forked child before exec: into the network namespace `fd`, then close it (setns(2))."""
+    """In a forked child before exec: into the network namespace `fd`, then close it (setns(2)).
+    The one way into a run's egress namespace (runner.netns), for every launcher."""
     if _libc.setns(fd, CLONE_NEWNET) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"setns(CLONE_NEWNET): {os.strerror(err)}")

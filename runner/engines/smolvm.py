@@ -33,7 +33,7 @@ from typing import Any
 
 import psutil
 
-from runner import hostfs, netns
+from runner import hostfs
 from runner.cgroups import CgroupLayout, RunCgroup, run_names
 from runner.engines.base import CgroupLimits, Collected, RunContext, run_env
 from runner.engines.common import (
@@ -61,6 +61,7 @@ from runner.engines.smolvm_protocol import (
 )
 from runner.images import ImageRef
 from runner.registry import read_json
+from runner.spawner import join_netns
 from runner.spec import MIB, CleanupCheck, Limits, RunnerError
 
 GUEST_WORKDIR = "/tmp"
@@ -795,8 +796,7 @@ def _die_with_parent(*, netns_fd: int = -1) -> Callable[[], None]:
 
     def enter() -> None:
         if netns_fd >= 0:  # the run's egress namespace, before anything else
-            netns.enter(netns_fd)
-            os.close(netns_fd)
+            join_netns(netns_fd)
         libc.prctl(_PR_SET_PDEATHSIG, 9, 0, 0, 0)  # the child, and so its VMM, dies with us
         # The VMM writes the guest's /output files on the host: a file size limit inherited from
         # the worker would kill it (SIGXFSZ) on an oversize file, a sandbox_error instead of the

@@ -260,6 +260,7 @@ def test_a_run_namespace_reaches_the_proxy_and_has_no_other_path(test_host: Egre
     import json
 
     from runner import netns
+    from runner.spawner import join_netns
 
     space = netns.create()
     egress = EgressProxy(
@@ -270,7 +271,7 @@ def test_a_run_namespace_reaches_the_proxy_and_has_no_other_path(test_host: Egre
         env = {"PATH": "/usr/bin:/bin", "HTTP_PROXY": space.proxy_url, "http_proxy": space.proxy_url}
         proc = subprocess.run(
             [sys.executable, "-c", SANDBOX_PROBE], env=env, capture_output=True, text=True, timeout=60,
-            preexec_fn=lambda: netns.enter(space.fd),
+            preexec_fn=lambda: join_netns(space.fd),
         )  # fmt: skip
     finally:
         egress.close()

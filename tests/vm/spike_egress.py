@@ -24,6 +24,7 @@ from pathlib import Path
 
 from runner import netns
 from runner.egress import EgressProxy, Policy, StaticResolver
+from runner.spawner import join_netns
 from tests.vm.spike_branch import engine, image_view, say, sh, step
 
 PROBE = r"""
@@ -99,7 +100,7 @@ def one(floor: str, root: Path) -> None:
         proc = subprocess.run(
             [sys.executable, "-c", CHILD.format(runtime=str(engine.runtime().parent)), f"cordon-egress-{floor}",
              str(root), PROBE % {"port": port}],
-            env=env, capture_output=True, text=True, timeout=400, preexec_fn=lambda: netns.enter(space.fd),
+            env=env, capture_output=True, text=True, timeout=400, preexec_fn=lambda: join_netns(space.fd),
         )  # fmt: skip
         say(f"rc {proc.returncode}\n{proc.stdout.strip()}\n{proc.stderr.strip()[-3000:]}")
     finally:
