@@ -181,6 +181,14 @@ def shared_worker(session_worker_env: dict[str, str]) -> Iterator[SharedWorker]:
 
 
 @pytest.fixture
+def no_worker() -> None:
+    """No worker takes this test's runs (the session's shared one may be running): the test leaves
+    them queued and checks their rows, or runs them itself."""
+    if SharedWorker.current is not None:
+        SharedWorker.current.stop()
+
+
+@pytest.fixture
 def worker(shared_worker: SharedWorker, transactional_db: None) -> Worker:
     """A worker serving this host's engine queues (the session's shared one), its host registered."""
     started = shared_worker.ensure()

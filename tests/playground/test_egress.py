@@ -93,16 +93,6 @@ def site(settings: Any) -> Policy:
     return SITE
 
 
-@pytest.fixture
-def no_worker() -> None:
-    """No worker takes this test's runs (the session's shared one may be running): the test leaves
-    them queued, or runs them itself."""
-    from tests.playground.conftest import SharedWorker
-
-    if SharedWorker.current is not None:
-        SharedWorker.current.stop()
-
-
 @pytest.mark.django_db
 @pytest.mark.parametrize(
     ("egress", "code", "words"),
@@ -205,6 +195,15 @@ def _assignment(client: Client, course_id: str, egress: list[str]) -> Any:
     return post(client, f"/api/courses/{course_id}/assignments", body)
 
 
+def _enrolled(instructor: Client) -> tuple[Any, Any, Any]:
+    """A course allowing api.example.org:443, an assignment naming it, and a student who joined."""
+    course = _course(instructor, egress_ceiling=["api.example.org:443"]).json()
+    assignment = _assignment(instructor, course["id"], ["api.example.org:443"]).json()
+    student: Any = UserFactory()
+    post(api(student), "/api/courses/join", {"join_code": course["join_code"]})
+    return course, assignment, student
+
+
 @pytest.mark.django_db
 def test_a_course_ceiling_must_be_within_the_sites_and_an_assignment_within_the_courses(site: Policy) -> None:
     instructor = api(UserFactory())
@@ -238,10 +237,7 @@ def test_a_course_ceiling_must_be_within_the_sites_and_an_assignment_within_the_
 @pytest.mark.usefixtures("no_worker")
 def test_a_course_run_is_checked_again_when_the_course_ceiling_is_lowered(site: Policy, redis_server: Any) -> None:
     instructor = api(UserFactory())
-    course = _course(instructor, egress_ceiling=["api.example.org:443"]).json()
-    assignment = _assignment(instructor, course["id"], ["api.example.org:443"]).json()
-    student: Any = UserFactory()
-    post(api(student), "/api/courses/join", {"join_code": course["join_code"]})
+    course, assignment, student = _enrolled(instructor)
     tried = post(api(student), f"/api/assignments/{assignment['id']}/try", {"code": "print(1)"})
     assert tried.status_code == 201, tried.content
     assert tried.json()["egress"] == ["api.example.org:443"]
@@ -266,10 +262,7 @@ def test_a_test_run_has_the_assignments_policy_and_a_lowered_ceiling_is_not_the_
     site: Policy, redis_server: Any
 ) -> None:
     instructor = api(UserFactory())
-    course = _course(instructor, egress_ceiling=["api.example.org:443"]).json()
-    assignment = _assignment(instructor, course["id"], ["api.example.org:443"]).json()
-    student: Any = UserFactory()
-    post(api(student), "/api/courses/join", {"join_code": course["join_code"]})
+    course, assignment, student = _enrolled(instructor)
     first = post(api(student), f"/api/assignments/{assignment['id']}/submissions", {"code": "print(1)"})
     assert first.status_code == 201, first.content
     grading.pump()

@@ -26,15 +26,6 @@ def site(settings: Any) -> Policy:
     return SITE
 
 
-@pytest.fixture
-def no_worker() -> None:
-    """No worker takes this test's runs: they stay queued, and only their rows are checked."""
-    from tests.playground.conftest import SharedWorker
-
-    if SharedWorker.current is not None:
-        SharedWorker.current.stop()
-
-
 def test_a_cells_egress_is_saved_with_it_and_a_cell_without_one_has_none(redis_server: Any) -> None:
     client = api(UserFactory())
     notebook = create(client, cells=[code_cell("c1", "1", egress=["api.example.org:443"]), code_cell("c2", "2")])
