@@ -9,7 +9,8 @@ class PlaygroundConfig(AppConfig):
     def ready(self) -> None:
         from django.contrib.auth.signals import user_logged_in, user_login_failed
 
-        from playground import throttle
+        # The Celery app, so that the shared tasks this process sends use its broker.
+        from playground import celery, throttle  # noqa: F401
 
         user_login_failed.connect(throttle.login_failed, dispatch_uid="cordon.throttle.login_failed")
         user_logged_in.connect(throttle.logged_in, dispatch_uid="cordon.throttle.logged_in")
