@@ -106,7 +106,8 @@ def _error(
 
 @api.exception_handler(ServiceError)
 def _service_error(request: HttpRequest, exc: ServiceError) -> HttpResponse:
-    return _error(request, exc.status, exc.code, exc.message, exc.field)
+    headers = {"Retry-After": str(exc.retry_after_s)} if exc.retry_after_s else None
+    return _error(request, exc.status, exc.code, exc.message, exc.field, headers=headers)
 
 
 @api.exception_handler(ValidationError)

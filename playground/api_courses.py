@@ -18,6 +18,7 @@ from django.utils.http import content_disposition_header
 from ninja import Field, File, Router, Schema, Status
 from ninja.files import UploadedFile
 
+from playground import throttle
 from playground.api import (
     MAX_IDS,
     STAFF_POLL_RECORD_WINDOW,
@@ -29,7 +30,6 @@ from playground.api import (
 )
 from playground.csvcells import csv_cell
 from playground.egress import EgressPolicy
-from playground.markdown import render_markdown
 from playground.models import (
     Assignment,
     Course,
@@ -409,7 +409,7 @@ def _assignment_out(assignment: Assignment, membership: Membership) -> dict[str,
     return {
         "id": assignment.id, "course_id": assignment.course_id, "course_title": assignment.course.title,
         "title": assignment.title, "instructions": assignment.instructions,
-        "instructions_html": render_markdown(assignment.instructions), "runtime": assignment.runtime,
+        "instructions_html": assignment.instructions_html, "runtime": assignment.runtime,
         "starter_code": assignment.starter_code, "datasets": list(assignment.datasets.all()),
         "limits": assignment.limits, "egress": assignment.egress, "opens_at": assignment.opens_at,
         "due_at": assignment.due_at,
@@ -447,7 +447,15 @@ def course_list(request: HttpRequest) -> list[dict[str, Any]]:
 
 @router.post("/courses/join", response=_answers({201: MembershipOut}, 404, 422))
 def course_join(request: HttpRequest, payload: JoinIn) -> Status[Any]:
-    membership = course_services.course_join(user=request.user, join_code=payload.join_code)  # type: ignore[arg-type]
+    wait_s = throttle.join_wait_s(request)
+    if wait_s is not None:  # before the code is looked up: a right one is refused too
+        raise ServiceError("throttled", throttle.join_refusal(wait_s), status=429, retry_after_s=wait_s)
+    try:
+        membership = course_services.course_join(user=request.user, join_code=payload.join_code)  # type: ignore[arg-type]
+    except ServiceError as exc:
+        if exc.code == "invalid_join_code":
+            throttle.join_failed(request)
+        raise
     return Status(201, _membership_out(membership, staff_view=False))
 
 
@@ -539,10 +547,23 @@ def invitation_accept(request: HttpRequest, invitation_id: int) -> Status[Any]:
 # --- course datasets ----------------------------------------------------------------------
 
 
-@router.get("/courses/{course_id}/datasets", response=_answers({200: list[DatasetOut]}, 404, 422))
+class CourseDatasetOut(DatasetOut):
+    can_delete: bool = Field(
+        description="an instructor may delete any course dataset, an assistant those they uploaded"
+    )
+
+
+@router.get("/courses/{course_id}/datasets", response=_answers({200: list[CourseDatasetOut]}, 404, 422))
 def course_dataset_list(request: HttpRequest, course_id: UUID) -> Any:
-    course, _ = course_selectors.course_for_member(user=request.user, course_id=course_id)
-    return Dataset.objects.filter(course=course)
+    course, membership = course_selectors.course_for_member(user=request.user, course_id=course_id)
+    return [
+        {**DatasetOut.model_validate(d).model_dump(), "can_delete": _may_delete(membership, d, request.user)}
+        for d in Dataset.objects.filter(course=course)
+    ]
+
+
+def _may_delete(membership: Membership, dataset: Dataset, user: Any) -> bool:
+    return membership.role == Role.INSTRUCTOR or (is_staff(membership) and dataset.owner_id == user.pk)
 
 
 @router.post("/courses/{course_id}/datasets", response=_answers({201: DatasetOut}, 404, 409, 422))
@@ -554,8 +575,14 @@ def course_dataset_upload(request: HttpRequest, course_id: UUID, file: UploadedF
 
 @router.delete("/courses/{course_id}/datasets/{dataset_id}", response=_answers({204: None}, 404, 422))
 def course_dataset_delete(request: HttpRequest, course_id: UUID, dataset_id: UUID) -> Status[Any]:
-    course_selectors.course_for_staff(user=request.user, course_id=course_id)
+    """An instructor deletes any course dataset; an assistant only one they uploaded (403 otherwise)."""
+    _, membership = course_selectors.course_for_staff(user=request.user, course_id=course_id)
     dataset = course_selectors.course_dataset_for_member(user=request.user, course_id=course_id, dataset_id=dataset_id)
+    if not _may_delete(membership, dataset, request.user):
+        raise ServiceError(
+            "instructor_only", "only an instructor, or the assistant who uploaded it, may delete a course dataset",
+            status=403,
+        )  # fmt: skip
     dataset_services.dataset_delete(dataset=dataset)
     return Status(204, None)
 

@@ -49,7 +49,9 @@ def _serve_engine_queues(sender: Any = None, conf: Any = None, options: Any = No
 # Each worker host's own loop (a thread of the worker's main process): its heartbeat and drain
 # state every TICK_S, the reaper and this host's sweep every REAP_S, its engines and doctor report
 # every REGISTER_S. Every host reaps, so a host that dies is reaped by the others (the reaper's
-# updates are conditional: two hosts reaping the same run finish it once).
+# updates are conditional: two hosts reaping the same run finish it once). Grading has a thread of
+# its own (GradingLoop): its comparisons take up to their bound each, which must hold neither the
+# heartbeat nor the sweep.
 TICK_S = 5.0
 REAP_S = 10.0
 REGISTER_S = 60.0
@@ -63,6 +65,7 @@ def _register_and_sweep(sender: Any = None, **kwargs: Any) -> None:
     host_sweep(min_age_s=0)  # what this host's runs left when it died
     _warm_up()
     HostLoop(nodename=sender.hostname, queues=_engine_queues(sender.app)).start()
+    GradingLoop().start()
 
 
 def _warm_up() -> None:
@@ -117,7 +120,7 @@ class HostLoop(threading.Thread):
     def tick(self, now: float) -> None:
         from django.conf import settings
 
-        from playground.services import grading, hosts, runs
+        from playground.services import hosts, runs
 
         if now >= self.next_register:
             self.next_register = now + REGISTER_S
@@ -127,9 +130,11 @@ class HostLoop(threading.Thread):
             self.set_consuming(not draining)
         if now >= self.next_reap:
             self.next_reap = now + REAP_S
-            runs.reap()
-            grading.settle()
-            hosts.host_sweep()
+            for step in (runs.reap, hosts.host_sweep):  # each on its own: one failing skips no other
+                try:
+                    step()
+                except Exception:
+                    log.warning("host loop: %s failed", step.__name__, exc_info=True)
 
     def set_consuming(self, consuming: bool) -> None:
         """Stop (drain) or start again (resume) consuming this host's engine queues."""
@@ -138,3 +143,26 @@ class HostLoop(threading.Thread):
             control(queue, destination=[self.nodename], reply=True, timeout=5)
         self.consuming = consuming
         log.info("%s %s", "resumed" if consuming else "draining: stopped consuming", ", ".join(self.queues))
+
+
+class GradingLoop(threading.Thread):
+    """Every REAP_S: the grading runs whose own task did not settle them (its worker was lost after
+    the run) become results, and free grading slots are handed out. Each result is settled on its
+    own (services/grading.settle); a failed round is logged and the next tries again."""
+
+    def __init__(self) -> None:
+        super().__init__(name="cordon-grading-loop", daemon=True)
+
+    def run(self) -> None:
+        from django.db import close_old_connections
+
+        from playground.services import grading
+
+        while True:
+            time.sleep(REAP_S)
+            try:
+                grading.settle()
+            except Exception:
+                log.warning("grading loop round failed", exc_info=True)
+            finally:
+                close_old_connections()

@@ -413,6 +413,7 @@ class Assignment(models.Model):
     course = models.ForeignKey(Course, on_delete=models.CASCADE, related_name="assignments")
     title = models.CharField(max_length=200)
     instructions = models.TextField(blank=True)  # markdown
+    instructions_html = models.TextField(blank=True)  # rendered and sanitised when saved; reads never render
     runtime = models.CharField(max_length=16)
     starter_code = models.TextField(blank=True)
     datasets = models.ManyToManyField(Dataset, blank=True, related_name="assignments")

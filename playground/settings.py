@@ -70,6 +70,19 @@ try:
     # wait in the grading queue, served round-robin per student (services/grading.py). About the
     # workers' concurrency: fewer leaves workers idle, many more lets one student's burst queue up.
     CORDON_GRADING_SLOTS = env_int("CORDON_GRADING_SLOTS", 4, minimum=1)
+    # CPU seconds one comparison of a test's output with its expectation may use (an RE2 pattern's
+    # match, a diff), in a bounded child of its own (runner/bounded.py); past it, the test is
+    # `not_graded` (a pattern) or failed without a line diff.
+    CORDON_COMPARE_CPU_S = env_int("CORDON_COMPARE_CPU_S", 2, minimum=1, maximum=60)
+    # Submissions: at most this many a minute by one student to one assignment, and by all its
+    # students together to one assignment (429 with Retry-After past either).
+    CORDON_SUBMISSIONS_PER_MINUTE_STUDENT = env_int("CORDON_SUBMISSIONS_PER_MINUTE_STUDENT", 6, minimum=1)
+    CORDON_SUBMISSIONS_PER_MINUTE_ASSIGNMENT = env_int("CORDON_SUBMISSIONS_PER_MINUTE_ASSIGNMENT", 1200, minimum=1)
+    # Wrong join codes: past these counts within the window, the user or the address is refused
+    # with 429 for one window, even with a right code.
+    CORDON_JOIN_FAILURES_PER_USER = env_int("CORDON_JOIN_FAILURES_PER_USER", 10, minimum=1)
+    CORDON_JOIN_FAILURES_PER_ADDRESS = env_int("CORDON_JOIN_FAILURES_PER_ADDRESS", 50, minimum=1)
+    CORDON_JOIN_THROTTLE_WINDOW_S = env_int("CORDON_JOIN_THROTTLE_WINDOW_S", 900, minimum=1)
     # This worker host's name: its WorkerHost row, each run's worker_host. Unique per host.
     CORDON_HOST_NAME = env_str("CORDON_HOST_NAME", "") or socket.gethostname()
     # Where datasets, outputs and stored logs live: "filesystem" (MEDIA_ROOT, one host) or

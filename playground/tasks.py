@@ -28,7 +28,7 @@ def execute_run(self: Any, run_id: str) -> str:
         return "sent back: this host is draining" if dispatch.resend(run_id=run_id) else "not claimable"
     final = execution.run_execute(run_id=run_id, worker=settings.CORDON_HOST_NAME)
     if final is not None and final.kind != RunKind.RUN:
-        grading.settle()  # its result, and the grading slot it freed handed on
+        grading.settle(run_id=run_id)  # its own result (a bounded comparison), and the slot it freed
     return "not claimable" if final is None else final.outcome or ""
 
 

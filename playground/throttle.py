@@ -1,8 +1,10 @@
-"""Throttles for failed authentication: wrong passwords on the log-in pages, unknown bearer tokens.
+"""Throttles: failed authentication (wrong passwords on the log-in pages, unknown bearer tokens),
+wrong join codes, and the rate of submissions.
 
-Failures are counted per client address and per account in the `throttle` cache (Redis, shared by
-every web process on every host). A subject that reaches its limit within the window is refused for
-one window, with 429 and Retry-After, before any credential is checked.
+Failures are counted per client address and per account (or user) in the `throttle` cache (Redis,
+shared by every web process on every host). A subject that reaches its limit within the window is
+refused for one window, with 429 and Retry-After, before any credential or code is checked. Rates
+are counted in fixed windows of a minute: past the limit, 429 until the window ends.
 """
 
 from __future__ import annotations
@@ -43,10 +45,16 @@ class AuthThrottled(Exception):
 
 @dataclass(frozen=True)
 class Subject:
-    """What failures are counted against (one address or one account), and how many it may have."""
+    """What failures are counted against (one address or one account), how many it may have, and
+    the window they are counted in (and it is refused for, once it has them all)."""
 
     key: str
     limit: int
+    window_s: int = 0  # 0: CORDON_AUTH_THROTTLE_WINDOW_S
+
+    @property
+    def window(self) -> int:
+        return self.window_s or int(settings.CORDON_AUTH_THROTTLE_WINDOW_S)
 
 
 def client_address(request: HttpRequest) -> str:
@@ -107,12 +115,11 @@ def retry_after_s(subjects: list[Subject]) -> int | None:
 
 def record_failure(subjects: list[Subject]) -> None:
     """Count one failure against each subject; one that reaches its limit is locked out for a window."""
-    window_s = settings.CORDON_AUTH_THROTTLE_WINDOW_S
     cache = _cache()
     try:
         for subject in subjects:
-            if _increment(cache, _count_key(subject), window_s) >= subject.limit:
-                cache.set(_lock_key(subject), time.time() + window_s, timeout=window_s)
+            if _increment(cache, _count_key(subject), subject.window) >= subject.limit:
+                cache.set(_lock_key(subject), time.time() + subject.window, timeout=subject.window)
     except redis.RedisError as exc:
         log.warning("auth throttle: the throttle store is unreachable, failure not counted: %s", exc)
 
@@ -176,11 +183,15 @@ def throttled_login(view: Callable[..., HttpResponseBase]) -> Callable[..., Http
     return wrapped
 
 
-def _throttled_page(request: HttpRequest, wait_s: int) -> HttpResponse:
-    wait = f"{wait_s} seconds" if wait_s < 120 else f"{math.ceil(wait_s / 60)} minutes"
-    response = render(request, "registration/throttled.html", {"wait": wait}, status=429)
+def _throttled_page(request: HttpRequest, wait_s: int, **context: str) -> HttpResponse:
+    response = render(request, "registration/throttled.html", {"wait": _wait_words(wait_s), **context}, status=429)
     response["Retry-After"] = str(wait_s)
     return response
+
+
+def throttled_page(request: HttpRequest, wait_s: int, *, heading: str, explanation: str) -> HttpResponse:
+    """The 429 page, for a throttle other than the log-in's."""
+    return _throttled_page(request, wait_s, heading=heading, explanation=explanation)
 
 
 # Receivers of django.contrib.auth's signals, connected in PlaygroundConfig.ready(). Only logins
@@ -201,3 +212,50 @@ def logged_in(sender: Any, request: HttpRequest | None, user: Any, **_: Any) -> 
     if request is None or request.method != "POST":
         return
     reset(account_subject(user.get_username()))
+
+
+# --- join codes ----------------------------------------------------------------------------------
+# A join code is 8 characters of 32, handed out in a classroom: wrong ones are counted per user and
+# per address (a class behind one address joins with the right code, which is not counted), on the
+# API and on the join page alike, so that nobody can try codes until one opens a course.
+
+
+def join_subjects(request: HttpRequest) -> list[Subject]:
+    window = int(settings.CORDON_JOIN_THROTTLE_WINDOW_S)
+    return [
+        Subject(f"join-user:{request.user.pk}", settings.CORDON_JOIN_FAILURES_PER_USER, window),
+        Subject(f"join-address:{client_address(request)}", settings.CORDON_JOIN_FAILURES_PER_ADDRESS, window),
+    ]
+
+
+def join_wait_s(request: HttpRequest) -> int | None:
+    """Seconds until this user and address may try a join code again; None when they may now."""
+    return retry_after_s(join_subjects(request))
+
+
+def join_failed(request: HttpRequest) -> None:
+    record_failure(join_subjects(request))
+
+
+def join_refusal(wait_s: int) -> str:
+    return f"too many wrong join codes from this account or address; try again in {_wait_words(wait_s)}"
+
+
+# --- rates ---------------------------------------------------------------------------------------
+
+
+def rate_wait_s(key: str, limit: int, window_s: int = 60) -> int | None:
+    """Count one event against `key` in the current fixed window of `window_s`; past `limit` in it,
+    the seconds until the window ends (None while within it, or when the store is unreachable)."""
+    now = time.time()
+    window = int(now // window_s)
+    try:
+        count = _increment(_cache(), f"rate:{key}:{window}", window_s + 5)
+    except redis.RedisError as exc:
+        log.warning("rate limit: the throttle store is unreachable, not limiting: %s", exc)
+        return None
+    return max(1, math.ceil((window + 1) * window_s - now)) if count > limit else None
+
+
+def _wait_words(wait_s: int) -> str:
+    return f"{wait_s} seconds" if wait_s < 120 else f"{math.ceil(wait_s / 60)} minutes"

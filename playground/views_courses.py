@@ -11,6 +11,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
 
+from playground import throttle
 from playground.models import Membership, Role
 from playground.selectors.courses import (
     assignment_for_member,
@@ -45,9 +46,18 @@ def courses(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_http_methods(["GET", "POST"])
 def course_join(request: HttpRequest, code: str) -> HttpResponse:
-    """A join link: the course's title and a Join button; a member is sent to the course."""
+    """A join link: the course's title and a Join button; a member is sent to the course. Wrong
+    codes count against the user and the address, as on the API (playground/throttle.py)."""
+    wait_s = throttle.join_wait_s(request)
+    if wait_s is not None:
+        return throttle.throttled_page(
+            request, wait_s, heading="Too many wrong join codes",
+            explanation="There have been too many join links with wrong codes from your account or address, so "
+            "join links are refused for now, even with the right code.",
+        )  # fmt: skip
     course = course_by_join_code(code)
     if course is None:
+        throttle.join_failed(request)
         message = "This join link does not work: no course has this code (it may have been rotated or closed)."
         return render(request, "courses/join.html", {"error": message}, status=404)
     if membership_of(request.user, course) is not None:

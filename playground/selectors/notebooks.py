@@ -3,14 +3,12 @@ exists and, when not, which of the user's datasets of the same name would fix it
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 from django.contrib.auth.models import User
 from django.db.models import QuerySet
 from django.http import Http404
 
-from playground.markdown import render_markdown
 from playground.models import Dataset, Notebook, Run, RunOutputFile
 
 
@@ -43,11 +41,6 @@ def inputs_found(*, user: User, refs: list[dict[str, Any]]) -> Found:
     return found
 
 
-@functools.lru_cache(maxsize=2048)
-def _rendered(source: str) -> str:
-    return render_markdown(source)
-
-
 def notebook_view(*, notebook: Notebook) -> dict[str, Any]:
     refs = [ref for cell in notebook.cells for ref in cell["inputs"]]
     found = inputs_found(user=notebook.owner, refs=refs)
@@ -63,7 +56,7 @@ def notebook_view(*, notebook: Notebook) -> dict[str, Any]:
         return {**ref, "broken": is_broken(ref),
                 "fix": {"kind": "dataset", "id": fix.id, "name": fix.name} if fix else None}  # fmt: skip
 
-    cells = [{**cell, "html": _rendered(cell["source"]) if cell["kind"] == "markdown" else None,
+    cells = [{**cell, "html": cell.get("html", "") if cell["kind"] == "markdown" else None,
               "inputs": [input_view(r) for r in cell["inputs"]], "egress": cell.get("egress", [])}
              for cell in notebook.cells]  # fmt: skip
     return {

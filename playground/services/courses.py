@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import re
 import secrets
 from dataclasses import fields
@@ -16,8 +17,12 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
+from django.db.models.functions import Lower
 from django.utils import timezone
 
+from playground import matching
+from playground.markdown import SOURCE_MAX_BYTES as MARKDOWN_MAX_BYTES
+from playground.markdown import render_bounded
 from playground.models import (
     Assignment,
     AssignmentTest,
@@ -154,17 +159,20 @@ def _keep_an_instructor(course: Course, leaving: Membership) -> None:
 
 def roster_import(*, course: Course, by: User, data: bytes) -> dict[str, Any]:
     """One username or email per line (a header line is skipped; a second column may name the
-    role: student or assistant). Each new one becomes an invitation its user accepts."""
+    role: student or assistant). Each new one becomes an invitation its user accepts. A few
+    queries whatever the roster's length (MAX_ROSTER_LINES), in one transaction."""
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError:
         raise ServiceError("invalid_roster", "the roster must be UTF-8 text (CSV)", field="file", status=422) from None
-    rows = list(csv.reader(io.StringIO(text)))
+    rows = list(itertools.islice(csv.reader(io.StringIO(text)), MAX_ROSTER_LINES + 1))
     if len(rows) > MAX_ROSTER_LINES:
         raise ServiceError(
-            "invalid_roster", f"{len(rows)} lines; at most {MAX_ROSTER_LINES} at once", field="file", status=422
-        )
+            "invalid_roster", f"more than {MAX_ROSTER_LINES} lines; at most {MAX_ROSTER_LINES} at once", field="file",
+            status=422,
+        )  # fmt: skip
     counts: dict[str, Any] = {"invited": 0, "already_members": 0, "already_invited": 0, "invalid": []}
+    wanted: dict[str, str] = {}  # identifier -> role, the first line naming it wins
     for index, row in enumerate(rows):
         cells = [cell.strip() for cell in row]
         if not cells or not cells[0]:
@@ -176,23 +184,39 @@ def roster_import(*, course: Course, by: User, data: bytes) -> dict[str, Any]:
         if role not in (Role.STUDENT, Role.ASSISTANT) or not (_EMAIL.match(identifier) or _USERNAME.match(identifier)):
             counts["invalid"].append(",".join(cells)[:200])
             continue
-        user = _user_named(identifier)
-        if user is not None and Membership.objects.filter(course=course, user=user).exists():
-            counts["already_members"] += 1
+        if identifier in wanted:
+            counts["already_invited"] += 1
             continue
-        _, created = CourseInvitation.objects.get_or_create(
-            course=course, identifier=identifier, defaults={"role": role, "created_by": by}
+        wanted[identifier] = role
+    members = _members_named(course, list(wanted))
+    with transaction.atomic():
+        invited = set(
+            CourseInvitation.objects.filter(course=course, identifier__in=list(wanted)).values_list(
+                "identifier", flat=True
+            )
         )
-        counts["invited" if created else "already_invited"] += 1
+        new = []
+        for identifier, role in wanted.items():
+            if identifier in members:
+                counts["already_members"] += 1
+            elif identifier in invited:
+                counts["already_invited"] += 1
+            else:
+                new.append(CourseInvitation(course=course, identifier=identifier, role=role, created_by=by))
+        created = CourseInvitation.objects.bulk_create(new, ignore_conflicts=True)  # a parallel import's stay
+        counts["invited"] = len(created)
     return counts
 
 
-def _user_named(identifier: str) -> User | None:
-    # An email address names the account with that email only (as invitations_for_user reads it),
-    # never one whose username merely is that address.
-    if "@" in identifier:
-        return User.objects.filter(email__iexact=identifier).first()
-    return User.objects.filter(username__iexact=identifier).first()
+def _members_named(course: Course, identifiers: list[str]) -> set[str]:
+    """The identifiers that name a member of the course already. An email address names the account
+    with that email only (as invitations_for_user reads it), never one whose username merely is it."""
+    members = Membership.objects.filter(course=course).annotate(
+        email=Lower("user__email"), username=Lower("user__username")
+    )  # fmt: skip
+    emails = members.filter(email__in=[i for i in identifiers if "@" in i]).values_list("email", flat=True)
+    names = members.filter(username__in=[i for i in identifiers if "@" not in i]).values_list("username", flat=True)
+    return {*emails, *names}
 
 
 def _new_join_code() -> str:
@@ -277,11 +301,16 @@ def assignment_save(*, course: Course, data: dict[str, Any], assignment: Assignm
             "dataset_not_found", "a dataset in dataset_ids is not one of this course's", field="dataset_ids",
             status=404,
         )  # fmt: skip
-    tests = [_clean_test(test, index, runtime, course) for index, test in enumerate(data.get("tests") or [])]
-    if len(tests) > MAX_TESTS:
+    if len(data.get("tests") or []) > MAX_TESTS:
         raise ServiceError("too_many_tests", f"at most {MAX_TESTS} tests", field="tests", status=422)
+    tests = [_clean_test(test, index, runtime, course) for index, test in enumerate(data.get("tests") or [])]
+    instructions = _instructions(data.get("instructions"))
+    if assignment is not None and assignment.instructions == instructions:
+        instructions_html = assignment.instructions_html
+    else:
+        (instructions_html,) = render_bounded([instructions])
     fields_ = {
-        "title": title, "instructions": str(data.get("instructions") or "")[:MAX_TEST_TEXT], "runtime": runtime,
+        "title": title, "instructions": instructions, "instructions_html": instructions_html, "runtime": runtime,
         "starter_code": _text(data.get("starter_code"), "starter_code"), "limits": limits, "egress": egress,
         "opens_at": opens_at,
         "due_at": due_at, "attempts_allowed": int(data.get("attempts_allowed") or 0),
@@ -338,13 +367,14 @@ def _clean_test(test: dict[str, Any], index: int, runtime: str, course: Course) 
             status=422,
         )  # fmt: skip
     if expected is not None and match == Match.REGEX:
-        try:
-            re.compile(expected)
-        except re.error as exc:
+        # Compiled here, in the request: the pattern is capped first, and RE2 compiles in time and
+        # memory bounded by that cap and its RE2_MAX_MEM (no recursion, no backtracking).
+        problem = matching.pattern_error(str(expected))
+        if problem is not None:
             raise ServiceError(
-                "invalid_test", f"{where}.expected_stdout is not a valid regular expression: {exc}",
+                "invalid_test", f"{where}.expected_stdout (test {name[:80]!r}): {problem}",
                 field=f"{where}.expected_stdout", status=422,
-            ) from None  # fmt: skip
+            )  # fmt: skip
     check_runtime = test.get("check_runtime") or ""
     if check_code and check_runtime and check_runtime not in RUNTIMES:
         raise ServiceError(
@@ -358,6 +388,17 @@ def _clean_test(test: dict[str, Any], index: int, runtime: str, course: Course) 
         "match": match, "check_code": _text(check_code, f"{where}.check_code"),
         "check_runtime": check_runtime if check_code else "",
     }  # fmt: skip
+
+
+def _instructions(value: Any) -> str:
+    text = str(value or "")
+    size = len(text.encode())
+    if size > MARKDOWN_MAX_BYTES:
+        raise ServiceError(
+            "markdown_too_large", f"instructions: at most {MARKDOWN_MAX_BYTES} bytes of markdown (these are {size})",
+            field="instructions", status=422,
+        )  # fmt: skip
+    return text
 
 
 def _text(value: Any, field: str) -> str:

@@ -7,13 +7,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from dataclasses import dataclass
 from datetime import timedelta
 
 from django.db import transaction
 from django.utils import timezone
 
 from playground.limits import limits_from_record
-from playground.models import Run, RunState
+from playground.models import Run, RunKind, RunState
 from playground.selectors.hosts import live_engines
 from playground.services.errors import ServiceError
 from runner.registry import auto_choice
@@ -21,6 +22,15 @@ from runner.registry import auto_choice
 log = logging.getLogger(__name__)
 # The task's hard time limit is the run's own deadline plus this, for boot and teardown.
 TASK_TIME_MARGIN_S = 180
+# A worker takes the queued task of highest priority first (in Redis, 0 is the highest): a
+# person's run goes before grading work (a submission's tests, check programs), so a course's
+# grading delays it by the remaining time of the tasks already running, never by the queue.
+PERSON_PRIORITY = 0
+GRADING_PRIORITY = 9
+
+
+def priority(run: Run) -> int:
+    return GRADING_PRIORITY if run.kind in (RunKind.TEST, RunKind.CHECK) else PERSON_PRIORITY
 
 
 def choose_queue(engine: str) -> str:
@@ -43,12 +53,12 @@ def enqueue(*, run: Run) -> None:
     process sends it again every second until the broker takes it (and the reaper re-sends runs
     still queued long after, should this process die); a duplicate is harmless (claims are atomic)."""
     time_limit = int(limits_from_record(run.limits).wall_timeout_s + TASK_TIME_MARGIN_S)
-    run_id, queue = str(run.id), run.queue
+    run_id, sending = str(run.id), _Sending(run.queue, time_limit, priority(run))
 
     def send() -> None:
         Run.objects.filter(id=run_id).update(enqueued_at=timezone.now())
-        if not _send(run_id, queue, time_limit):
-            _unsent.add(run_id, queue, time_limit)
+        if not _send(run_id, sending):
+            _unsent.add(run_id, sending)
 
     transaction.on_commit(send)
 
@@ -82,11 +92,22 @@ def requeue_stale(*, older_than_s: float = 60.0) -> int:
     return len(stale)
 
 
-def _send(run_id: str, queue: str, time_limit: int) -> bool:
+@dataclass(frozen=True)
+class _Sending:
+    """Where and how a run's task is sent."""
+
+    queue: str
+    time_limit: int
+    priority: int
+
+
+def _send(run_id: str, sending: _Sending) -> bool:
     from playground.tasks import execute_run
 
     try:
-        execute_run.apply_async(args=(run_id,), queue=queue, time_limit=time_limit, retry=False)
+        execute_run.apply_async(
+            args=(run_id,), queue=sending.queue, time_limit=sending.time_limit, priority=sending.priority, retry=False
+        )
     except Exception:  # the broker is unreachable: sent again once it is back
         log.warning("could not enqueue run %s; sending it again when the broker is back", run_id, exc_info=True)
         return False
@@ -100,13 +121,13 @@ class _Unsent:
     RESEND_S = 1.0
 
     def __init__(self) -> None:
-        self._pending: dict[str, tuple[str, int]] = {}
+        self._pending: dict[str, _Sending] = {}
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
 
-    def add(self, run_id: str, queue: str, time_limit: int) -> None:
+    def add(self, run_id: str, sending: _Sending) -> None:
         with self._lock:
-            self._pending[run_id] = (queue, time_limit)
+            self._pending[run_id] = sending
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name="cordon-resend", daemon=True)
                 self._thread.start()
@@ -124,8 +145,8 @@ class _Unsent:
                 pending = dict(self._pending)
             ids = Run.objects.filter(id__in=list(pending), state=RunState.QUEUED).values_list("id", flat=True)
             queued = {str(i) for i in ids}
-            for run_id, (queue, time_limit) in pending.items():
-                if run_id not in queued or _send(run_id, queue, time_limit):
+            for run_id, sending in pending.items():
+                if run_id not in queued or _send(run_id, sending):
                     with self._lock:
                         self._pending.pop(run_id, None)
             close_old_connections()

@@ -17,12 +17,11 @@ cancelled) is run again, up to MAX_TRIES; a submission whose grading still faile
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
 import logging
-import subprocess
-import sys
+import time
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -33,6 +32,7 @@ from django.core.files.storage import default_storage
 from django.db import transaction
 from django.utils import timezone
 
+from playground import matching, throttle
 from playground.models import (
     ACTIVE_STATES,
     Assignment,
@@ -55,17 +55,18 @@ from playground.services.dispatch import choose_queue, enqueue
 from playground.services.errors import ServiceError
 from playground.services.runs import MAX_CODE_BYTES, check_egress, record_event
 from playground.storage import delete_with_folders
+from runner import bounded
 from runner.spec import Limits, Outcome
 
 log = logging.getLogger(__name__)
 MAX_TRIES = 3  # grading runs of one test (or check) that ended in an infrastructure outcome
+SETTLE_BUDGET_S = 30.0  # a settling round begins no result past this (the next round goes on)
 INFRASTRUCTURE = {Outcome.SANDBOX_ERROR.value, Outcome.REJECTED_CAPACITY.value, Outcome.CANCELLED.value}
 FINAL = {TestStatus.PASSED, TestStatus.FAILED, TestStatus.NOT_GRADED}
 IN_PROGRESS = (TestStatus.PENDING, TestStatus.RUNNING, TestStatus.CHECKING)
-DIFF_MAX = 8 * 1024
 FEEDBACK_MAX = 8 * 1024
 COMPARE_MAX = 1 << 20  # the stdout compared with an expectation (the run's own cap is usually this)
-REGEX_TIMEOUT_S = 2.0
+COMPARE_JOB = "playground.matching:compare_job"
 
 PLAIN = {
     TestStatus.PENDING: "waiting to run",
@@ -106,6 +107,7 @@ def submission_create(*, user: User, assignment: Assignment, code: str) -> Submi
     late = assignment_past_due(assignment)
     if late and not assignment.accept_late:
         raise ServiceError("past_due", "the due time has passed and late submissions are not accepted", status=422)
+    _check_rate(user, assignment)
     tests = list(assignment.tests.all())
     with transaction.atomic():
         # One submission of a student at a time, so the attempt count and the insert cannot race.
@@ -120,6 +122,22 @@ def submission_create(*, user: User, assignment: Assignment, code: str) -> Submi
         _add_results(submission, tests)
         transaction.on_commit(pump)
     return submission
+
+
+def _check_rate(user: User, assignment: Assignment) -> None:
+    """At most CORDON_SUBMISSIONS_PER_MINUTE_STUDENT a minute by one student to one assignment, and
+    CORDON_SUBMISSIONS_PER_MINUTE_ASSIGNMENT by all its students (each a grading run per test)."""
+    limits = (
+        (f"submit:{assignment.id}:{user.pk}", settings.CORDON_SUBMISSIONS_PER_MINUTE_STUDENT, "by one student"),
+        (f"submit:{assignment.id}", settings.CORDON_SUBMISSIONS_PER_MINUTE_ASSIGNMENT, "by all its students"),
+    )
+    for key, limit, whose in limits:
+        wait_s = throttle.rate_wait_s(key, limit)
+        if wait_s is not None:
+            raise ServiceError(
+                "too_many_submissions", f"at most {limit} submissions a minute {whose} to this assignment; try again "
+                f"in {wait_s} seconds", status=429, retry_after_s=wait_s,
+            )  # fmt: skip
 
 
 def _add_results(submission: Submission, tests: list[AssignmentTest]) -> None:
@@ -182,18 +200,20 @@ def pump() -> int:
         free = settings.CORDON_GRADING_SLOTS - grading.count()
         if free <= 0:
             return 0
-        for result in _checks_due()[:free]:
-            started += _start_check(result)
+        for result in _checks_due(free):
+            started += _start_on_its_own(result, check=True)
         free -= started
         if free <= 0:
             return started
-        pending = TestResult.objects.filter(status=TestStatus.PENDING, run=None).select_related(
-            "submission__assignment__course"
+        # Keys only (the whole queue can be thousands of results, each with its test's texts): the
+        # rows of the results chosen are loaded when they are started.
+        pending = TestResult.objects.filter(status=TestStatus.PENDING, run=None).order_by(
+            "submission__created_at", "position"
         )
-        by_student: dict[tuple[Any, int], list[TestResult]] = {}
-        for result in pending.order_by("submission__created_at", "position"):
-            key = (result.submission.assignment.course_id, result.submission.student_id)
-            by_student.setdefault(key, []).append(result)
+        by_student: dict[tuple[Any, int], list[tuple[int, Any]]] = {}
+        keys = ("id", "submission__assignment__course_id", "submission__student_id", "submission__created_at")
+        for result_id, course_id, student_id, submitted_at in pending.values_list(*keys):
+            by_student.setdefault((course_id, student_id), []).append((result_id, submitted_at))
         if not by_student:
             return started
         served = {
@@ -210,28 +230,41 @@ def pump() -> int:
             submitting before them, a student served just now goes to the back, and one with
             fifty submissions is one student in the line, not fifty."""
             last = getattr(served.get(key), "served_at", None) or epoch
-            waiting = by_student[key][0].submission.created_at
+            waiting = by_student[key][0][1]
             return max(last, waiting), waiting, key[1]
 
         while free > 0 and by_student:
             key = min(by_student, key=turn)
-            result = by_student[key].pop(0)
+            result_id, _ = by_student[key].pop(0)
             if not by_student[key]:
                 del by_student[key]
             now = timezone.now()
             if key in served:
                 served[key].served_at = now
                 Membership.objects.filter(id=served[key].id).update(served_at=now)
-            started += _start_test(result)
+            result = TestResult.objects.select_related("submission__assignment__course").get(id=result_id)
+            started += _start_on_its_own(result)
             free -= 1
     return started
 
 
-def _checks_due() -> list[TestResult]:
+def _start_on_its_own(result: TestResult, *, check: bool = False) -> int:
+    """Start a result's test (or check) run; one that cannot be started (data that breaks a step) is
+    `not_graded` with the reason, in a savepoint, and the queue goes on to the others."""
+    try:
+        with transaction.atomic():
+            return _start_check(result) if check else _start_test(result)
+    except Exception as exc:
+        log.exception("grading: starting test result %s failed", result.id)
+        _give_up(result, f"grading this test failed on the server ({type(exc).__name__}); not your code")
+        return 0
+
+
+def _checks_due(limit: int) -> list[TestResult]:
     due = TestResult.objects.filter(status=TestStatus.CHECKING, check_run=None).select_related(
         "submission__assignment__course", "run"
     )
-    return list(due.order_by("submission__created_at", "position"))
+    return list(due.order_by("submission__created_at", "position")[:limit])
 
 
 def _start_test(result: TestResult) -> int:
@@ -325,18 +358,51 @@ def _fail_infrastructure_now(submission: Submission, why: str) -> None:
 # --- results ------------------------------------------------------------------------------
 
 
-def settle() -> int:
+def settle(*, run_id: Any = None, budget_s: float = SETTLE_BUDGET_S) -> int:
     """Turn finished grading runs into results (a retry, a check to start, a pass or a fail), then
-    hand out the slots they freed. Idempotent: each result moves on by a conditional update."""
-    settled = 0
+    hand out the slots they freed; with `run_id`, only that run's result (its worker's task does
+    that). Idempotent: each result moves on by a conditional update. Each result is settled on its
+    own: one that cannot be (a comparison that fails, data that breaks a step) is `not_graded` with
+    the reason, and the others, of every student and course, go on. Past `budget_s` no further
+    result is begun (each comparison takes up to its own bound): the next round goes on."""
+    settled, deadline = 0, time.monotonic() + budget_s
     running = TestResult.objects.filter(status=TestStatus.RUNNING, run__state=RunState.FINISHED)
-    for result in running.select_related("run", "submission"):
-        settled += _settle_test(result)
     checking = TestResult.objects.filter(status=TestStatus.CHECKING, check_run__state=RunState.FINISHED)
-    for result in checking.select_related("run", "check_run", "submission"):
-        settled += _settle_check(result)
+    if run_id is not None:
+        running, checking = running.filter(run_id=run_id), checking.filter(check_run_id=run_id)
+    steps = [(_settle_test, r) for r in running.select_related("run", "submission").order_by("run__finished_at")]
+    steps += [(_settle_check, r) for r in checking.select_related("run", "check_run", "submission")]
+    for step, result in steps:
+        if time.monotonic() > deadline:
+            break
+        settled += _on_its_own(step, result)
     pump()
     return settled
+
+
+def _on_its_own(step: Any, result: TestResult) -> int:
+    try:
+        return int(step(result))
+    except Exception as exc:
+        log.exception("grading: settling test result %s failed", result.id)
+        why = f"grading this test failed on the server ({type(exc).__name__}); not your code"
+        return _give_up(result, why)
+
+
+def _give_up(result: TestResult, why: str) -> int:
+    """`not_graded`, from whatever in-progress status it is in; if even that fails (the database
+    away), it is left as it was and the next round tries again."""
+    try:
+        with transaction.atomic():
+            done = TestResult.objects.filter(id=result.id, status__in=IN_PROGRESS).update(
+                status=TestStatus.NOT_GRADED, score=None, detail=why[:500], finished_at=timezone.now()
+            )
+            if done:
+                _finish_submission(result.submission_id)
+        return done
+    except Exception:
+        log.exception("grading: could not mark test result %s not graded", result.id)
+        return 0
 
 
 def _settle_test(result: TestResult) -> int:
@@ -358,14 +424,14 @@ def _settle_test(result: TestResult) -> int:
         changes.update(status=outcome, score=0.0, detail=status_words(outcome))
     else:
         got = run_log_read(run=run, stream="stdout", offset=0, limit=COMPARE_MAX)[0].decode("utf-8", errors="replace")
-        passed, diff = compare(got, result.spec.get("expected_stdout") or "", result.spec.get("match", Match.STRIP))
-        status = TestStatus.PASSED if passed else TestStatus.FAILED
-        changes.update(status=status, score=result.points if passed else 0.0, diff=diff,
-                       detail="" if passed else status_words(status))  # fmt: skip
+        verdict = compare(got, result.spec.get("expected_stdout") or "", result.spec.get("match", Match.STRIP))
+        score = None if verdict.status == TestStatus.NOT_GRADED else result.points if verdict.passed else 0.0
+        changes.update(status=verdict.status, score=score, diff=verdict.diff, detail=verdict.detail)
     changes["finished_at"] = timezone.now()
-    done = _move(result, TestStatus.RUNNING, changes)
-    if done:
-        _finish_submission(result.submission_id)
+    with transaction.atomic():  # the result and its submission move together, or neither does
+        done = _move(result, TestStatus.RUNNING, changes)
+        if done:
+            _finish_submission(result.submission_id)
     return done
 
 
@@ -388,9 +454,10 @@ def _settle_check(result: TestResult) -> int:
     else:  # the instructor's program itself ran out of something: not the student's doing
         changes.update(status=TestStatus.NOT_GRADED, score=None,
                        detail=f"the check program ended with {outcome}: the instructor's to fix")  # fmt: skip
-    done = _move(result, TestStatus.CHECKING, changes)
-    if done:
-        _finish_submission(result.submission_id)
+    with transaction.atomic():
+        done = _move(result, TestStatus.CHECKING, changes)
+        if done:
+            _finish_submission(result.submission_id)
     return done
 
 
@@ -409,9 +476,11 @@ def _retry_or_give_up(result: TestResult, run: Run, *, field: str) -> int:
                     "and this does not count against you")  # fmt: skip
             Submission.objects.filter(id=result.submission_id).update(note=note[:500])
         return done
-    done = _move(result, result.status, {"status": TestStatus.NOT_GRADED, "detail": why, "finished_at": timezone.now()})
-    if done:
-        _finish_submission(result.submission_id)
+    with transaction.atomic():
+        done = _move(result, result.status, {"status": TestStatus.NOT_GRADED, "detail": why,
+                                             "finished_at": timezone.now()})  # fmt: skip
+        if done:
+            _finish_submission(result.submission_id)
     return done
 
 
@@ -465,43 +534,46 @@ def _remove_staged(check: Run) -> None:
 # --- comparing output ---------------------------------------------------------------------
 
 
-def normalise(text: str) -> str:
-    """`strip`: trailing whitespace of every line and trailing blank lines do not count."""
-    return "\n".join(line.rstrip() for line in text.replace("\r\n", "\n").split("\n")).rstrip("\n")
+@dataclass(frozen=True)
+class Verdict:
+    """A test's output against its expectation: passed, failed (with a diff), or not graded (the
+    comparison itself could not be made: the instructor's pattern, not the student's code)."""
+
+    status: str
+    diff: str = ""
+    detail: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return self.status == TestStatus.PASSED
 
 
-def compare(got: str, expected: str, match: str) -> tuple[bool, str]:
-    """(passed, a unified diff of expected against got when it did not)."""
-    if match == Match.REGEX:
-        passed = regex_fullmatch(expected, got.rstrip())
-        return passed, "" if passed else _cut(f"expected output matching the pattern:\n{expected}\n\ngot:\n{got}")
-    left, right = (expected, got) if match == Match.EXACT else (normalise(expected), normalise(got))
-    if left == right:
-        return True, ""
-    if normalise(left) == normalise(right):  # a diff of the lines would show nothing
-        return False, "the outputs differ only in whitespace at line ends or in the final newline\n"
-    diff = difflib.unified_diff(
-        left.splitlines(keepends=True), right.splitlines(keepends=True), "expected", "your output", n=2
-    )
-    return False, _cut("".join(line if line.endswith("\n") else line + "\n" for line in diff))
-
-
-def regex_fullmatch(pattern: str, text: str) -> bool:
-    """The instructor's pattern against the student's output, in a separate process with a time
-    limit: a pattern that backtracks catastrophically on a hostile output cannot hang a worker."""
-    program = "import re,sys;d=sys.stdin.read();sys.exit(0 if re.fullmatch(sys.argv[1],d,re.DOTALL) else 1)"
+def compare(got: str, expected: str, match: str) -> Verdict:
+    """Equal outputs pass here (linear, no child); a pattern's match and a diff are made in a
+    bounded child (runner.bounded: CORDON_COMPARE_CPU_S of CPU, a wall deadline, 512 MiB)."""
+    if matching.equal(got, expected, match):
+        return Verdict(TestStatus.PASSED)
     try:
-        proc = subprocess.run(
-            [sys.executable, "-I", "-c", program, pattern], input=text.encode(), capture_output=True,
-            timeout=REGEX_TIMEOUT_S, check=False,
-        )  # fmt: skip
-    except subprocess.TimeoutExpired:
-        return False
-    return proc.returncode == 0
+        answer = bounded.call(COMPARE_JOB, {"got": got, "expected": expected, "match": match}, compare_bounds())
+    except bounded.HostWorkError as exc:
+        if match != Match.REGEX:  # failed for sure; only its line diff could not be made in time
+            lines = (expected.splitlines(keepends=True), got.splitlines(keepends=True))
+            return Verdict(TestStatus.FAILED, matching.first_difference(*lines), status_words(TestStatus.FAILED))
+        return Verdict(TestStatus.NOT_GRADED, detail=f"the output could not be checked against this test's pattern "
+                       f"({exc.message}): the instructor's to fix, not your code")  # fmt: skip
+    if "error" in answer:
+        return Verdict(TestStatus.NOT_GRADED, detail=f"this test's pattern cannot be used ({answer['error']}): "
+                       "the instructor's to fix, not your code")  # fmt: skip
+    if answer["passed"]:
+        return Verdict(TestStatus.PASSED)
+    return Verdict(TestStatus.FAILED, answer["diff"], status_words(TestStatus.FAILED))
 
 
-def _cut(text: str) -> str:
-    return text if len(text) <= DIFF_MAX else text[:DIFF_MAX] + "\n[... cut]\n"
+def compare_bounds() -> bounded.Bounds:
+    cpu_s = settings.CORDON_COMPARE_CPU_S
+    room = 2 * COMPARE_MAX + 4 * matching.PATTERN_MAX_BYTES + 256 * 1024  # got, expected (JSON-escaped at worst)
+    return bounded.Bounds(cpu_s=cpu_s, wall_s=cpu_s * 2 + 3.0, memory_mib=512, input_max_bytes=4 * room,
+                          output_max_bytes=4 * matching.DIFF_MAX + 1024)  # fmt: skip
 
 
 # --- the Run button -----------------------------------------------------------------------

@@ -2,8 +2,10 @@
 gets notebook_conflict instead of overwriting newer work), cells checked before anything is stored.
 
 A stored cell is {"id", "kind", "runtime", "source", "inputs", "limits", "egress", "last_run_id"} (a
-cell stored before egress has none: its runs have no network, as with an empty policy; a markdown
-cell's HTML is rendered when the notebook is read, so a safer sanitiser reaches every notebook). An input is a reference
+cell stored before egress has none: its runs have no network, as with an empty policy), and a
+markdown cell also its "html": rendered and sanitised when the cell is saved with a new source, in
+a bounded child (playground.markdown.render_bounded), so that reading a notebook never renders
+(a new sanitiser comes with a migration that renders the stored cells again). An input is a reference
 {"kind": "dataset"|"output", "id", "name"} that keeps the name it was made with, so one whose
 target is gone shows what it was. `last_run_id` is the server's: a cell's run sets it, clear
 empties it, a save never changes it (a save racing a run cannot undo the run's record).
@@ -22,6 +24,8 @@ from django.http import Http404
 from playground.egress import MAX_RULES, RULE_MAX_CHARS
 from playground.ipynb import MAX_CELLS, cells_from_ipynb, cells_from_script
 from playground.limits import limits_from_record
+from playground.markdown import SOURCE_MAX_BYTES as MARKDOWN_MAX_BYTES
+from playground.markdown import render_bounded
 from playground.models import ACTIVE_STATES, Dataset, Notebook, Run, RunOutputFile
 from playground.selectors.notebooks import input_key, inputs_found
 from playground.services import runs as run_services
@@ -188,7 +192,21 @@ def _clean_cells(user: User, cells: list[dict[str, Any]], *, stored: list[dict[s
         raise ServiceError("duplicate_cell_id", "two cells have the same id", field="cells", status=422)
     last_runs = {cell["id"]: cell.get("last_run_id") for cell in stored}
     known = {input_key(ref): ref for cell in stored for ref in cell.get("inputs", [])}
-    return [_clean_cell(user, index, cell, last_runs.get(cell["id"]), known) for index, cell in enumerate(cells)]
+    clean = [_clean_cell(user, index, cell, last_runs.get(cell["id"]), known) for index, cell in enumerate(cells)]
+    _render(clean, stored)
+    return clean
+
+
+def _render(cells: list[dict[str, Any]], stored: list[dict[str, Any]]) -> None:
+    """Each markdown cell's HTML: kept from the stored cell when its source is the same, else
+    rendered, all of this save's new sources in one bounded child."""
+    rendered = {(c["id"], c["source"]): c["html"] for c in stored if c.get("kind") == "markdown" and "html" in c}
+    markdown = [cell for cell in cells if cell["kind"] == "markdown"]
+    new = [cell for cell in markdown if (cell["id"], cell["source"]) not in rendered]
+    for cell, html in zip(new, render_bounded([cell["source"] for cell in new]), strict=True):
+        rendered[(cell["id"], cell["source"])] = html
+    for cell in markdown:
+        cell["html"] = rendered[(cell["id"], cell["source"])]
 
 
 def _clean_cell(
@@ -203,9 +221,15 @@ def _clean_cell(
         raise ServiceError("unknown_runtime", f"cell {index + 1}: runtime must be python or node",
                            field=f"{where}.runtime", status=422)  # fmt: skip
     source = str(cell.get("source", ""))
-    if len(source.encode()) > MAX_SOURCE_BYTES:
+    size = len(source.encode())
+    if size > MAX_SOURCE_BYTES:
         raise ServiceError("code_too_large", f"cell {index + 1}: source is over {MAX_SOURCE_BYTES} bytes",
                            field=f"{where}.source", status=422)  # fmt: skip
+    if kind == "markdown" and size > MARKDOWN_MAX_BYTES:
+        raise ServiceError(
+            "markdown_too_large", f"cell {index + 1}: a markdown cell is at most {MARKDOWN_MAX_BYTES} bytes (this one "
+            f"is {size})", field=f"{where}.source", status=422,
+        )  # fmt: skip
     # Only the limits set for the cell are kept (checked for range and type by the API's schema,
     # and against today's maxima when the cell runs); the others take their defaults then.
     limits = limits_from_record(dict(cell.get("limits") or {}))  # refuses a name that is no limit

@@ -278,8 +278,8 @@
       const tbody = document.querySelector("#course-datasets tbody");
       tbody.replaceChildren(...datasets.map((d) => el("tr", {},
         el("td", {}, d.name), el("td", {}, formatBytes(d.size)), el("td", {}, d.sniffed_type), el("td", {}, formatWhen(d.created_at)),
-        el("td", {}, el("button", { type: "button", class: "danger", "aria-label": `delete ${d.name}`,
-          onclick: () => deleteDataset(d) }, "Delete")))));
+        el("td", {}, d.can_delete ? el("button", { type: "button", class: "danger", "aria-label": `delete ${d.name}`,
+          onclick: () => deleteDataset(d) }, "Delete") : ""))));
       if (!datasets.length) tbody.replaceChildren(emptyRow(5, "No course datasets."));
     }
 

@@ -62,6 +62,18 @@ class RedisServer:
             self.proc = None
 
 
+@pytest.fixture(autouse=True)
+def _fresh_throttle_counts() -> None:
+    """No throttle count (Redis) carries over from an earlier test: every test client has the same
+    address, and user ids are used again after a flush. Nothing to do when no Redis runs."""
+    try:
+        store = redis_client.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=0.2)
+        for key in store.scan_iter("cordon-throttle:*"):
+            store.delete(key)
+    except redis_client.ConnectionError:
+        return
+
+
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
     server = RedisServer(settings.REDIS_URL, tmp_path_factory.mktemp("redis"))
@@ -76,17 +88,18 @@ class Worker:
     A test that starts its own (to kill it, restart it or give it a beat) stops the session's
     shared worker first, so that no other worker takes its runs."""
 
-    def __init__(self, env: dict[str, str], beat: bool = False):
+    def __init__(self, env: dict[str, str], beat: bool = False, concurrency: int = 4):
         self.env = env
         self.beat = beat
+        self.concurrency = concurrency
         self.procs: list[subprocess.Popen[bytes]] = []
         self.schedule_dir: str | None = None  # beat's schedule file, gone with the worker
 
     def start(self) -> None:
         if SharedWorker.current is not None and SharedWorker.current.worker is not self:
             SharedWorker.current.stop()
-        argv = [CELERY, "-A", "playground", "worker", "--loglevel=INFO", "--concurrency=4", "--without-mingle",
-                "--without-gossip"]  # fmt: skip
+        argv = [CELERY, "-A", "playground", "worker", "--loglevel=INFO", f"--concurrency={self.concurrency}",
+                "--without-mingle", "--without-gossip"]  # fmt: skip
         self.procs.append(subprocess.Popen(argv, cwd=PROJECT_ROOT, env=self.env, start_new_session=True,
                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))  # fmt: skip
         if self.beat:

@@ -208,6 +208,7 @@ def build_world() -> World:
         return dataset_services.dataset_create(user=by, upload=file, course=to)
 
     dataset, other_dataset = upload(users["instructor"], course, "people.csv"), upload(other_teacher, other, "o.csv")
+    assistant_dataset = upload(users["assistant"], course, "helper.csv")
     assignment = course_services.assignment_save(course=course, data=assignment_data(dataset_ids=[dataset.id]))
     other_assignment = course_services.assignment_save(
         course=other, data=assignment_data(title="Elsewhere", tests=ASSIGNMENT_BODY["tests"])
@@ -226,6 +227,7 @@ def build_world() -> World:
         "course": course.id, "other_course": other.id, "assignment": assignment.id,
         "other_assignment": other_assignment.id, "submission": submission.id,
         "other_submission": other_submission.id, "dataset": dataset.id, "other_dataset": other_dataset.id,
+        "assistant_dataset": assistant_dataset.id,
         "test_run": test_run.id, "check_run": check_run.id, "try_run": try_run.id, "invitation": invitation.id,
         "output": output.id,
     }  # fmt: skip
@@ -266,7 +268,9 @@ MATRIX: list[tuple[str, str, Any, tuple[int, ...]]] = [
     # course datasets: the course's, never anyone's own
     ("get", C + "/datasets", None,                              (200, 200, 200, 200, 404, 401)),
     ("post", C + "/datasets", DATASET,                          (201, 201, 404, 404, 404, 401)),
-    ("delete", C + "/datasets/{dataset}", None,                 (204, 204, 404, 404, 404, 401)),
+    # an assistant deletes only what they uploaded (403 for the instructor's: they see it listed)
+    ("delete", C + "/datasets/{dataset}", None,                 (204, 403, 404, 404, 404, 401)),
+    ("delete", C + "/datasets/{assistant_dataset}", None,       (204, 204, 404, 404, 404, 401)),
     ("delete", C + "/datasets/{other_dataset}", None,           (404, 404, 404, 404, 404, 401)),
     ("get", "/api/datasets/{dataset}", None,                    (404, 404, 404, 404, 404, 401)),
     ("get", "/api/datasets/{dataset}/preview", None,            (404, 404, 404, 404, 404, 401)),
@@ -327,7 +331,13 @@ def test_access_matrix(world: World, method: str, path: str, body: Any, role: st
     assert response.status_code == status, (response.status_code, response.content[:300])
     if status >= 400 and path.startswith("/api/"):
         error = json_error(response, status)
-        assert error["code"] in ("not_found", "unauthorized", "dataset_not_found", "output_not_found"), error
+        assert error["code"] in (
+            "not_found",
+            "unauthorized",
+            "dataset_not_found",
+            "output_not_found",
+            "instructor_only",
+        ), error
     if status == 404:
         assert COURSE_TITLE.encode() not in response.content  # a 404 does not even confirm the course
     if status >= 300:
@@ -343,6 +353,7 @@ def test_the_matrix_covers_every_classroom_operation() -> None:
     placeholders = {"{course}": "{course_id}", "{assignment}": "{assignment_id}", "{submission}": "{submission_id}",
                     "{other_assignment}": "{assignment_id}", "{other_submission}": "{submission_id}",
                     "{invitation}": "{invitation_id}", "{dataset}": "{dataset_id}", "{other_dataset}": "{dataset_id}",
+                    "{assistant_dataset}": "{dataset_id}",
                     "/classmate": "/{username}", "/student": "/{username}", "/outsider": "/{username}"}  # fmt: skip
 
     def general(path: str) -> str:
@@ -476,9 +487,21 @@ def test_a_student_lists_only_their_own_submissions(world: World) -> None:
 def test_no_one_sees_a_course_dataset_among_their_own(world: World) -> None:
     for role in ROLES[:-1]:
         assert world.get_json(role, "/api/datasets") == [], role
-    members = [d["id"] for d in world.get_json("classmate", C + "/datasets")]
-    assert members == [world.ids["dataset"]]
+    members = sorted(d["id"] for d in world.get_json("classmate", C + "/datasets"))
+    assert members == sorted([world.ids["dataset"], world.ids["assistant_dataset"]])
     assert json_error(world.request("outsider", "get", C + "/datasets"), 404)["code"] == "not_found"
+
+
+def test_each_role_is_told_which_course_datasets_it_may_delete(world: World) -> None:
+    expected = {
+        "instructor": {"people.csv": True, "helper.csv": True},
+        "assistant": {"people.csv": False, "helper.csv": True},  # the one they uploaded
+        "student": {"people.csv": False, "helper.csv": False},
+    }
+    for role, may in expected.items():
+        assert {d["name"]: d["can_delete"] for d in world.get_json(role, C + "/datasets")} == may, role
+    error = json_error(world.request("assistant", "delete", C + "/datasets/{dataset}"), 403)
+    assert error["code"] == "instructor_only" and "the assistant who uploaded it" in error["message"]
 
 
 def test_an_assignment_cannot_take_another_courses_dataset(world: World) -> None:
