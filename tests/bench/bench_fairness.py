@@ -1,0 +1,145 @@
+"""No user can stall the others, measured: a bystander's hello-world runs (submit -> finished over the
+API, one at a time) alone, then while another course's 100 catastrophic-pattern tests are graded and
+a notebook of 200 pathological markdown cells is saved again and again, in the same run of the same
+stack (web, a Celery worker at its default concurrency, the namespace engine).
+
+The load: two submissions to an assignment of 50 tests whose expectation is `(a+)+$` (Python's re
+backtracked exponentially on the output, 5,000 a's and a "!"); 200 markdown cells of 19,000 "[" or
+9,500 "![" (3.8 MB a save, each save with new sources, so all of them are rendered), and the
+assignment's instructions of 64 KiB of "![" read by its students."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from typing import Any
+
+from tests.bench import Row, p50, percentile, targeted
+from tests.bench.bench_classroom import Classroom
+from tests.bench.bench_web import Stack
+
+ALONE = 30  # the bystander's runs before the load
+TESTS = 50  # an assignment's most
+SUBMISSIONS = 2
+CELLS = 200
+OUTPUT = "print('a' * 5000 + '!')"
+DRAIN_TIMEOUT_S = 300.0
+
+
+def _cells(save: int) -> list[dict[str, Any]]:
+    # New sources each save: every cell is rendered again, none reused from the stored ones.
+    return [
+        {"id": f"m{i}", "kind": "markdown", "runtime": "python", "inputs": [], "limits": {},
+         "source": ("[" * 19_000 if i % 2 else "![" * 9_500) + f" {save}"}
+        for i in range(CELLS)
+    ]  # fmt: skip
+
+
+class Load:
+    """The other course's grading and the markdown saves and reads, in threads of their own."""
+
+    def __init__(self, stack: Stack, room: Classroom) -> None:
+        self.stack, self.room = stack, room
+        self.saves_s: list[float] = []
+        self.reads_s: list[float] = []
+        self.errors: list[str] = []
+        self.stop = threading.Event()
+        self.teacher, self.student = room.tokens["student000"], room.tokens["student001"]
+        course = room.api(self.teacher, "POST", "/api/courses", {"title": "Patterns"})
+        room.api(self.student, "POST", "/api/courses/join", {"join_code": course["join_code"]})
+        tests = [{"name": f"t{i}", "expected_stdout": "(a+)+$", "match": "regex"} for i in range(TESTS)]
+        self.assignment = room.api(self.teacher, "POST", f"/api/courses/{course['id']}/assignments", {
+            "title": "catastrophic", "runtime": "python", "tests": tests, "instructions": "![" * 32_000,
+        })["id"]  # fmt: skip
+        self.notebook = room.api(self.teacher, "POST", "/api/notebooks", {"name": "hostile"})
+
+    def start(self) -> None:
+        self.submissions = [
+            self.room.api(self.student, "POST", f"/api/assignments/{self.assignment}/submissions", {"code": OUTPUT})[
+                "id"
+            ]
+            for _ in range(SUBMISSIONS)
+        ]
+        self.started = time.monotonic()
+        self.threads = [threading.Thread(target=self._saves), threading.Thread(target=self._reads)]
+        for thread in self.threads:
+            thread.start()
+
+    def _saves(self) -> None:
+        version, save = self.notebook["version"], 0
+        while not self.stop.is_set() and save < 12:
+            save += 1
+            started = time.monotonic()
+            try:
+                saved = self.room.api(self.teacher, "PUT", f"/api/notebooks/{self.notebook['id']}",
+                                      {"name": "hostile", "version": version, "cells": _cells(save)})  # fmt: skip
+            except (OSError, RuntimeError) as exc:
+                self.errors.append(f"save: {exc}"[:300])
+                return
+            self.saves_s.append(time.monotonic() - started)
+            version = saved["version"]
+
+    def _reads(self) -> None:
+        while not self.stop.is_set():
+            started = time.monotonic()
+            try:
+                self.room.api(self.student, "GET", f"/api/assignments/{self.assignment}")
+            except (OSError, RuntimeError) as exc:
+                self.errors.append(f"read: {exc}"[:300])
+                return
+            self.reads_s.append(time.monotonic() - started)
+            time.sleep(0.2)
+
+    def graded(self) -> list[dict[str, Any]]:
+        return [self.room.api(self.student, "GET", f"/api/submissions/{s}") for s in self.submissions]
+
+    def drained(self) -> bool:
+        return all(s["state"] in ("graded", "not_graded") for s in self.graded())
+
+    def finish(self) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join()
+
+
+def run() -> list[Row]:
+    stack = Stack()
+    try:
+        stack.one_run()  # warm-up: image verification, imports
+        room = Classroom(stack, 2)
+        load = Load(stack, room)
+        alone = [stack.one_run() for _ in range(ALONE)]
+        load.start()
+        loaded: list[float] = []
+        while not load.drained() and time.monotonic() - load.started < DRAIN_TIMEOUT_S:
+            loaded.append(stack.one_run())
+        drain_s = time.monotonic() - load.started
+        load.finish()
+        results = [t for s in load.graded() for t in s["tests"]]
+    finally:
+        stack.close()
+    alone_p95, loaded_p95 = percentile(alone, 0.95), percentile(loaded, 0.95) if loaded else None
+    ratio = loaded_p95 / alone_p95 if loaded_p95 is not None else float("inf")
+    return [
+        Row("fairness", f"bystander hello run, submit -> finished, p50 alone ({ALONE} runs)", p50(alone) * 1000, "ms"),
+        Row("fairness", f"bystander hello run p95 alone ({ALONE} runs)", alone_p95 * 1000, "ms"),
+        Row("fairness", f"bystander hello run p95 under the load ({len(loaded)} runs)",
+            None if loaded_p95 is None else loaded_p95 * 1000, "ms"),
+        targeted("fairness", "bystander p95 under the load / alone", ratio, "x", at_most=2),
+        Row("fairness", f"load: {SUBMISSIONS * TESTS} catastrophic-pattern tests, submit -> all graded", drain_s, "s"),
+        targeted("fairness", "load: tests graded failed (the output does not match), not stuck",
+                 sum(t["status"] == "failed" for t in results), "tests", at_least=SUBMISSIONS * TESTS),
+        Row("fairness", f"load: notebook saves of {CELLS} hostile markdown cells (3.8 MB), done", len(load.saves_s),
+            "saves"),
+        Row("fairness", "load: such a save, p50", p50(load.saves_s) * 1000 if load.saves_s else None, "ms"),
+        Row("fairness", "load: such a save, slowest", max(load.saves_s) * 1000 if load.saves_s else None, "ms"),
+        Row("fairness", "load: a student's read of the 64 KiB hostile instructions, p95",
+            percentile(load.reads_s, 0.95) * 1000 if load.reads_s else None, "ms"),
+        targeted("fairness", "load: requests that failed", len(load.errors), "requests", at_most=0),
+    ]  # fmt: skip
+
+
+if __name__ == "__main__":
+    for row in run():
+        print(json.dumps(row.as_dict()))
