@@ -4,9 +4,9 @@ Precedence, when several apply, is fixed: whoever stopped the run first wins, th
 strongest evidence of a limit, then the program's own exit status:
 
     cancelled > sandbox_error > timed_out > cpu_limit > egress_limit (the egress proxy's
-    bytes or connections cap) > output_limit (stream cap, output files over their caps or
-    folders nested too deep) > memory_limit (OOM kill) > process_limit > disk_limit
-    > failed / succeeded
+    bytes, connections or refused-requests cap) > output_limit (stream cap, output files
+    over their caps or in folders nested too deep) > memory_limit (OOM kill)
+    > process_limit > disk_limit > failed / succeeded
 
 An egress cap counts whenever it was passed, like a stream cap: the proxy cut the connection
 at that moment, so whatever the program did next followed from the cut.
