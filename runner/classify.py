@@ -4,8 +4,9 @@ Precedence, when several apply, is fixed: whoever stopped the run first wins, th
 strongest evidence of a limit, then the program's own exit status:
 
     cancelled > sandbox_error > timed_out > cpu_limit > egress_limit (the egress proxy's
-    bytes or connections cap) > output_limit (stream cap, output files over their caps)
-    > memory_limit (OOM kill) > process_limit > disk_limit > failed / succeeded
+    bytes, connections or refused-requests cap) > output_limit (stream cap, output files
+    over their caps or in folders nested too deep) > memory_limit (OOM kill)
+    > process_limit > disk_limit > failed / succeeded
 
 An egress cap counts whenever it was passed, like a stream cap: the proxy cut the connection
 at that moment, so whatever the program did next followed from the cut.
@@ -19,6 +20,7 @@ from __future__ import annotations
 import signal as signals
 from dataclasses import dataclass
 
+from runner.files import OUTPUT_MAX_DEPTH
 from runner.spec import MIB, Limits, Outcome, RunnerError
 
 
@@ -40,6 +42,7 @@ class Evidence:
     # The first output file export refused for the byte cap, and its (apparent) size.
     oversize_output: str | None = None
     oversize_output_bytes: int = 0
+    output_too_deep: str | None = None  # the first output folder export refused for its depth
     output_area_full: bool = False
     oom_kills: int = 0
     runtime_heap_exhausted: bool = False  # e.g. V8's "JavaScript heap out of memory" abort
@@ -70,7 +73,7 @@ def classify(ev: Evidence, limits: Limits) -> tuple[Outcome, str]:
     if ev.stream_cap_hit:
         cap = limits.stdout_max_bytes if ev.stream_cap_hit == "stdout" else limits.stderr_max_bytes
         return Outcome.OUTPUT_LIMIT, f"stopped when {ev.stream_cap_hit} passed its {cap} byte cap"
-    if ev.output_files_over_cap or ev.oversize_output is not None:
+    if ev.output_files_over_cap or ev.oversize_output is not None or ev.output_too_deep is not None:
         return Outcome.OUTPUT_LIMIT, _output_files_reason(ev, limits)
     if not succeeded and ev.output_area_full:
         return Outcome.OUTPUT_LIMIT, f"filled the {limits.output_max_bytes} byte output area"
@@ -97,7 +100,10 @@ def _memory_reason(ev: Evidence, limits: Limits) -> str:
 
 
 def _output_files_reason(ev: Evidence, limits: Limits) -> str:
-    """Name the file that broke the byte cap; else it was the count."""
+    """Folders too deep to walk first (what is below them was never counted); then name the file
+    that broke the byte cap; else it was the count."""
+    if ev.output_too_deep is not None:
+        return f"wrote output folders nested more than {OUTPUT_MAX_DEPTH} deep"
     cap = limits.output_max_bytes
     if ev.oversize_output is None:
         return f"wrote more output files than the cap of {limits.output_max_files}"

@@ -12,7 +12,11 @@ and anything else tunnelled) and plain HTTP by absolute URI, and for each reques
 - connects to the address it checked, not the name again (no DNS rebinding between check and
   connect);
 - counts bytes each way and connections, against the run's caps: past one, the connection is cut
-  and the run told why (its outcome, egress_limit);
+  and the run told why (its outcome, egress_limit); the connections cap is checked before a name
+  is resolved, and refused requests have a cap of their own (REFUSED_PER_CONNECTION times the
+  connections cap), so lookups are bounded too;
+- bounds its own work per run: one name resolved at a time, each within RESOLVE_TIMEOUT_S, a
+  request head within HEAD_TIMEOUT_S, and at most Caps.open_at_once client connections open;
 - records the attempt: destination, port, allowed or refused and why, the address used, bytes
   each way, when and how long.
 
@@ -40,12 +44,21 @@ from runner.env import ConfigError, env_str
 
 HOST_LABEL = re.compile(r"(?!-)[a-z0-9-]{1,63}(?<!-)")
 MAX_HEAD_BYTES = 16384
+MAX_METHOD_CHARS = 16
+MAX_HOST_CHARS = 253  # the longest DNS name: a longer one is no destination, and the record keeps hosts
+HEAD_TIMEOUT_S = 10.0  # a client that has sent no complete request head by then is refused
+RESOLVE_TIMEOUT_S = 10.0
 CONNECT_TIMEOUT_S = 10.0
 CONNECT_TRIES = 3  # a name's checked addresses tried in turn, at most
 RELAY_CHUNK = 65536
 # Attempts a run's record keeps; the totals count every one. A program looping on refused requests
 # would otherwise grow the supervisor's memory and the record as it liked.
 ATTEMPTS_KEPT = 1000
+# Refused requests a run may make, per connection it may make, before it is stopped (egress_limit).
+# Each may have cost a lookup; a program that keeps asking for what it may not have is stopped, not
+# served forever, while one that tries a few hosts outside its policy or a name that does not
+# resolve is not. Derived from the connections cap so that a run allowed more may fail more.
+REFUSED_PER_CONNECTION = 4
 # Not public, though Python's ipaddress calls some of them global or does not say.
 NOT_PUBLIC = tuple(
     ipaddress.ip_network(n)
@@ -235,11 +248,17 @@ class Caps:
     bytes_out: int = 8 << 20
     bytes_in: int = 64 << 20
     connections: int = 32
+    open_at_once: int = 64  # client connections open at once; one more is refused unread
 
     @classmethod
     def of(cls, limits: Any) -> Caps:
         """A run's caps, from its Limits (runner.spec)."""
         return cls(limits.egress_max_bytes_out, limits.egress_max_bytes_in, limits.egress_max_connections)
+
+    @property
+    def refused(self) -> int:
+        """Refused requests a run may make; one more passes the cap."""
+        return REFUSED_PER_CONNECTION * self.connections
 
 
 @dataclass
@@ -260,6 +279,8 @@ class EgressProxy:
     limit: str = ""  # the cap that was passed, if any
     _bytes_out: int = 0
     _bytes_in: int = 0
+    _open: int = 0  # client connections open now
+    _lookups: asyncio.Lock = field(default_factory=asyncio.Lock)  # one name resolved at a time
     _loop: asyncio.AbstractEventLoop | None = None
     _thread: threading.Thread | None = None
     _tasks: set[asyncio.Task[Any]] = field(default_factory=set)
@@ -323,11 +344,20 @@ class EgressProxy:
     # one request
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """One client connection: exactly one attempt on the record, allowed or refused."""
         task = asyncio.current_task()
         if task is not None:
             self._tasks.add(task)
+        attempt = self._attempt()
         try:
-            await self._request(reader, writer)
+            if self._open >= self.caps.open_at_once:  # refused before reading a byte of it
+                await self._refuse(writer, attempt, 503, f"more than {self.caps.open_at_once} connections open at once")
+                return
+            self._open += 1
+            try:
+                await self._request(reader, writer, attempt)
+            finally:
+                self._open -= 1
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, OSError):
             pass  # the sandbox's side went away: nothing more to relay
         except asyncio.CancelledError:
@@ -338,29 +368,41 @@ class EgressProxy:
             with contextlib.suppress(OSError):
                 writer.close()
 
-    async def _request(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        head = await reader.readuntil(b"\r\n\r\n")
-        if len(head) > MAX_HEAD_BYTES:
-            await _answer(writer, 431, "request head too large")
+    def _attempt(self) -> Attempt:
+        """A new attempt, on the record from the start (kept, or counted past ATTEMPTS_KEPT)."""
+        attempt = Attempt(at=time.time(), method="", host="", port=0)
+        if len(self.attempts) < ATTEMPTS_KEPT:
+            self.attempts.append(attempt)
+        else:
+            self.attempts_not_kept += 1
+        return attempt
+
+    async def _refuse(self, writer: asyncio.StreamWriter, attempt: Attempt, status: int, why: str) -> None:
+        """Count and record a refusal (past the refused cap, the run is stopped), then answer it."""
+        attempt.reason = why
+        self.refused += 1
+        if self.refused > self.caps.refused:
+            self._passed(f"more than {self.caps.refused} refused requests")
+        text = f"egress to {attempt.host}:{attempt.port} refused: {why}" if attempt.host else why
+        await _answer(writer, status, text)
+
+    async def _request(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, attempt: Attempt) -> None:
+        head = await _read_head(reader)
+        if isinstance(head, tuple):
+            await self._refuse(writer, attempt, *head)
             return
         lines = head.decode("latin-1").split("\r\n")
         method, target, version = [*lines[0].split(" "), "", "", ""][:3]
         parsed = _destination(method, target)
         if parsed is None:
-            await _answer(writer, 400, "the proxy takes CONNECT host:port or an absolute http:// URL")
+            await self._refuse(writer, attempt, 400, "the proxy takes CONNECT host:port or an absolute http:// URL")
             return
         host, port, path = parsed
-        attempt = Attempt(at=time.time(), method=method, host=host, port=port)
-        if len(self.attempts) < ATTEMPTS_KEPT:
-            self.attempts.append(attempt)
-        else:
-            self.attempts_not_kept += 1
+        attempt.method, attempt.host, attempt.port = method, host, port
         started = time.monotonic()
         addresses, why = await self._check(host, port)
         if why:
-            self.refused += 1
-            attempt.reason = why
-            await _answer(writer, 403, f"egress to {host}:{port} refused: {why}")
+            await self._refuse(writer, attempt, 403, why)
             return
         attempt.allowed = True  # it passed every check: it counts as a connection
         opened = await _open_first(addresses[:CONNECT_TRIES], port)
@@ -385,26 +427,34 @@ class EgressProxy:
                 upstream_writer.close()
 
     async def _check(self, host: str, port: int) -> tuple[list[str], str]:
-        """(the checked addresses to connect to, '') or ([], why it is refused)."""
+        """(the checked addresses to connect to, '') or ([], why it is refused). The caps are checked
+        before the name is resolved, and lookups are one at a time, so no lookup starts past a cap."""
         if self.limit:
             return [], f"the run passed its egress cap ({self.limit})"
         if not self.policy.allows(host, port):
             return [], "not in the run's egress policy"
-        try:
-            addresses = await asyncio.get_running_loop().run_in_executor(None, self.resolver.resolve, host, port)
-        except OSError as exc:
-            return [], f"the name does not resolve ({exc})"
-        if not addresses:
-            return [], "the name has no address"
-        for address in addresses:  # every address must be public: a name is not half trusted
-            why = refusal(address, own=self.own_addresses, public_for_tests=self.public_for_tests)
-            if why:
-                return [], f"{host} resolves to {address}, {why}"
-        if self.connections >= self.caps.connections:  # counted here, with no await since: no race past it
-            self._passed(f"more than {self.caps.connections} connections")
-            return [], f"the run's cap of {self.caps.connections} connections"
-        self.connections += 1
-        return addresses, ""
+        async with self._lookups:
+            if self.limit:  # passed while this request waited its turn
+                return [], f"the run passed its egress cap ({self.limit})"
+            if self.connections >= self.caps.connections:
+                self._passed(f"more than {self.caps.connections} connections")
+                return [], f"the run's cap of {self.caps.connections} connections"
+            loop = asyncio.get_running_loop()
+            try:
+                lookup = loop.run_in_executor(None, self.resolver.resolve, host, port)
+                addresses = await asyncio.wait_for(lookup, RESOLVE_TIMEOUT_S)
+            except TimeoutError:
+                return [], f"the name did not resolve within {RESOLVE_TIMEOUT_S:g} s"
+            except OSError as exc:
+                return [], f"the name does not resolve ({exc})"
+            if not addresses:
+                return [], "the name has no address"
+            for address in addresses:  # every address must be public: a name is not half trusted
+                why = refusal(address, own=self.own_addresses, public_for_tests=self.public_for_tests)
+                if why:
+                    return [], f"{host} resolves to {address}, {why}"
+            self.connections += 1
+            return addresses, ""
 
     async def _relay(
         self,
@@ -467,18 +517,37 @@ async def _open_first(addresses: list[str], port: int) -> tuple[str, asyncio.Str
     return why
 
 
+async def _read_head(reader: asyncio.StreamReader) -> bytes | tuple[int, str]:
+    """A request's head, or (status, why) it is refused: not sent in time, too large, cut short."""
+    try:
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT_S)
+    except TimeoutError:
+        return 408, f"no complete request within {HEAD_TIMEOUT_S:g} s"
+    except asyncio.LimitOverrunError:
+        return 431, "request head too large"
+    except asyncio.IncompleteReadError:
+        return 400, "closed before a complete request"
+    if len(head) > MAX_HEAD_BYTES:
+        return 431, "request head too large"
+    return head
+
+
 def _destination(method: str, target: str) -> tuple[str, int, str] | None:
     """(host, port, origin-form path) of a proxy request, or None when it is not one."""
     if method == "CONNECT":
-        host, sep, port = target.rpartition(":")
-        if not sep or not port.isdigit():
+        name, sep, port = target.rpartition(":")
+        if not sep or not re.fullmatch(r"[0-9]{1,5}", port):  # isdigit() takes "²", which int() does not
             return None
-        return host.strip("[]").lower().rstrip("."), int(port), ""
-    match = re.fullmatch(r"http://([^/:?#\s]+|\[[0-9a-fA-F:.]+\])(?::(\d{1,5}))?([/?][^\s]*)?", target)
-    if not method.isalpha() or match is None:
+        host, number, path = name.strip("[]").lower().rstrip("."), int(port), ""
+    else:
+        match = re.fullmatch(r"http://([^/:?#\s]+|\[[0-9a-fA-F:.]+\])(?::([0-9]{1,5}))?([/?][^\s]*)?", target)
+        if not method.isalpha() or len(method) > MAX_METHOD_CHARS or match is None:
+            return None
+        host, number = match.group(1).strip("[]").lower().rstrip("."), int(match.group(2) or 80)
+        path = match.group(3) or "/"
+    if not host or len(host) > MAX_HOST_CHARS:
         return None
-    host = match.group(1).strip("[]").lower().rstrip(".")
-    return host, int(match.group(2) or 80), match.group(3) or "/"
+    return host, number, path
 
 
 def _origin_request(method: str, path: str, version: str, headers: list[str]) -> str:
@@ -487,7 +556,10 @@ def _origin_request(method: str, path: str, version: str, headers: list[str]) ->
 
 
 async def _answer(writer: asyncio.StreamWriter, status: int, text: str) -> None:
-    reason = {400: "Bad Request", 403: "Forbidden", 431: "Request Header Fields Too Large", 502: "Bad Gateway"}
+    reason = {
+        400: "Bad Request", 403: "Forbidden", 408: "Request Timeout", 431: "Request Header Fields Too Large",
+        502: "Bad Gateway", 503: "Service Unavailable",
+    }  # fmt: skip
     body = (text + "\n").encode()
     writer.write(
         f"HTTP/1.1 {status} {reason.get(status, 'Error')}\r\nContent-Type: text/plain\r\n"

@@ -12,6 +12,7 @@ import hashlib
 import os
 import re
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,8 +23,14 @@ from runner.spec import Limits, Outcome, OutputFile, RejectedOutput, RunnerError
 SAFE_NAME = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._+-]{0,127}\Z")
 # An input's name may name folders too ("outputs/figure-1.png"), each part a SAFE_NAME.
 INPUT_MAX_DEPTH = 4
+# Folders export enters below /output; a deeper one is refused (output_limit), not walked. Ample
+# for real trees, and it keeps the walk's open fds (one per level) and an exported name (at most
+# 17 parts of 128 characters, some 2.2 KiB) well within PATH_MAX where the host copies it.
+OUTPUT_MAX_DEPTH = 16
 _CHUNK = 1 << 16
 _OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+TOO_DEEP = f"folder nested more than {OUTPUT_MAX_DEPTH} deep; nothing in it is exported"
 
 
 def _refuse(code: str, message: str) -> RunnerError:
@@ -93,20 +100,23 @@ class ExportReport:
     # The first file refused for the byte cap, and its size (apparent: a sparse file counts at
     # its full length), so the outcome can name it.
     oversize: tuple[str, int] | None = None
+    too_deep: str | None = None  # the first folder past OUTPUT_MAX_DEPTH, not entered
 
     @property
     def over_cap(self) -> bool:
-        return self.too_many or self.oversize is not None
+        return self.too_many or self.oversize is not None or self.too_deep is not None
 
 
 def export_outputs(area: Path, dest: Path | None, limits: Limits) -> ExportReport:
     """Inspect the output area after exit; copy approved regular files to `dest` (if given)."""
     report = ExportReport()
     budget = limits.output_max_bytes
-    root_fd = os.open(area, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    root_fd = os.open(area, _DIR_FLAGS)
     try:
-        for relative, entry_stat, parent_fd in _walk(root_fd, ""):
+        for relative, entry_stat, parent_fd in _walk(root_fd):
             reason = _reject_reason(relative, entry_stat)
+            if reason == TOO_DEEP:
+                report.too_deep = report.too_deep or relative
             if reason is None and len(report.outputs) >= limits.output_max_files:
                 reason, report.too_many = f"over the cap of {limits.output_max_files} files", True
             if reason is None and entry_stat.st_size > budget:
@@ -126,25 +136,43 @@ def export_outputs(area: Path, dest: Path | None, limits: Limits) -> ExportRepor
     return report
 
 
-def _walk(dir_fd: int, prefix: str):  # type: ignore[no-untyped-def]
-    """(relative name, lstat, parent fd) for every non-directory below, sorted, links not followed."""
-    for entry in sorted(os.listdir(dir_fd)):
-        relative = f"{prefix}{entry}"
-        st = os.stat(entry, dir_fd=dir_fd, follow_symlinks=False)
-        if stat.S_ISDIR(st.st_mode) and SAFE_NAME.fullmatch(entry):
-            child = os.open(entry, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
-            try:
-                yield from _walk(child, relative + "/")
-            finally:
-                os.close(child)
-        else:
-            yield relative, st, dir_fd
+def _walk(root_fd: int) -> Iterator[tuple[str, os.stat_result, int]]:
+    """(relative name, lstat, parent fd) for every non-directory below, sorted, links not followed,
+    depth first; and each folder it does not enter: a disallowed name, or past OUTPUT_MAX_DEPTH.
+    A stack of open folders, not recursion: the sandbox chose the depth. The parent fd stays open
+    until the next item is asked for."""
+    stack: list[tuple[int, str, Iterator[str]]] = [(root_fd, "", iter(sorted(os.listdir(root_fd))))]
+    try:
+        while stack:
+            dir_fd, prefix, entries = stack[-1]
+            entry = next(entries, None)
+            if entry is None:
+                stack.pop()
+                if dir_fd != root_fd:
+                    os.close(dir_fd)
+                continue
+            relative = f"{prefix}{entry}"
+            st = os.stat(entry, dir_fd=dir_fd, follow_symlinks=False)
+            # The stack holds the root and the folders above this entry: len(stack) is its depth.
+            if stat.S_ISDIR(st.st_mode) and SAFE_NAME.fullmatch(entry) and len(stack) <= OUTPUT_MAX_DEPTH:
+                child = os.open(entry, _DIR_FLAGS, dir_fd=dir_fd)
+                try:
+                    names = sorted(os.listdir(child))
+                except BaseException:
+                    os.close(child)
+                    raise
+                stack.append((child, relative + "/", iter(names)))
+            else:
+                yield relative, st, dir_fd
+    finally:
+        for dir_fd, _, _ in stack[1:]:
+            os.close(dir_fd)
 
 
 def _reject_reason(relative: str, st: os.stat_result) -> str | None:
     base = relative.rsplit("/", 1)[-1]
-    if stat.S_ISDIR(st.st_mode):
-        return "directory with a disallowed name"
+    if stat.S_ISDIR(st.st_mode):  # a folder _walk did not enter
+        return TOO_DEEP if SAFE_NAME.fullmatch(base) else "directory with a disallowed name"
     if not stat.S_ISREG(st.st_mode):
         return f"not a regular file ({_kind(st.st_mode)})"
     if not SAFE_NAME.fullmatch(base):

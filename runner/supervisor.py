@@ -243,7 +243,7 @@ class Supervisor:
             )
             export = export_outputs(ctx.output_dir, output_dir, spec.limits)
             result.outputs, result.rejected_outputs = export.outputs, export.rejected
-            evidence.output_files_over_cap = export.over_cap
+            evidence.output_files_over_cap, evidence.output_too_deep = export.over_cap, export.too_deep
             if export.oversize is not None:
                 evidence.oversize_output, evidence.oversize_output_bytes = export.oversize
         except RunnerError as exc:
@@ -604,6 +604,7 @@ def _evidence_dict(ev: Evidence, streams: dict[str, _Stream]) -> dict[str, Any]:
         "output_area_full": ev.output_area_full,
         "output_files_over_cap": ev.output_files_over_cap,
         "oversize_output": ev.oversize_output,
+        "output_too_deep": ev.output_too_deep,
         "guest_oom_kill": ev.guest_oom_kill,
     }
     if ev.egress_limit:

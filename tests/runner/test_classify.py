@@ -70,6 +70,11 @@ def test_too_many_output_files_is_an_output_limit_saying_so() -> None:
     )
 
 
+def test_output_folders_too_deep_to_walk_are_an_output_limit_saying_so() -> None:
+    ev = Evidence(output_files_over_cap=True, output_too_deep="d/d", oversize_output="big", exit_code=0)
+    assert classify(ev, LIMITS) == (Outcome.OUTPUT_LIMIT, "wrote output folders nested more than 16 deep")
+
+
 def test_brushing_a_limit_and_exiting_zero_is_success() -> None:
     assert classify(Evidence(process_cap_hits=3, scratch_full=True, exit_code=0), LIMITS)[0] is Outcome.SUCCEEDED
 

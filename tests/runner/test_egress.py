@@ -16,11 +16,12 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from runner.egress import Caps, EgressProxy, Policy, PolicyError, Rule, StaticResolver, refusal
+from runner.egress import Caps, EgressProxy, Policy, PolicyError, Resolver, Rule, StaticResolver, refusal
 from tests.runner.egress_net import HOST_SIDE, RESOLVER, TEST_HOST, TEST_NET, EgressTestHost
 
 
@@ -320,3 +321,172 @@ def test_a_name_is_reached_at_the_first_of_its_checked_addresses_that_answers(te
         egress.close()
     [attempt] = egress.record()
     assert attempt["allowed"] and attempt["address"] == TEST_HOST and attempt["reason"] == ""
+
+
+# --- the proxy's own bounds: caps before lookups, a head timeout, connections open at once ------
+# Against an upstream of the test's own on loopback (treated as public here alone): no test host.
+
+LOOPBACK_NET = ipaddress.ip_network("127.0.0.0/8")
+
+
+class CountingResolver(StaticResolver):
+    """Names under .up.test resolve to loopback, anything else does not; each lookup is counted,
+    and the most that ran at once, each taking `delay_s`."""
+
+    def __init__(self, delay_s: float = 0.0):
+        super().__init__({})
+        self.asked: list[str] = []
+        self.delay_s = delay_s
+        self.running = 0
+        self.most_at_once = 0
+        self.lock = threading.Lock()
+
+    def resolve(self, host: str, port: int) -> list[str]:
+        with self.lock:
+            self.asked.append(host)
+            self.running += 1
+            self.most_at_once = max(self.most_at_once, self.running)
+        try:
+            time.sleep(self.delay_s)
+            if host.endswith(".up.test"):
+                return ["127.0.0.1"]
+            raise socket.gaierror(socket.EAI_NONAME, f"{host} is not known")
+        finally:
+            with self.lock:
+                self.running -= 1
+
+
+@pytest.fixture
+def upstream() -> Iterator[int]:
+    """A port on loopback that takes connections (the kernel's backlog accepts them)."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(128)
+        yield listener.getsockname()[1]
+
+
+def _bounded_proxy(
+    rules: list[str], resolver: Resolver, limits: list[str], **caps: int
+) -> tuple[EgressProxy, tuple[str, int]]:
+    egress = EgressProxy(
+        Policy.parse(rules),
+        caps=Caps(**caps),
+        resolver=resolver,
+        own_addresses=frozenset(),
+        on_limit=limits.append,
+        public_for_tests=[LOOPBACK_NET],
+    )
+    url = _serve_on_loopback(egress)
+    return egress, ("127.0.0.1", int(url.rsplit(":", 1)[1]))
+
+
+def _ask(address: tuple[str, int], request: bytes, timeout_s: float = 5.0) -> bytes:
+    """Send `request` to the proxy and read its answer to the end (or the first answer of a tunnel)."""
+    with socket.create_connection(address, timeout=timeout_s) as conn:
+        conn.sendall(request)
+        answer = b""
+        while chunk := conn.recv(4096):
+            answer += chunk
+            if answer.startswith(b"HTTP/1.1 200") and answer.endswith(b"\r\n\r\n"):
+                break  # a tunnel is open: its first answer is all there is to read
+        return answer
+
+
+def test_refused_requests_past_their_cap_stop_the_run_and_are_never_looked_up(upstream: int) -> None:
+    resolver, limits = CountingResolver(), list[str]()
+    egress, proxy = _bounded_proxy(["*.nx.test:443"], resolver, limits, connections=2)  # 8 refused at most
+    try:
+        answers = [_ask(proxy, f"CONNECT n{i}.nx.test:443 HTTP/1.1\r\n\r\n".encode()) for i in range(12)]
+    finally:
+        egress.close()
+    assert all(answer.startswith(b"HTTP/1.1 403") for answer in answers), answers
+    assert len(resolver.asked) == 9  # the ninth refusal passed the cap; nothing was looked up after it
+    assert limits == ["more than 8 refused requests"] and egress.limit == limits[0]
+    reasons = [a["reason"] for a in egress.record()]
+    assert all(r.startswith("the name does not resolve") for r in reasons[:9]), reasons
+    assert reasons[9:] == ["the run passed its egress cap (more than 8 refused requests)"] * 3
+    assert egress.summary()["refused"] == 12 and egress.connections == 0
+
+
+def test_the_connections_cap_is_checked_before_a_lookup_and_lookups_run_one_at_a_time(upstream: int) -> None:
+    resolver, limits = CountingResolver(delay_s=0.2), list[str]()
+    egress, proxy = _bounded_proxy([f"*.up.test:{upstream}"], resolver, limits, connections=2)
+    try:
+        with ThreadPoolExecutor(max_workers=6) as pool:
+            requests = [f"CONNECT h{i}.up.test:{upstream} HTTP/1.1\r\n\r\n".encode() for i in range(6)]
+            answers = list(pool.map(lambda request: _ask(proxy, request), requests))
+    finally:
+        egress.close()
+    assert sorted(answer[:12] for answer in answers) == [b"HTTP/1.1 200"] * 2 + [b"HTTP/1.1 403"] * 4, answers
+    assert len(resolver.asked) == 2 and resolver.most_at_once == 1, resolver.asked
+    assert limits == ["more than 2 connections"]
+    assert egress.connections == 2 and egress.refused == 4
+
+
+def test_a_client_that_sends_no_request_is_closed_and_recorded_as_refused(
+    upstream: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import runner.egress
+
+    monkeypatch.setattr(runner.egress, "HEAD_TIMEOUT_S", 0.5)
+    egress, proxy = _bounded_proxy([f"a.up.test:{upstream}"], CountingResolver(), [])
+    try:
+        started = time.monotonic()
+        silent = _ask(proxy, b"")
+        partial = _ask(proxy, f"CONNECT a.up.test:{upstream} HTTP/1.1\r\n".encode())  # never ends its head
+        waited = time.monotonic() - started
+    finally:
+        egress.close()
+    assert silent.startswith(b"HTTP/1.1 408") and partial.startswith(b"HTTP/1.1 408"), (silent, partial)
+    assert waited < 3.0
+    assert [(a["allowed"], a["host"], a["reason"]) for a in egress.record()] == [
+        (False, "", "no complete request within 0.5 s")
+    ] * 2
+    assert egress.refused == 2 and egress.connections == 0
+
+
+def test_connections_past_the_open_cap_are_refused_without_being_read(upstream: int) -> None:
+    egress, proxy = _bounded_proxy([f"a.up.test:{upstream}"], CountingResolver(), [], open_at_once=3)
+    held = [socket.create_connection(proxy) for _ in range(3)]  # open, sending nothing yet
+    try:
+        deadline = time.monotonic() + 5
+        while len(egress.attempts) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        # Refused unread: this client sends nothing, else closing on its unread request would reset
+        # the connection and might take the answer with it.
+        refused = _ask(proxy, b"")
+        held.pop().close()
+        time.sleep(0.2)  # the proxy sees it go
+        served = _ask(proxy, f"CONNECT a.up.test:{upstream} HTTP/1.1\r\n\r\n".encode())
+    finally:
+        for conn in held:
+            conn.close()
+        egress.close()
+    assert refused.startswith(b"HTTP/1.1 503") and b"more than 3 connections open at once" in refused, refused
+    assert served.startswith(b"HTTP/1.1 200"), served
+    fourth = egress.record()[3]
+    assert (fourth["allowed"], fourth["host"], fourth["reason"]) == (False, "", "more than 3 connections open at once")
+
+
+@pytest.mark.parametrize(
+    "request_line",
+    [
+        b"CONNECT a.up.test:\xb2 HTTP/1.1",  # a superscript two: a digit to str.isdigit, not to int()
+        b"CONNECT a.up.test:" + b"9" * 5000 + b" HTTP/1.1",
+        b"CONNECT " + b"a" * 300 + b".up.test:443 HTTP/1.1",  # longer than any DNS name
+        b"GET http://" + b"a" * 300 + b".up.test/ HTTP/1.1",
+        b"X" * 40 + b" http://a.up.test/ HTTP/1.1",
+        b"not a proxy request",
+    ],
+)
+def test_a_request_that_is_not_a_proxy_request_is_refused_and_recorded(request_line: bytes, upstream: int) -> None:
+    resolver = CountingResolver()
+    egress, proxy = _bounded_proxy(["a.up.test:443"], resolver, [])
+    try:
+        answer = _ask(proxy, request_line + b"\r\n\r\n")
+    finally:
+        egress.close()
+    assert answer.startswith(b"HTTP/1.1 400"), answer
+    [attempt] = egress.record()
+    assert not attempt["allowed"] and attempt["host"] == "" and "CONNECT host:port" in attempt["reason"]
+    assert egress.refused == 1 and resolver.asked == []

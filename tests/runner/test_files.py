@@ -1,11 +1,14 @@
 """Staging refuses anything but plain files within caps; export never follows a link."""
 
 import os
+import subprocess
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from runner.files import SAFE_NAME, export_outputs, stage_inputs
+from runner.files import OUTPUT_MAX_DEPTH, SAFE_NAME, TOO_DEEP, export_outputs, stage_inputs
 from runner.spec import Limits, Outcome, OutputFile, RunnerError
 
 
@@ -120,6 +123,52 @@ def test_export_names_the_first_file_over_the_byte_cap_at_its_apparent_size(tmp_
     assert report.oversize == ("big", 2 << 30) and report.over_cap and not report.too_many
     assert {r.name for r in report.rejected} == {"big", "d.txt"}
     assert not (tmp_path / "dest" / "big").exists()
+
+
+def test_export_enters_folders_down_to_the_depth_cap_and_refuses_deeper_ones_unread(tmp_path: Path) -> None:
+    area = tmp_path / "area"
+    floor = area.joinpath(*[f"f{n}" for n in range(1, OUTPUT_MAX_DEPTH + 1)])  # 16 folders down
+    (floor / "past").mkdir(parents=True)
+    (floor / "deepest.csv").write_text("kept")
+    (floor / "past" / "hidden.csv").write_text("never read")
+    (area / "top.csv").write_text("kept")
+    dest = tmp_path / "dest"
+    report = export_outputs(area, dest, Limits())
+    bottom = floor.relative_to(area).as_posix()
+    assert [o.name for o in report.outputs] == [f"{bottom}/deepest.csv", "top.csv"]
+    assert (dest / bottom / "deepest.csv").read_text() == "kept"
+    assert [(r.name, r.reason) for r in report.rejected] == [(f"{bottom}/past", TOO_DEEP)]
+    assert report.too_deep == f"{bottom}/past" and report.over_cap and not report.too_many
+
+
+@pytest.fixture
+def chain(tmp_path: Path) -> Iterator[Path]:
+    """An output area holding one file and a chain of 5,000 nested folders (made and removed with
+    tools that do not recurse: Python's own rmtree would hit its recursion limit)."""
+    area = tmp_path / "area"
+    area.mkdir()
+    (area / "a.csv").write_text("x")
+    fd = os.open(area, os.O_RDONLY | os.O_DIRECTORY)
+    for _ in range(5000):
+        os.mkdir("d", dir_fd=fd)
+        child = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = child
+    os.close(fd)
+    yield area
+    subprocess.run(["rm", "-rf", str(area)], check=True)
+
+
+def test_a_chain_of_thousands_of_folders_is_refused_at_the_cap_without_recursion(chain: Path) -> None:
+    fds = len(os.listdir("/proc/self/fd"))
+    started = time.monotonic()
+    report = export_outputs(chain, None, Limits())
+    assert time.monotonic() - started < 1.0
+    assert [o.name for o in report.outputs] == ["a.csv"]
+    deepest = "/".join(["d"] * (OUTPUT_MAX_DEPTH + 1))
+    assert [(r.name, r.reason) for r in report.rejected] == [(deepest, TOO_DEEP)]
+    assert report.too_deep == deepest and report.over_cap
+    assert len(os.listdir("/proc/self/fd")) == fds  # every folder the walk opened is closed
 
 
 def test_a_name_with_folders_stages_the_file_in_read_only_folders(tmp_path: Path) -> None:
