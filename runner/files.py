@@ -27,6 +27,9 @@ INPUT_MAX_DEPTH = 4
 # for real trees, and it keeps the walk's open fds (one per level) and an exported name (at most
 # 17 parts of 128 characters, some 2.2 KiB) well within PATH_MAX where the host copies it.
 OUTPUT_MAX_DEPTH = 16
+# Bytes of a file's path below /output: a path a file system holds as one name, and what the web's
+# record of an output (RunOutputFile.name, 300 characters) keeps.
+OUTPUT_NAME_MAX = 255
 _CHUNK = 1 << 16
 _OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -177,6 +180,8 @@ def _reject_reason(relative: str, st: os.stat_result) -> str | None:
         return f"not a regular file ({_kind(st.st_mode)})"
     if not SAFE_NAME.fullmatch(base):
         return "disallowed file name"
+    if len(relative.encode()) > OUTPUT_NAME_MAX:
+        return f"path longer than {OUTPUT_NAME_MAX} bytes"
     if st.st_nlink > 1:
         return "hard link"
     return None

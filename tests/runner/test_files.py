@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.files import OUTPUT_MAX_DEPTH, SAFE_NAME, TOO_DEEP, export_outputs, stage_inputs
+from runner.files import OUTPUT_MAX_DEPTH, OUTPUT_NAME_MAX, SAFE_NAME, TOO_DEEP, export_outputs, stage_inputs
 from runner.spec import Limits, Outcome, OutputFile, RunnerError
 
 
@@ -139,6 +139,18 @@ def test_export_enters_folders_down_to_the_depth_cap_and_refuses_deeper_ones_unr
     assert (dest / bottom / "deepest.csv").read_text() == "kept"
     assert [(r.name, r.reason) for r in report.rejected] == [(f"{bottom}/past", TOO_DEEP)]
     assert report.too_deep == f"{bottom}/past" and report.over_cap and not report.too_many
+
+
+def test_a_path_longer_than_the_record_keeps_is_refused_and_its_neighbours_kept(tmp_path: Path) -> None:
+    area = tmp_path / "area"
+    long_dir = area.joinpath(*["x" * 100] * 2)  # 16 folders of 128 characters would be 2 KiB
+    long_dir.mkdir(parents=True)
+    (long_dir / ("y" * 60)).write_text("too long a path")
+    (long_dir / "ok.csv").write_text("kept")
+    report = export_outputs(area, None, Limits())
+    assert [o.name for o in report.outputs] == [f"{'x' * 100}/{'x' * 100}/ok.csv"]
+    assert [r.reason for r in report.rejected] == [f"path longer than {OUTPUT_NAME_MAX} bytes"]
+    assert not report.over_cap
 
 
 @pytest.fixture
