@@ -208,6 +208,10 @@ class PreviewOut(Schema):
     total_rows_exact: bool = Field(
         description="false for a large file: its rows past the first MiB are counted by their line breaks"
     )
+    total_rows_at_least: bool = Field(
+        False,
+        description="true for a file over 16 MiB: its lines are counted no further, so total_rows is a lower bound",
+    )
 
 
 class DatasetPreviewOut(PreviewOut):

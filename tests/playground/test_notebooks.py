@@ -385,5 +385,6 @@ def test_a_dataset_preview_is_a_typed_table_with_its_text(redis_server: Any) -> 
         "rows": [],
         "total_rows": 0,
         "total_rows_exact": True,
+        "total_rows_at_least": False,
         "text": "just words",
     }
