@@ -662,7 +662,7 @@ def _cells(cells: list[CellIn]) -> list[dict[str, Any]]:
 @api.get("/notebooks", response=_answers({200: list[NotebookSummaryOut]}), tags=["notebooks"])
 def notebook_list(request: HttpRequest) -> list[dict[str, Any]]:
     notebooks = notebook_selectors.notebook_list_for_user(user=request.user)  # type: ignore[arg-type]
-    return [{"id": n.id, "name": n.name, "cell_count": len(n.cells), "created_at": n.created_at,
+    return [{"id": n.id, "name": n.name, "cell_count": n.cell_count, "created_at": n.created_at,
              "updated_at": n.updated_at} for n in notebooks]  # fmt: skip
 
 
