@@ -14,7 +14,7 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from playground.models import Run, RunOutputFile
+from playground.models import Notebook, Run, RunOutputFile
 from tests.playground.conftest import api
 from tests.playground.factories import UserFactory
 
@@ -143,3 +143,24 @@ def test_the_audit_consoles_rerun_action_still_takes_each_runs_code_stdin_and_ar
     assert response.status_code == 302
     rerun = Run.objects.get(rerun_of=original)
     assert (rerun.code, rerun.stdin, rerun.args) == ("print(input())", "hi\n", ["-v"])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_migration_counts_the_cells_of_the_notebooks_that_exist() -> None:
+    from django.db.migrations.executor import MigrationExecutor
+
+    before, after = [("playground", "0011_egress")], [("playground", "0012_notebook_cell_count")]
+    executor = MigrationExecutor(connection)
+    executor.migrate(before)
+    old = executor.loader.project_state(before).apps
+    user = old.get_model("auth", "User").objects.create(username="old-timer")
+    cells = [{"id": f"c{n}", "kind": "code", "runtime": "python", "source": "1"} for n in range(7)]
+    old.get_model("playground", "Notebook").objects.create(owner=user, name="old", cells=cells)
+    executor = MigrationExecutor(connection)
+    executor.migrate(after)
+    try:
+        counted = Notebook.objects.get(owner_id=user.id).cell_count
+    finally:  # the later migrations back, for the tests that follow on this database
+        executor = MigrationExecutor(connection)
+        executor.migrate(executor.loader.graph.leaf_nodes())
+    assert counted == 7
