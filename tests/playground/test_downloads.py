@@ -1,14 +1,20 @@
 """Downloads of a run's outputs and images are sent as they are read: under ASGI a bounded chunk at
-a time (never the whole file in the web process first), with the headers they always had."""
+a time (never the whole file in the web process first), with the headers they always had; and the
+web server sends no faster than its client reads."""
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
 import os
+import socket
+import time
 import warnings
+from collections.abc import Iterator
 from typing import Any, cast
+from urllib.parse import urlsplit
 
+import psutil
 import pytest
 from asgiref.sync import sync_to_async
 from django.core.files.base import ContentFile
@@ -17,7 +23,8 @@ from django.core.files.storage import FileSystemStorage
 from playground.asgi import application
 from playground.downloads import CHUNK_BYTES
 from playground.models import Run, RunOutputFile
-from tests.playground.conftest import session_cookie
+from playground.services.accounts import token_create
+from tests.playground.conftest import serve_web, session_cookie
 from tests.playground.factories import UserFactory
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis]
@@ -131,3 +138,61 @@ async def test_an_image_output_is_streamed_under_asgi_with_its_sandboxing_header
     assert headers["content-security-policy"] == "default-src 'none'; img-src data:; style-src 'unsafe-inline'; sandbox"
     assert headers["cross-origin-resource-policy"] == "same-origin"
     assert headers["cache-control"] == "private, max-age=3600"
+
+
+# --- the web server: a client that does not read holds the download back -----------------------
+
+
+@pytest.fixture
+def site(worker_env: dict[str, str]) -> Iterator[tuple[str, int, psutil.Process]]:
+    with serve_web(worker_env) as base:
+        parts = urlsplit(base)
+        host, port = parts.hostname or "127.0.0.1", parts.port or 80
+        [server] = [p for p in psutil.process_iter(["cmdline"])
+                    if "playground.server" in (p.info["cmdline"] or []) and str(port) in p.info["cmdline"]]  # fmt: skip
+        yield host, port, server
+
+
+def _request(path: str, token: str) -> bytes:
+    return f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n\r\n".encode()
+
+
+def _read_bytes(process: psutil.Process) -> int:
+    return int(process.io_counters().read_chars)
+
+
+def test_the_web_server_reads_a_download_no_faster_than_its_client_takes_it(
+    site: tuple[str, int, psutil.Process],
+) -> None:
+    host, port, server = site
+    data = os.urandom(64 * MIB)
+    output = _output("big.bin", data)
+    token = token_create(user=output.run.owner)
+    path = f"/api/runs/{output.run_id}/outputs/big.bin"
+    with socket.create_connection((host, port), timeout=30) as warm:  # the API's code loaded, as in use
+        warm.sendall(_request(f"/api/runs/{output.run_id}", token))
+        warm.recv(65536)
+    rss_before, read_before = server.memory_info().rss, _read_bytes(server)
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+        sock.settimeout(30)
+        sock.connect((host, port))
+        sock.sendall(_request(path, token))
+        head = sock.recv(4096)
+        assert head.startswith(b"HTTP/1.1 200"), head[:200]
+        rss_peak, read_ahead = rss_before, 0
+        deadline = time.monotonic() + 4
+        while time.monotonic() < deadline:  # the client reads nothing meanwhile
+            rss_peak = max(rss_peak, server.memory_info().rss)
+            read_ahead = _read_bytes(server) - read_before
+            time.sleep(0.1)
+        # Sent as the client takes it: a few socket buffers' worth ahead, never the file.
+        assert read_ahead < 16 * MIB, read_ahead
+        assert rss_peak - rss_before < 24 * MIB, (rss_before, rss_peak)
+        received = bytearray(head.partition(b"\r\n\r\n")[2])
+        while len(received) < len(data):
+            chunk = sock.recv(1 << 20)
+            if not chunk:
+                break
+            received += chunk
+    assert hashlib.sha256(received).hexdigest() == output.sha256
