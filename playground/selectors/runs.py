@@ -113,6 +113,21 @@ def run_log_read(*, run: Run, stream: str, offset: int, limit: int) -> tuple[byt
     return data, offset + len(data), complete and offset + len(data) >= size
 
 
+_UTF8_CONTINUATION = bytes(range(0x80, 0xC0))
+
+
+def run_log_replay_start(*, run: Run, stream: str, offset: int, tail: int) -> tuple[int, int]:
+    """Where a replay of a log from `offset` that sends no more than its last `tail` bytes starts,
+    and where it ends (the log's size now): at `offset`, or at the first whole character of the tail."""
+    finished = run.state not in ACTIVE_STATES
+    _, size = log_read(run_id=run.id, stream=stream, offset=0, limit=1, finished=finished)
+    start = max(offset, size - tail)
+    if start > offset:  # the rest of a character the tail cuts is not sent
+        head, _ = log_read(run_id=run.id, stream=stream, offset=start, limit=3, finished=finished)
+        start += len(head) - len(head.lstrip(_UTF8_CONTINUATION))
+    return start, size
+
+
 def run_stdout_text(*, user: User, run_id: Any, limit: int = 1 << 20) -> str | None:
     """The first `limit` bytes of a run's stdout as text (a notebook's export), None for no such run."""
     run = Run.objects.own(user).filter(id=run_id).first()
