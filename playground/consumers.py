@@ -57,6 +57,13 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
             return
         self.counted = user.pk
         self.open_sockets[user.pk] += 1
+        try:
+            await self._start(run)
+        except BaseException:  # a consumer that dies here is never told of its disconnect
+            self._uncount()
+            raise
+
+    async def _start(self, run: Run) -> None:
         self.run, self.group = run, run_group(run.id)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
@@ -68,12 +75,15 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         if run.state not in ACTIVE_STATES:
             await self.send_json(final_message(run))
 
-    async def disconnect(self, code: int) -> None:
+    def _uncount(self) -> None:
         if self.counted is not None:
             self.open_sockets[self.counted] -= 1
             if self.open_sockets[self.counted] <= 0:
                 del self.open_sockets[self.counted]
             self.counted = None
+
+    async def disconnect(self, code: int) -> None:
+        self._uncount()
         if getattr(self, "group", None):
             await self.channel_layer.group_discard(self.group, self.channel_name)
 

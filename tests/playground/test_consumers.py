@@ -195,3 +195,19 @@ async def test_one_users_open_sockets_on_a_web_process_are_capped(monkeypatch: p
     for socket in (held[1], another, again):
         await socket.disconnect()
     assert consumers.RunConsumer.open_sockets == {}
+
+
+@pytest.mark.usefixtures("redis_server")
+async def test_a_socket_whose_connect_fails_is_not_left_counted(monkeypatch: pytest.MonkeyPatch) -> None:
+    user: Any = await sync_to_async(UserFactory)()
+    run = await sync_to_async(Run.objects.create)(owner=user, runtime="python", code="1", state=RunState.FINISHED)
+
+    def broken(**_: Any) -> tuple[int, int]:
+        raise RuntimeError("the log store failed")
+
+    monkeypatch.setattr(consumers, "run_log_replay_start", broken)
+    communicator = await _connect(user, run.id)
+    assert (await communicator.connect())[0]  # accepted, then its replay fails
+    with pytest.raises(RuntimeError, match="the log store failed"):
+        await communicator.receive_from(timeout=2)  # the consumer's end, raised once the wait is over
+    assert consumers.RunConsumer.open_sockets == {}
