@@ -22,7 +22,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from playground.live import chunk_message, final_message, run_group, state_message
 from playground.models import ACTIVE_STATES, Run
-from playground.selectors.runs import run_log_read, run_log_replay_start, runs_readable_by, staff_access_recorded_since
+from playground.selectors.runs import run_log_read, run_log_replay_span, runs_readable_by, staff_access_recorded_since
 from playground.services.audit import record_staff_access
 
 REPLAY_CHUNK = 64 * 1024
@@ -93,7 +93,7 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
 
     @classmethod
     async def encode_json(cls, content: Any) -> str:
-        # A log's text as it is: escaped to ASCII, a character of output could take 6 bytes per byte.
+        # A log as UTF-8 text: escaped to ASCII, each byte of a non-ASCII log could take 6 bytes.
         return json.dumps(content, ensure_ascii=False)
 
     async def run_message(self, event: dict[str, Any]) -> None:
@@ -105,7 +105,7 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         # later comes from the group, which this socket joined before. run_log_read ends each read
         # on a whole character (but at the end of a finished log), so the text never splits one and
         # `length` counts exactly the bytes it decodes from.
-        offset, end = await database_sync_to_async(run_log_replay_start)(
+        offset, end = await database_sync_to_async(run_log_replay_span)(
             run=self.run, stream=stream, offset=offset, tail=REPLAY_TAIL_BYTES
         )
         while offset < end:

@@ -116,9 +116,9 @@ def run_log_read(*, run: Run, stream: str, offset: int, limit: int) -> tuple[byt
 _UTF8_CONTINUATION = bytes(range(0x80, 0xC0))
 
 
-def run_log_replay_start(*, run: Run, stream: str, offset: int, tail: int) -> tuple[int, int]:
-    """Where a replay of a log from `offset` that sends no more than its last `tail` bytes starts,
-    and where it ends (the log's size now): at `offset`, or at the first whole character of the tail."""
+def run_log_replay_span(*, run: Run, stream: str, offset: int, tail: int) -> tuple[int, int]:
+    """Where a replay of a log from `offset` that sends no more than its last `tail` bytes starts
+    (at `offset`, or at the first whole character of the tail) and ends (the log's size now)."""
     finished = run.state not in ACTIVE_STATES
     _, size = log_read(run_id=run.id, stream=stream, offset=0, limit=1, finished=finished)
     start = max(offset, size - tail)

@@ -205,7 +205,7 @@ async def test_a_socket_whose_connect_fails_is_not_left_counted(monkeypatch: pyt
     def broken(**_: Any) -> tuple[int, int]:
         raise RuntimeError("the log store failed")
 
-    monkeypatch.setattr(consumers, "run_log_replay_start", broken)
+    monkeypatch.setattr(consumers, "run_log_replay_span", broken)
     communicator = await _connect(user, run.id)
     assert (await communicator.connect())[0]  # accepted, then its replay fails
     with pytest.raises(RuntimeError, match="the log store failed"):
