@@ -15,6 +15,7 @@ from asgiref.sync import sync_to_async
 from django.contrib import admin, messages
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.utils import unquote
+from django.contrib.admin.views.main import ChangeList
 from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import UserAdmin
 from django.core.exceptions import PermissionDenied
@@ -39,7 +40,7 @@ from playground.models import (
 )
 from playground.selectors.hosts import WORKER_LIVE_S, hosts_with_active_runs
 from playground.selectors.overview import Rate, overview
-from playground.selectors.runs import run_egress_view, run_log_read
+from playground.selectors.runs import LIST_DEFERRED, run_egress_view, run_log_read
 from playground.services.audit import record_staff_access
 from playground.services.errors import ServiceError
 from playground.services.hosts import hosts_drain
@@ -63,6 +64,8 @@ CSV_COLUMNS = (
     "egress", "egress_connections", "egress_refused", "egress_bytes_out", "egress_bytes_in", "egress_limit",
 )  # fmt: skip
 EGRESS_TOTALS = ("connections", "refused", "bytes_out", "bytes_in", "limit")
+# What the export reads of a run: its columns, and the record its egress totals come from.
+CSV_FIELDS = (*(name for name in CSV_COLUMNS if not name.startswith("egress")), "egress", "egress_record")
 
 
 def human_bytes(count: int | None) -> str:
@@ -173,6 +176,14 @@ class ImageFilter(admin.SimpleListFilter):
         return queryset.filter(image_digest=self.value()) if self.value() else queryset
 
 
+class RunChangeList(ChangeList):
+    """The run list, its actions and its export read none of the big columns the list does not
+    show (a run's code, samples, network record...): a run's audit page reads them."""
+
+    def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> QuerySet[Run]:
+        return super().get_queryset(request, exclude_parameters).defer(*LIST_DEFERRED)
+
+
 @admin.register(Run)
 class RunAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_display = (
@@ -267,6 +278,9 @@ class RunAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def finished(self, run: Run) -> str:
         return ms_time(run.finished_at)
 
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return RunChangeList
+
     def get_urls(self) -> list[URLPattern]:
         export = path("export.csv", self.admin_site.admin_view(self.export_csv), name="playground_run_export")
         return [export, *super().get_urls()]
@@ -294,7 +308,8 @@ class RunAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         header = writer.writerow(CSV_COLUMNS)
 
         def batch(start: int) -> list[str]:
-            runs = Run.objects.filter(pk__in=keys[start : start + CSV_BATCH]).select_related("owner").in_bulk()
+            chosen = Run.objects.filter(pk__in=keys[start : start + CSV_BATCH])
+            runs = chosen.select_related("owner").only(*CSV_FIELDS).in_bulk()
             return [writer.writerow(_csv_row(runs[key])) for key in keys[start : start + CSV_BATCH] if key in runs]
 
         def lines() -> Iterator[str]:
@@ -323,7 +338,7 @@ class RunAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     @admin.action(description="Re-run the selected runs (as their owners)")
     def rerun_runs(self, request: HttpRequest, queryset: QuerySet[Run]) -> None:
         created = []
-        for run in queryset:
+        for run in queryset.defer(None):  # a rerun takes the run's code, stdin and args
             try:
                 created.append(str(run_rerun(run=run, by=request.user).id))  # type: ignore[arg-type]
             except ServiceError as exc:

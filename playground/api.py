@@ -10,7 +10,7 @@ from uuid import UUID
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
-from django.http import FileResponse, Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.http.multipartparser import MultiPartParserError
 from django.utils.http import content_disposition_header
 from ninja import Field, File, NinjaAPI, Schema, Status
@@ -23,6 +23,7 @@ from ninja.throttling import AuthRateThrottle
 from playground import throttle
 from playground.apierrors import error_payload
 from playground.bodies import JSON_INT_MAX, BodyTooLarge, MalformedJson, StrictJsonParser
+from playground.downloads import FileStream
 from playground.egress import EgressPolicy, EgressRecordOut, site_ceiling
 from playground.egress import describe_validation_error as describe_egress_error
 from playground.ipynb import ipynb_from_cells
@@ -208,6 +209,10 @@ class PreviewOut(Schema):
     total_rows: int
     total_rows_exact: bool = Field(
         description="false for a large file: its rows past the first MiB are counted by their line breaks"
+    )
+    total_rows_at_least: bool = Field(
+        False,
+        description="true for a file over 16 MiB: its lines are counted no further, so total_rows is a lower bound",
     )
 
 
@@ -521,11 +526,11 @@ def run_output_preview(request: HttpRequest, run_id: UUID, name: str, rows: int 
                                          "content": {"application/octet-stream": {"schema": {"type": "string",
                                                                                              "format": "binary"}}}}}},
 )  # fmt: skip
-def run_output(request: HttpRequest, run_id: UUID, name: str) -> FileResponse:
+def run_output(request: HttpRequest, run_id: UUID, name: str) -> FileStream:
     output = run_selectors.output_get_for_viewer(user=request.user, run_id=run_id, name=name)  # type: ignore[arg-type]
     _record_staff_read(request, output.run, "output", detail=output.name)
-    response = FileResponse(output.file.open("rb"), as_attachment=True, filename=output.name.rsplit("/", 1)[-1],
-                            content_type="application/octet-stream")  # fmt: skip
+    response = FileStream(output.file.open("rb"), as_attachment=True, filename=output.name.rsplit("/", 1)[-1],
+                          content_type="application/octet-stream")  # fmt: skip
     return response  # nosniff, as on every response, from Django's SecurityMiddleware
 
 
@@ -546,13 +551,13 @@ IMAGE_HEADERS = {
     openapi_extra={"responses": {200: {"description": "a PNG, JPEG, GIF, WebP or SVG output, inline",
                                          "content": {"image/*": {"schema": {"type": "string", "format": "binary"}}}}}},
 )  # fmt: skip
-def run_output_image(request: HttpRequest, run_id: UUID, name: str) -> FileResponse:
+def run_output_image(request: HttpRequest, run_id: UUID, name: str) -> FileStream:
     output = run_selectors.output_get_for_viewer(user=request.user, run_id=run_id, name=name)  # type: ignore[arg-type]
     _record_staff_read(request, output.run, "output image", detail=output.name)
     content_type = image_content_type(output.name)
     if content_type is None:
         raise ServiceError("not_an_image", f"{output.name!r} is not an image; download it instead", status=422)
-    response = FileResponse(output.file.open("rb"), content_type=content_type)
+    response = FileStream(output.file.open("rb"), content_type=content_type)
     response["Content-Disposition"] = "inline"
     for header, value in IMAGE_HEADERS.items():
         response[header] = value
@@ -659,7 +664,7 @@ def _cells(cells: list[CellIn]) -> list[dict[str, Any]]:
 @api.get("/notebooks", response=_answers({200: list[NotebookSummaryOut]}), tags=["notebooks"])
 def notebook_list(request: HttpRequest) -> list[dict[str, Any]]:
     notebooks = notebook_selectors.notebook_list_for_user(user=request.user)  # type: ignore[arg-type]
-    return [{"id": n.id, "name": n.name, "cell_count": len(n.cells), "created_at": n.created_at,
+    return [{"id": n.id, "name": n.name, "cell_count": n.cell_count, "created_at": n.created_at,
              "updated_at": n.updated_at} for n in notebooks]  # fmt: skip
 
 

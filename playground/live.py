@@ -10,8 +10,10 @@ chunk  {"type": "chunk", "stream": "stdout" | "stderr", "offset": int, "length":
        that can never be UTF-8 become U+FFFD, as does a character cut by the output cap at the
        very end. The worker sends a stream's output in batches (about 50 ms or 16 KiB); on connect
        the consumer replays the stored log from the client's offsets (?stdout=N&stderr=N), as
-       chunks too. A client keeps the highest offset it has per stream: a chunk it has already
-       seen is dropped, and a gap is refilled from GET /api/runs/<id>/log.
+       chunks too, but no more than its last MiB per stream: the first chunk of a client further
+       behind starts past its offset, on a whole character. A client keeps the highest offset it
+       has per stream: a chunk it has already seen is dropped, and a gap is refilled from
+       GET /api/runs/<id>/log.
 state  {"type": "state", "state": str, "time"?: float}
        The run reached this state (playground.models.RunState, in order: queued, claimed,
        admitted, starting, running, exporting, finished). `time`, in seconds since the epoch,
@@ -24,8 +26,9 @@ final  {"type": "final", "outcome", "reason", "exit_code", "signal", "wall_s", "
        connect to a finished run. The rest of the record is GET /api/runs/<id>.
 
 A socket for a run the user may not see (not theirs, no such run, no session) is closed with
-code 4404 before any message. The socket is best effort; the stored, capped log is the truth.
-Clients only listen: what they send is ignored.
+code 4404 before any message, and one over the user's open sockets on that web process with 4429.
+The socket is best effort; the stored, capped log is the truth. Clients only listen: a socket that
+sends anything is closed (1008), what it sent unread.
 """
 
 from __future__ import annotations

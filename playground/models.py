@@ -265,6 +265,7 @@ class Notebook(models.Model):
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="notebooks")
     name = models.CharField(max_length=100)
     cells = models.JSONField(default=list)
+    cell_count = models.PositiveIntegerField(default=0)  # len(cells), kept with them: a list reads no cells
     version = models.PositiveIntegerField(default=1)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True, db_index=True)

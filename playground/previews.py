@@ -24,8 +24,10 @@ MAX_CELL_CHARS = 200
 MAX_JSON_BYTES = 4 * MIB
 MAX_LINE_CHARS = 1 * MIB  # one line held in memory at a time while a CSV is streamed
 # A delimited file is parsed this far; past it the rows are counted by their line breaks (fast,
-# and exact but for quoted cells that span lines), so a preview's cost is bounded whatever the size.
+# and exact but for quoted cells that span lines), and no further than MAX_COUNT_BYTES from its
+# start (a lower bound, then), so a preview's cost is bounded whatever the size.
 MAX_PARSE_BYTES = 1 * MIB
+MAX_COUNT_BYTES = 16 * MIB
 CHUNK_BYTES = 64 * 1024
 
 IMAGE_TYPES = {
@@ -66,6 +68,11 @@ def image_content_type(name: str) -> str | None:
     return IMAGE_TYPES.get(_suffix(name))
 
 
+def empty_table() -> dict[str, Any]:
+    """The preview of a table without a row or a column (and of a file that is not a table)."""
+    return {"columns": [], "rows": [], "total_rows": 0, "total_rows_exact": True, "total_rows_at_least": False}
+
+
 def table_preview(handle: BinaryIO, name: str, *, max_rows: int = 50) -> dict[str, Any]:
     """The first `max_rows` rows of a table file, typed per column, and how many rows it has.
 
@@ -102,9 +109,11 @@ def _delimited_preview(handle: BinaryIO, delimiter: str, max_rows: int) -> dict[
             raise _not_tabular(f"the file is not readable as a table: {error}") from None
         total += 1  # the cut fell inside a quoted cell: that row was cut short
     if header is None:
-        return {"columns": [], "rows": [], "total_rows": 0, "total_rows_exact": True}
+        return empty_table()
+    counted_all = True
     if bounded.cut:  # the row the cut fell in ends at the first line break of the rest
-        total += bounded.lines_in_rest() - (0 if bounded.ended_line else 1)
+        lines, counted_all = bounded.lines_in_rest(MAX_COUNT_BYTES - MAX_PARSE_BYTES)
+        total += lines - (0 if bounded.ended_line else 1)
     width = min(MAX_COLUMNS, max([len(header), *(len(row) for row in head)]))
     names = [_truncate(header[i]) if i < len(header) else str(i + 1) for i in range(width)]
     cells = [[row[i] if i < len(row) else "" for i in range(width)] for row in head]
@@ -114,6 +123,7 @@ def _delimited_preview(handle: BinaryIO, delimiter: str, max_rows: int) -> dict[
         "rows": [[_text_value(t, value) for t, value in zip(columns, row, strict=True)] for row in cells],
         "total_rows": total,
         "total_rows_exact": not bounded.cut,
+        "total_rows_at_least": not counted_all,
     }
 
 
@@ -135,15 +145,18 @@ class _Bounded:
             self.ended_line = data.endswith(b"\n")
         return data
 
-    def lines_in_rest(self) -> int:
-        """Line breaks past the cut, and a last line without one."""
-        count, last = 0, self.rest
+    def lines_in_rest(self, limit: int) -> tuple[int, bool]:
+        """Line breaks in at most `limit` bytes past the cut, and a last line without one; and
+        whether that was the whole rest (else the count stops there: a lower bound)."""
+        count, last, left = 0, self.rest, limit
         chunk = self.rest
         while chunk:
             count += chunk.count(b"\n")
             last = chunk
-            chunk = self.handle.read(16 * CHUNK_BYTES)
-        return count + (1 if last and not last.endswith(b"\n") else 0)
+            left -= len(chunk)
+            chunk = self.handle.read(min(16 * CHUNK_BYTES, left)) if left > 0 else b""
+        whole = left > 0 or not self.handle.read(1)
+        return count + (1 if last and not last.endswith(b"\n") else 0), whole
 
 
 class _Readable(Protocol):
@@ -206,7 +219,7 @@ def _json_preview(handle: BinaryIO, max_rows: int) -> dict[str, Any]:
     if b"\0" in data:
         raise _not_tabular("the file is binary (it contains NUL bytes), not a table")
     if not data.strip():
-        return {"columns": [], "rows": [], "total_rows": 0, "total_rows_exact": True}
+        return empty_table()
     try:
         # NaN, Infinity and 1e999 are kept as their text: JSON answers cannot carry them as numbers.
         document = json.loads(data.decode("utf-8-sig", errors="replace"), parse_constant=str, parse_float=_finite_float)
@@ -230,6 +243,7 @@ def _json_preview(handle: BinaryIO, max_rows: int) -> dict[str, Any]:
         "rows": typed,
         "total_rows": len(document),
         "total_rows_exact": True,
+        "total_rows_at_least": False,
     }
 
 

@@ -10,12 +10,18 @@ within the cap is handed on with its Content-Length, which Django needs to parse
 does not parse form bodies itself (it read them whole into memory, and answered a malformed
 one with an empty 400): Django does, with uploads streamed to disk.
 
+Response bodies are flow-controlled: Twisted buffers whatever is written to a connection, so a
+large download to a client that reads slowly, or not at all, would pile up in this process. While
+a body streams, its request is the connection's producer: when the connection's send buffer is
+full it is paused, and the application's next send waits until the client has read it.
+
 Run it with daphne's arguments: `python -m playground.server -b 127.0.0.1 -p 8000
 playground.asgi:application`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 from typing import Any
@@ -24,6 +30,8 @@ from daphne import server as daphne_server
 from daphne.cli import CommandLineInterface
 from daphne.http_protocol import HTTPFactory, WebRequest
 from twisted.internet import reactor
+from twisted.internet.interfaces import IPushProducer
+from zope.interface import implementer  # type: ignore[import-untyped]
 
 from playground.apierrors import error_body
 
@@ -31,11 +39,14 @@ from playground.apierrors import error_body
 LINGER_S = 5.0
 
 
+@implementer(IPushProducer)
 class CappedRequest(WebRequest):  # type: ignore[misc]
     body_cap = 0
     body_seen = 0
     refused = False
     linger: Any = None
+    # Set while the client keeps up with a streamed body; cleared while the connection is full.
+    writable: asyncio.Event | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -101,7 +112,40 @@ class CappedRequest(WebRequest):  # type: ignore[misc]
     def connectionLost(self, reason: Any) -> None:
         if self.linger is not None and self.linger.active():
             self.linger.cancel()
+        self.stopProducing()
         super().connectionLost(reason)
+
+    # A streamed response body, flow-controlled (see the module's docstring).
+
+    def handle_reply(self, message: dict[str, Any]) -> None:
+        streams = message.get("type") == "http.response.body" and message.get("more_body", False)
+        if streams and self.writable is None and self.channel is not None and not self.finished:
+            self.writable = asyncio.Event()
+            self.writable.set()
+            self.registerProducer(self, True)
+        super().handle_reply(message)
+
+    def finish(self) -> Any:
+        if self.producer is not None and self.channel is not None:
+            self.unregisterProducer()
+        return super().finish()
+
+    async def drained(self) -> None:
+        """Until the connection can take more of the body (or is gone)."""
+        if self.writable is not None:
+            await self.writable.wait()
+
+    def pauseProducing(self) -> None:
+        if self.writable is not None:
+            self.writable.clear()
+
+    def resumeProducing(self) -> None:
+        if self.writable is not None:
+            self.writable.set()
+
+    def stopProducing(self) -> None:
+        if self.writable is not None:
+            self.writable.set()  # the connection is gone: nothing waits for it
 
 
 class CappedHTTPFactory(HTTPFactory):  # type: ignore[misc]
@@ -111,10 +155,22 @@ class CappedHTTPFactory(HTTPFactory):  # type: ignore[misc]
         return protocol
 
 
+class FlowControlledServer(daphne_server.Server):  # type: ignore[misc]
+    async def handle_reply(self, protocol: Any, message: dict[str, Any]) -> None:
+        """The application's send: a piece of a streamed body returns once the client can take more."""
+        await super().handle_reply(protocol, message)
+        if isinstance(protocol, CappedRequest) and message.get("more_body", False):
+            await protocol.drained()
+
+
+class WebServerCommand(CommandLineInterface):  # type: ignore[misc]
+    server_class = FlowControlledServer
+
+
 def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "playground.settings")
     daphne_server.HTTPFactory = CappedHTTPFactory  # daphne's Server builds its factory by this name
-    CommandLineInterface().run(sys.argv[1:] if argv is None else argv)
+    WebServerCommand().run(sys.argv[1:] if argv is None else argv)
 
 
 if __name__ == "__main__":

@@ -78,10 +78,16 @@ def address_subject(address: str) -> Subject:
     return Subject(f"address:{address}", settings.CORDON_AUTH_FAILURES_PER_ADDRESS)
 
 
+# Django's log-in form refuses a name longer than this once stripped (User.username's length), before
+# it normalises it: such a name is no account's, so no more of a POSTed one (up to the 4 MiB body
+# cap) is normalised here either.
+ACCOUNT_NAME_MAX_CHARS = 150
+
+
 def account_subject(username: str) -> Subject:
-    # Canonical as the log-in form makes it (NFKC, stripped), and case-folded so that "Alice" and
+    # Canonical as the log-in form makes it (stripped, NFKC), and case-folded so that "Alice" and
     # "alice" share one count. Hashed: the store holds no user names and the key stays printable.
-    canonical = unicodedata.normalize("NFKC", username).strip().casefold()
+    canonical = unicodedata.normalize("NFKC", username.strip()[:ACCOUNT_NAME_MAX_CHARS]).strip().casefold()
     digest = hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()[:32]
     return Subject(f"account:{digest}", settings.CORDON_AUTH_FAILURES_PER_ACCOUNT)
 

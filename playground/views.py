@@ -27,7 +27,7 @@ from playground.forms import InviteForm, TokenForm
 from playground.selectors.accounts import invite_list, token_list_for_user
 from playground.selectors.images import image_list_built
 from playground.selectors.notebooks import notebook_get_for_user
-from playground.selectors.runs import run_egress_view, run_get_for_viewer, run_list_for_user
+from playground.selectors.runs import run_egress_view, run_get_for_viewer, run_history_for_user
 from playground.services import notebooks as notebook_services
 from playground.services.accounts import token_create, token_revoke
 from playground.services.audit import record_staff_access
@@ -60,7 +60,7 @@ def datasets(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def runs(request: HttpRequest) -> HttpResponse:
-    history = run_list_for_user(user=request.user)[:200]  # type: ignore[arg-type]
+    history = run_history_for_user(user=request.user)  # type: ignore[arg-type]
     return render(request, "runs.html", {"runs": history})
 
 

@@ -9,7 +9,7 @@ from django.db.models import QuerySet
 from django.http import Http404
 
 from playground.models import Dataset
-from playground.previews import is_tabular_name, table_preview
+from playground.previews import empty_table, is_tabular_name, table_preview
 from playground.services.errors import ServiceError
 
 
@@ -29,7 +29,7 @@ def dataset_preview(*, dataset: Dataset, rows: int = 50, limit: int = 4096) -> d
     JSON), its first rows typed; a file that is no table has no columns."""
     with dataset.file.open("rb") as handle:
         head: bytes = handle.read(limit)
-        table: dict[str, Any] = {"columns": [], "rows": [], "total_rows": 0, "total_rows_exact": True}
+        table = empty_table()
         if is_tabular_name(dataset.name):
             handle.seek(0)
             try:

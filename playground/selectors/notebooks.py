@@ -13,7 +13,9 @@ from playground.models import Dataset, Notebook, Run, RunOutputFile
 
 
 def notebook_list_for_user(*, user: User) -> QuerySet[Notebook]:
-    return Notebook.objects.filter(owner=user)
+    """The user's notebooks without their cells (up to MAX_NOTEBOOKS of up to 4 MiB each): a list
+    shows each one's `cell_count`."""
+    return Notebook.objects.filter(owner=user).defer("cells")
 
 
 def notebook_get_for_user(*, user: User, notebook_id: Any) -> Notebook:

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.contrib.auth.models import User
-from django.db.models import Q, QuerySet
+from django.db.models import Prefetch, Q, QuerySet
 from django.http import Http404
 from django.utils import timezone
 
@@ -24,11 +24,16 @@ from playground.models import (
 )
 from playground.services.logs import log_read
 
+# A run's columns that no list of runs shows (one run's record does): lists leave them unread.
+LIST_DEFERRED = ("code", "stdin", "args", "samples", "egress_record", "staged_files")
+
 
 def run_list_for_user(
     *, user: User, state: str | None = None, outcome: str | None = None, runtime: str | None = None
 ) -> QuerySet[Run]:
-    runs = Run.objects.own(user).prefetch_related("outputs", "cleanup_checks")
+    """The user's runs as the API lists them: with their outputs and their retries' ids."""
+    retries = Prefetch("retries", queryset=Run.objects.only("id", "retry_of"))
+    runs = Run.objects.own(user).defer(*LIST_DEFERRED).prefetch_related("outputs", retries)
     if state:
         runs = runs.filter(state=state)
     if outcome:
@@ -36,6 +41,12 @@ def run_list_for_user(
     if runtime:
         runs = runs.filter(runtime=runtime)
     return runs
+
+
+def run_history_for_user(*, user: User, limit: int = 200) -> QuerySet[Run]:
+    """The user's latest runs with what the Runs page shows of them."""
+    shown = ("created_at", "runtime", "state", "outcome", "reason", "wall_s", "engine", "isolation")
+    return Run.objects.own(user).only("id", *shown)[:limit]
 
 
 def run_get_for_user(*, user: User, run_id: Any) -> Run:
@@ -100,6 +111,21 @@ def run_log_read(*, run: Run, stream: str, offset: int, limit: int) -> tuple[byt
     if offset + len(data) < size or not complete:
         data = data[: whole_utf8(data)[1]]
     return data, offset + len(data), complete and offset + len(data) >= size
+
+
+_UTF8_CONTINUATION = bytes(range(0x80, 0xC0))
+
+
+def run_log_replay_span(*, run: Run, stream: str, offset: int, tail: int) -> tuple[int, int]:
+    """Where a replay of a log from `offset` that sends no more than its last `tail` bytes starts
+    (at `offset`, or at the first whole character of the tail) and ends (the log's size now)."""
+    finished = run.state not in ACTIVE_STATES
+    _, size = log_read(run_id=run.id, stream=stream, offset=0, limit=1, finished=finished)
+    start = max(offset, size - tail)
+    if start > offset:  # the rest of a character the tail cuts is not sent
+        head, _ = log_read(run_id=run.id, stream=stream, offset=start, limit=3, finished=finished)
+        start += len(head) - len(head.lstrip(_UTF8_CONTINUATION))
+    return start, size
 
 
 def run_stdout_text(*, user: User, run_id: Any, limit: int = 1 << 20) -> str | None:

@@ -45,7 +45,7 @@ def notebook_create(*, user: User, name: str, cells: list[dict[str, Any]] | None
         if Notebook.objects.filter(owner=user).count() >= MAX_NOTEBOOKS:
             raise ServiceError("too_many_notebooks", f"at most {MAX_NOTEBOOKS} notebooks; delete one first", status=409)
         clean = _clean_cells(user, cells if cells is not None else [_starter_cell()], stored=[])
-        return Notebook.objects.create(owner=user, name=_clean_name(name), cells=clean)
+        return Notebook.objects.create(owner=user, name=_clean_name(name), cells=clean, cell_count=len(clean))
 
 
 def notebook_default(*, user: User) -> Notebook:
@@ -66,6 +66,7 @@ def notebook_save(*, notebook: Notebook, name: str, version: int, cells: list[di
                 f"had {version}); reload it to see the newer cells", field="version", status=409,
             )  # fmt: skip
         current.cells = _clean_cells(current.owner, cells, stored=current.cells)
+        current.cell_count = len(current.cells)
         current.name = _clean_name(name)
         current.version += 1
         current.save()
@@ -81,7 +82,8 @@ def notebook_duplicate(*, notebook: Notebook) -> Notebook:
     with transaction.atomic():
         copy = notebook_create(user=notebook.owner, name=_copy_name(notebook.name), cells=[])
         copy.cells = _locked(notebook).cells
-        copy.save(update_fields=["cells"])
+        copy.cell_count = len(copy.cells)
+        copy.save(update_fields=["cells", "cell_count"])
     return copy
 
 

@@ -173,15 +173,15 @@ def check_program_input(stdin: str, args: list[str], *, where: str = "", code: s
 
 def run_cancel(*, run: Run, by: User) -> Run:
     """Queued runs end at once; a claimed or running one is stopped by its worker within a poll
-    (one waiting for admission stops waiting)."""
+    (one waiting for admission stops waiting). An event is recorded only for a change: cancelling
+    a finished run, or one already asked to stop, records nothing."""
     finished = Run.objects.filter(id=run.id, state=RunState.QUEUED).update(
         state=RunState.FINISHED, outcome=Outcome.CANCELLED.value, charged=False, cancel_requested=True,
         reason="cancelled before it started", finished_at=timezone.now(),
     )  # fmt: skip
     if finished:
         record_event(run=run, state=RunState.FINISHED, detail={"outcome": "cancelled", "by": by.get_username()})
-    else:
-        Run.objects.filter(id=run.id, state__in=ACTIVE_STATES).update(cancel_requested=True)
+    elif Run.objects.filter(id=run.id, state__in=ACTIVE_STATES, cancel_requested=False).update(cancel_requested=True):
         record_event(run=run, state="cancel_requested", detail={"by": by.get_username()})
     run.refresh_from_db()
     return run

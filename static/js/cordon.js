@@ -265,7 +265,8 @@ const Cordon = (() => {
     fill();
     const shown = rows.length;
     const total = preview.total_rows;
-    const about = preview.total_rows_exact === false ? "about " : "";  // a large file's rows are counted by line
+    // A large file's rows are counted by line; a very large one's no further than its first 16 MiB.
+    const about = preview.total_rows_at_least ? "at least " : preview.total_rows_exact === false ? "about " : "";
     const caption = known(total) && total > shown ? `first ${shown} of ${about}${total} rows` : `${shown} row${shown === 1 ? "" : "s"}`;
     return el("div", { class: "table-preview" },
       el("table", { class: "table preview" }, el("caption", {}, caption), el("thead", {}, el("tr", {}, ...headers)), body));

@@ -1,4 +1,5 @@
-"""The live-output websocket: owner checks, resuming from an offset, and a capped flood."""
+"""The live-output websocket: owner checks, resuming from an offset, a capped flood, a bounded
+replay of a long log, clients that only listen, and a cap on one user's sockets."""
 
 from __future__ import annotations
 
@@ -9,12 +10,13 @@ import pytest
 from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 
+from playground import consumers
 from playground.asgi import application
 from playground.models import Run, RunState
 from playground.services import runs as run_services
 from runner.spec import Limits
-from tests.playground.conftest import session_cookie
-from tests.playground.factories import UserFactory
+from tests.playground.conftest import api, session_cookie
+from tests.playground.factories import UserFactory, stored_logs
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis, pytest.mark.asyncio]
 
@@ -125,3 +127,87 @@ async def test_a_stdout_flood_arrives_capped_and_ends_with_final_output_limit() 
     final = messages[-1]
     assert final["outcome"] == "output_limit" and final["stdout_truncated"] is True
     assert json.dumps(final)  # plain JSON, no objects
+
+
+@pytest.mark.usefixtures("redis_server")
+async def test_a_connect_replays_only_the_last_mib_of_a_long_log_and_the_page_refills_the_rest() -> None:
+    user: Any = await sync_to_async(UserFactory)()
+    run = await sync_to_async(Run.objects.create)(owner=user, runtime="python", code="1", state=RunState.FINISHED)
+    log = ("€" * 1_000_000).encode()  # 3,000,000 bytes: the last MiB starts inside a character
+    await sync_to_async(stored_logs)(run.id, stdout=log)
+    communicator = await _connect(user, run.id)
+    assert (await communicator.connect())[0]
+    frames: list[str] = []
+    while True:
+        frames.append(str(await communicator.receive_from(timeout=30)))
+        if json.loads(frames[-1])["type"] == "final":
+            break
+    await communicator.disconnect()
+    messages = [json.loads(frame) for frame in frames]
+    chunks = [m for m in messages if m["type"] == "chunk"]
+    start = chunks[0]["offset"]
+    tail_start = len(log) - consumers.REPLAY_TAIL_BYTES
+    assert tail_start < start <= tail_start + 3 and start % 3 == 0  # the first whole character of the tail
+    assert _stdout(messages, start=start) == log[start:].decode()
+    # Sent as text, not escaped: a frame is about as long as the bytes it carries.
+    assert sum(len(frame.encode()) for frame in frames) < consumers.REPLAY_TAIL_BYTES + 64 * 1024
+    # The page refills what comes before from the stored log, as it does any gap.
+    client = await sync_to_async(api)(user)
+    refilled, offset = b"", 0
+    while offset < start:
+        page = await sync_to_async(client.get)(f"/api/runs/{run.id}/log?stream=stdout&offset={offset}&limit=1048576")
+        refilled += page.json()["data"].encode()
+        offset = page.json()["next_offset"]
+    assert refilled[:start] + log[start:] == log
+
+
+@pytest.mark.usefixtures("redis_server")
+@pytest.mark.parametrize("frame", [{"text_data": '{"type": "hello"}'}, {"text_data": "{not json"},
+                                   {"bytes_data": b"\0" * 1000}])  # fmt: skip
+async def test_a_client_that_sends_anything_is_closed_and_what_it_sent_is_not_parsed(frame: dict[str, Any]) -> None:
+    user: Any = await sync_to_async(UserFactory)()
+    run = await sync_to_async(Run.objects.create)(owner=user, runtime="python", code="1", state=RunState.RUNNING)
+    communicator = await _connect(user, run.id)
+    assert (await communicator.connect())[0]
+    assert (await communicator.receive_json_from(timeout=10))["type"] == "state"
+    await communicator.send_to(**frame)
+    assert await communicator.receive_output(timeout=10) == {"type": "websocket.close", "code": 1008}
+    await communicator.disconnect()
+
+
+@pytest.mark.usefixtures("redis_server")
+async def test_one_users_open_sockets_on_a_web_process_are_capped(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(consumers, "SOCKETS_PER_USER", 2)
+    user: Any = await sync_to_async(UserFactory)()
+    other: Any = await sync_to_async(UserFactory)()
+    run = await sync_to_async(Run.objects.create)(owner=user, runtime="python", code="1", state=RunState.RUNNING)
+    theirs = await sync_to_async(Run.objects.create)(owner=other, runtime="python", code="1", state=RunState.RUNNING)
+    held = [await _connect(user, run.id) for _ in range(2)]
+    for socket in held:
+        assert (await socket.connect())[0]
+    refused = await _connect(user, run.id)
+    assert await refused.connect() == (False, consumers.SOCKETS_FULL)
+    another = await _connect(other, theirs.id)  # another user's are their own
+    assert (await another.connect())[0]
+    await held[0].disconnect()
+    again = await _connect(user, run.id)  # a closed one makes room
+    assert (await again.connect())[0]
+    for socket in (held[1], another, again):
+        await socket.disconnect()
+    assert consumers.RunConsumer.open_sockets == {}
+
+
+@pytest.mark.usefixtures("redis_server")
+async def test_a_socket_whose_connect_fails_is_not_left_counted(monkeypatch: pytest.MonkeyPatch) -> None:
+    user: Any = await sync_to_async(UserFactory)()
+    run = await sync_to_async(Run.objects.create)(owner=user, runtime="python", code="1", state=RunState.FINISHED)
+
+    def broken(**_: Any) -> tuple[int, int]:
+        raise RuntimeError("the log store failed")
+
+    monkeypatch.setattr(consumers, "run_log_replay_span", broken)
+    communicator = await _connect(user, run.id)
+    assert (await communicator.connect())[0]  # accepted, then its replay fails
+    with pytest.raises(RuntimeError, match="the log store failed"):
+        await communicator.receive_from(timeout=2)  # the consumer's end, raised once the wait is over
+    assert consumers.RunConsumer.open_sockets == {}

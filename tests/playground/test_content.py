@@ -87,10 +87,37 @@ def test_a_huge_csv_is_previewed_in_bounded_time_and_memory():
     elapsed = time.perf_counter() - started
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
-    assert result["total_rows"] == 2_000_000 and result["total_rows_exact"] is False
+    # Counted by line over the first 16 MiB only: a lower bound, said to be.
+    counted = big[: previews.MAX_COUNT_BYTES]
+    assert result["total_rows"] == counted.count(b"\n") - 1 + (0 if counted.endswith(b"\n") else 1)
+    assert result["total_rows_exact"] is False and result["total_rows_at_least"] is True
     assert result["rows"] == [[i, i] for i in range(5)]
     assert peak < 16 * previews.MIB, peak  # not the file's size, nor a multiple of it
     assert elapsed < 10, elapsed  # a bound against parsing it all, not a benchmark
+
+
+class _ReadCounted(io.BytesIO):
+    """A file that counts the bytes read from it."""
+
+    read_bytes = 0
+
+    def read(self, size: int | None = -1) -> bytes:
+        data = super().read(size)
+        self.read_bytes += len(data)
+        return data
+
+
+def test_rows_are_counted_no_further_than_the_first_16_mib_and_then_said_to_be_at_least():
+    huge = _ReadCounted(b"n\n" + b"1\n" * (32 << 20))  # 64 MiB, 32 Mi rows
+    result = table_preview(huge, "huge.csv", max_rows=3)
+    assert huge.read_bytes <= previews.MAX_COUNT_BYTES + 1  # not the rest of the file
+    assert result["total_rows"] == previews.MAX_COUNT_BYTES // 2 - 1  # the rows in those 16 MiB, header aside
+    assert (result["total_rows_exact"], result["total_rows_at_least"]) == (False, True)
+    assert result["rows"] == [[1], [1], [1]]
+    within = _ReadCounted(b"n\n" + b"1\n" * (previews.MAX_COUNT_BYTES // 2 - 1))  # exactly 16 MiB: counted whole
+    result = table_preview(within, "within.csv", max_rows=3)
+    assert result["total_rows"] == previews.MAX_COUNT_BYTES // 2 - 1
+    assert (result["total_rows_exact"], result["total_rows_at_least"]) == (False, False)
 
 
 def test_quoted_cells_span_lines_even_across_read_chunks():
@@ -142,7 +169,9 @@ def test_ragged_rows_are_padded_and_extra_cells_get_numbered_columns():
 
 @pytest.mark.parametrize(("name", "data"), [("e.csv", b""), ("e.json", b""), ("e.json", b"[]"), ("e.tsv", b"\n\n")])
 def test_an_empty_file_is_a_table_without_columns(name, data):
-    assert preview(data, name) == {"columns": [], "rows": [], "total_rows": 0, "total_rows_exact": True}
+    assert preview(data, name) == {
+        "columns": [], "rows": [], "total_rows": 0, "total_rows_exact": True, "total_rows_at_least": False,
+    }  # fmt: skip
 
 
 def test_a_header_alone_is_columns_without_rows():
@@ -152,6 +181,7 @@ def test_a_header_alone_is_columns_without_rows():
         "rows": [],
         "total_rows": 0,
         "total_rows_exact": True,
+        "total_rows_at_least": False,
     }
 
 

@@ -92,6 +92,24 @@ def test_a_claimed_run_waiting_for_admission_is_cancelled_through_its_worker() -
     assert events.cancelled() is True
 
 
+def test_cancel_records_an_event_only_when_it_changes_the_run() -> None:
+    running = _queued_run()
+    claimed = run_claim(run_id=str(running.id), worker="here")
+    assert claimed is not None
+    for _ in range(3):  # a page's Stop pressed three times: one request to stop
+        run_services.run_cancel(run=claimed, by=claimed.owner)
+    assert _states(running) == ["claimed", "cancel_requested"]
+    queued = _queued_run()
+    for _ in range(3):
+        after = run_services.run_cancel(run=queued, by=queued.owner)
+    assert (after.state, after.outcome) == (RunState.FINISHED, "cancelled")
+    assert _states(queued) == ["finished"]
+    done = _queued_run(state=RunState.FINISHED, outcome="succeeded")
+    after = run_services.run_cancel(run=done, by=done.owner)
+    assert (after.outcome, after.cancel_requested) == ("succeeded", False)
+    assert _states(done) == []
+
+
 def test_a_claimed_run_whose_worker_stopped_renewing_its_lease_is_reaped(redis_server: Any) -> None:
     run = _queued_run()
     assert run_claim(run_id=str(run.id), worker="gone") is not None

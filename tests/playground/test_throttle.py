@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import time
+import unicodedata
 from typing import Any
 
 import pytest
 import redis as redis_client
 from django.test import Client
 
+from playground import throttle
 from playground.services import accounts as account_services
 from playground.services.accounts import token_create
 from tests.playground.factories import UserFactory
@@ -112,6 +114,40 @@ def test_a_locked_account_is_refused_from_every_address(page: str) -> None:
         _login(Client(REMOTE_ADDR=f"203.0.113.{n + 1}"), page, user.username, f"guess {n}")
     assert _login(Client(REMOTE_ADDR="198.51.100.2"), page, user.username, PASSWORD).status_code == 429
     assert _login(Client(REMOTE_ADDR="198.51.100.2"), page, user.username.upper(), PASSWORD).status_code == 429
+
+
+class _RecordedNormalize:
+    """playground.throttle's view of unicodedata, recording the length of each string it normalises."""
+
+    def __init__(self) -> None:
+        self.lengths: list[int] = []
+
+    def normalize(self, form: Any, text: str) -> str:
+        self.lengths.append(len(text))
+        return unicodedata.normalize(form, text)
+
+
+@pytest.mark.parametrize("page", LOGIN_PAGES)
+def test_a_megabytes_long_user_name_is_read_no_further_than_an_account_name_can_be(
+    page: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    recorded = _RecordedNormalize()
+    monkeypatch.setattr(throttle, "unicodedata", recorded)
+    name = "\u00bd" * ((4 << 20) // 8)  # "½", which NFKC makes three characters: slow to normalise, and no account
+    response = _login(Client(REMOTE_ADDR="203.0.113.7"), page, name, "guess")
+    assert response.status_code == 200  # the form's own refusal: a name that long is no account's
+    assert recorded.lengths and max(recorded.lengths) <= 150
+    # Only what a name can be is looked at: the rest does not change the count it is checked against.
+    assert throttle.account_subject("a" * 150 + "b" * (4 << 20)) == throttle.account_subject("a" * 150 + "c")
+
+
+@pytest.mark.parametrize("page", LOGIN_PAGES)
+def test_a_locked_account_is_refused_under_a_name_padded_with_spaces(page: str) -> None:
+    user: Any = UserFactory(is_staff=True)
+    for n in range(5):
+        _login(Client(REMOTE_ADDR=f"203.0.113.{n + 1}"), page, user.username, f"guess {n}")
+    padded = " " * (1 << 20) + user.username.upper() + "\t" * 1000  # the form strips it back to the name
+    assert _login(Client(REMOTE_ADDR="198.51.100.2"), page, padded, PASSWORD).status_code == 429
 
 
 def test_guesses_spread_over_many_accounts_lock_the_address_not_the_accounts() -> None:
