@@ -432,9 +432,9 @@ def test_a_roster_of_two_thousand_lines_is_imported_in_a_few_queries(django_asse
     from playground.models import CourseInvitation, Membership, Role
     from playground.services import courses as course_services
 
-    teacher = UserFactory()
+    teacher = cast(User, UserFactory())
     course = course_services.course_create(user=teacher, title="Big class")
-    member = UserFactory(username="already", email="Already@School.example")
+    member = cast(User, UserFactory(username="already", email="Already@School.example"))
     Membership.objects.create(course=course, user=member, role=Role.STUDENT)
     CourseInvitation.objects.create(course=course, identifier="invited", created_by=teacher)
     lines = ["username,role", "ALREADY", "already@school.example", "invited", "bad name!,student", "x,teacher"]

@@ -149,7 +149,7 @@ def test_the_audit_consoles_rerun_action_still_takes_each_runs_code_stdin_and_ar
 def test_the_migration_counts_the_cells_of_the_notebooks_that_exist() -> None:
     from django.db.migrations.executor import MigrationExecutor
 
-    before, after = [("playground", "0011_egress")], [("playground", "0012_notebook_cell_count")]
+    before, after = [("playground", "0012_markdown_stored")], [("playground", "0013_notebook_cell_count")]
     executor = MigrationExecutor(connection)
     executor.migrate(before)
     old = executor.loader.project_state(before).apps

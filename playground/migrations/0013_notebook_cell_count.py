@@ -15,7 +15,7 @@ def count_cells(apps: Any, schema_editor: Any) -> None:
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('playground', '0011_egress'),
+        ('playground', '0012_markdown_stored'),
     ]
 
     operations = [
