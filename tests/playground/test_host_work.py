@@ -333,8 +333,6 @@ def test_instructions_over_the_cap_are_refused_not_cut(redis_server: Any) -> Non
 def test_reading_a_notebook_or_an_assignment_never_renders(redis_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """Rendered once when saved and stored: the tester's instructions of 262,000 "[" were rendered
     again for every student's view (6-7 s each), and each notebook read rendered its cells."""
-    from playground import markdown
-
     instructor = api(UserFactory())
     course = new_course(instructor)
     body = assignment_body([], instructions="# Read me\n\n" + "[" * 60_000)
