@@ -4,6 +4,12 @@ With no -Q flag a worker serves the queues of every engine its host can run (the
 engine if bubblewrap and cgroups work, smolvm if the cached canary boot passed), registers
 itself as a WorkerHost (named CORDON_HOST_NAME) with that report, and sweeps what a crashed
 worker left on the host. Then its HostLoop beats, follows the host's drain state, reaps and sweeps.
+
+People's runs go to each engine's queue, grading runs (tests, check programs) to its "-grading"
+queue. CORDON_WORKER_QUEUES says which a worker started without -Q consumes: `runs` (people's, and
+the maintenance queue), `grading`, or `all` (the default: one worker does everything). `make run`
+starts one worker of each kind, so a person's run never waits for a pool process that a course's
+grading holds; the grading worker also runs the GradingLoop.
 """
 
 import logging
@@ -38,12 +44,31 @@ def engines_here() -> tuple[list[str], dict[str, Any]]:
     return registry.serves(), report
 
 
+WORKER_KINDS = ("all", "runs", "grading")
+
+
+def worker_kind() -> str:
+    kind = os.environ.get("CORDON_WORKER_QUEUES", "") or "all"
+    if kind not in WORKER_KINDS:
+        raise ValueError(f"CORDON_WORKER_QUEUES must be one of {', '.join(WORKER_KINDS)}, not {kind!r}")
+    return kind
+
+
+def queues_for(kind: str, engines: list[str]) -> list[str]:
+    """The queues a worker of this kind consumes on a host serving `engines`."""
+    from playground.services.dispatch import grading_queue
+
+    runs = [*engines, "maintenance"] if kind in ("all", "runs") else []
+    return runs + ([grading_queue(engine) for engine in engines] if kind in ("all", "grading") else [])
+
+
 @signals.celeryd_init.connect
 def _serve_engine_queues(sender: Any = None, conf: Any = None, options: Any = None, **kwargs: Any) -> None:
+    kind = worker_kind()  # checked even with -Q: a misspelt kind stops the worker here
     if options is not None and options.get("queues"):
         return  # the operator chose with -Q
     engines, _ = engines_here()
-    conf.task_queues = [Queue(name) for name in engines] + [Queue("maintenance")]
+    conf.task_queues = [Queue(name) for name in queues_for(kind, engines)]
 
 
 # Each worker host's own loop (a thread of the worker's main process): its heartbeat and drain
@@ -61,11 +86,14 @@ REGISTER_S = 60.0
 def _register_and_sweep(sender: Any = None, **kwargs: Any) -> None:
     from playground.services.hosts import host_sweep
 
+    kind = worker_kind()
     _register(started=True)
-    host_sweep(min_age_s=0)  # what this host's runs left when it died
-    _warm_up()
+    host_sweep(min_age_s=0)  # what this host's runs left when it died (a live run's lock keeps it)
+    if kind != "grading":
+        _warm_up()
     HostLoop(nodename=sender.hostname, queues=_engine_queues(sender.app)).start()
-    GradingLoop().start()
+    if kind != "runs":
+        GradingLoop().start()
 
 
 def _warm_up() -> None:

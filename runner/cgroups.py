@@ -86,7 +86,7 @@ class RunCgroup:
 
     # setup
 
-    def create(self, *, memory_bytes: int, pids_max: int, cpus: float) -> None:
+    def create(self, *, memory_bytes: int, pids_max: int, cpus: float, cpu_weight: int = 100) -> None:
         for parent in self.layout.parents(self.parent):
             parent.mkdir(exist_ok=True)
         if self.layout.version == 2:
@@ -100,6 +100,7 @@ class RunCgroup:
             _write_if_exists(leaf / "memory.swap.max", 0)
             _write(leaf / "pids.max", pids_max)
             _write(leaf / "cpu.max", f"{quota} 100000")
+            _write(leaf / "cpu.weight", cpu_weight)
             return
         memory = self.v1["memory"]
         _write(memory / "memory.limit_in_bytes", memory_bytes)
@@ -109,6 +110,7 @@ class RunCgroup:
         if "cpu" in self.v1:
             _write(self.v1["cpu"] / "cpu.cfs_period_us", 100_000)
             _write(self.v1["cpu"] / "cpu.cfs_quota_us", quota)
+            _write(self.v1["cpu"] / "cpu.shares", max(2, cpu_weight * 1024 // 100))  # v1's default 1024 is 100
 
     def _enable_v2_controllers(self) -> None:
         parent = self.layout.root / self.parent

@@ -177,6 +177,10 @@ ARGS_MAX_ITEMS = 64
 ARG_MAX_BYTES = 4096
 
 
+DEFAULT_CPU_WEIGHT = 100  # cgroup v2's default
+BACKGROUND_CPU_WEIGHT = 10
+
+
 @dataclass(frozen=True)
 class RunSpec:
     runtime: str
@@ -192,6 +196,14 @@ class RunSpec:
     # Destinations the run may reach through its egress proxy ("host:port", "*.suffix:port"),
     # within the operator's ceiling; empty (the default): no network at all.
     egress: tuple[str, ...] = ()
+    # The run's share of a busy CPU against other runs' (cgroup v2 cpu.weight, 1 to 10000; v1
+    # cpu.shares in proportion). Work nobody waits for at a screen (grading) gets less
+    # (BACKGROUND_CPU_WEIGHT), so a person's run beside it keeps nearly all it needs.
+    cpu_weight: int = DEFAULT_CPU_WEIGHT
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.cpu_weight <= 10_000:
+            raise ValueError(f"cpu_weight is 1 to 10000, not {self.cpu_weight}")
 
     @property
     def image_name(self) -> str:

@@ -22,15 +22,32 @@ from runner.registry import auto_choice
 log = logging.getLogger(__name__)
 # The task's hard time limit is the run's own deadline plus this, for boot and teardown.
 TASK_TIME_MARGIN_S = 180
-# A worker takes the queued task of highest priority first (in Redis, 0 is the highest): a
-# person's run goes before grading work (a submission's tests, check programs), so a course's
-# grading delays it by the remaining time of the tasks already running, never by the queue.
+# Grading runs (a submission's tests, check programs) go to their engine's grading queue, which
+# `make run` gives a worker of its own (playground/celery.py). A worker that consumes both
+# (CORDON_WORKER_QUEUES=all, one worker doing everything) takes the queued task of highest priority
+# first (in Redis, 0 is the highest): a person's run goes before grading work, so a course's grading
+# delays it by the remaining time of the tasks already running, never by the queue.
 PERSON_PRIORITY = 0
 GRADING_PRIORITY = 9
 
 
-def priority(run: Run) -> int:
-    return GRADING_PRIORITY if run.kind in (RunKind.TEST, RunKind.CHECK) else PERSON_PRIORITY
+GRADING_SUFFIX = "-grading"
+
+
+def is_grading(run: Run) -> bool:
+    return run.kind in (RunKind.TEST, RunKind.CHECK)
+
+
+def grading_queue(engine_queue: str) -> str:
+    """Where a grading run of this engine is sent: its own queue, which `make run`'s grading worker
+    consumes (playground/celery.py), so that grading never holds a pool process a person's run needs."""
+    return engine_queue + GRADING_SUFFIX
+
+
+def _sending(run: Run, time_limit: int) -> _Sending:
+    if is_grading(run):
+        return _Sending(grading_queue(run.queue), time_limit, GRADING_PRIORITY)
+    return _Sending(run.queue, time_limit, PERSON_PRIORITY)
 
 
 def choose_queue(engine: str) -> str:
@@ -53,7 +70,7 @@ def enqueue(*, run: Run) -> None:
     process sends it again every second until the broker takes it (and the reaper re-sends runs
     still queued long after, should this process die); a duplicate is harmless (claims are atomic)."""
     time_limit = int(limits_from_record(run.limits).wall_timeout_s + TASK_TIME_MARGIN_S)
-    run_id, sending = str(run.id), _Sending(run.queue, time_limit, priority(run))
+    run_id, sending = str(run.id), _sending(run, time_limit)
 
     def send() -> None:
         Run.objects.filter(id=run_id).update(enqueued_at=timezone.now())

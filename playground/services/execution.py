@@ -21,12 +21,12 @@ from django.utils import timezone
 from playground.egress import egress_problem, record_for_storage
 from playground.limits import limits_from_record
 from playground.live import ChunkBatcher, LivePublisher, final_message, state_message
-from playground.models import WORKER_STATES, CleanupCheck, Run, RunOutputFile, RunState
+from playground.models import WORKER_STATES, CleanupCheck, Run, RunKind, RunOutputFile, RunState
 from playground.services.logs import log_append, log_release, log_store
 from playground.services.runs import record_event, retry_once
 from playground.storage import StorageIntegrityError, fetch_verified, save_verified
+from runner.spec import BACKGROUND_CPU_WEIGHT, DEFAULT_CPU_WEIGHT, Outcome, Phase, RunnerError, RunResult, RunSpec
 from runner.spec import CleanupCheck as RunnerCleanupCheck
-from runner.spec import Outcome, Phase, RunnerError, RunResult, RunSpec
 from runner.supervisor import Supervisor
 
 HEARTBEAT_S = 3.0
@@ -99,6 +99,8 @@ def run_spec(*, run: Run, staging: Path) -> RunSpec:
         input_names=tuple(name for _, _, name in wanted),
         engine=run.engine_requested,
         egress=tuple(run.egress),
+        # Grading is nobody's screen: beside a person's run it takes a tenth of the CPU.
+        cpu_weight=BACKGROUND_CPU_WEIGHT if run.kind in (RunKind.TEST, RunKind.CHECK) else DEFAULT_CPU_WEIGHT,
     )
 
 

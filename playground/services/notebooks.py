@@ -40,11 +40,13 @@ KINDS = ("code", "markdown")
 
 
 def notebook_create(*, user: User, name: str, cells: list[dict[str, Any]] | None = None) -> Notebook:
+    cells = cells if cells is not None else [_starter_cell()]
+    html = _rendered(cells, stored=[])  # before the transaction: the render holds no lock
     with transaction.atomic():
         User.objects.select_for_update().get(pk=user.pk)  # the count and the insert cannot race
         if Notebook.objects.filter(owner=user).count() >= MAX_NOTEBOOKS:
             raise ServiceError("too_many_notebooks", f"at most {MAX_NOTEBOOKS} notebooks; delete one first", status=409)
-        clean = _clean_cells(user, cells if cells is not None else [_starter_cell()], stored=[])
+        clean = _clean_cells(user, cells, stored=[], html=html)
         return Notebook.objects.create(owner=user, name=_clean_name(name), cells=clean, cell_count=len(clean))
 
 
@@ -58,6 +60,10 @@ def notebook_default(*, user: User) -> Notebook:
 
 def notebook_save(*, notebook: Notebook, name: str, version: int, cells: list[dict[str, Any]]) -> Notebook:
     """Replace the name and cells, if `version` is still the stored one."""
+    # Rendered against the cells stored now, before the transaction: the render (up to its bound)
+    # holds no lock; a cell another save changed meanwhile is rendered under the lock.
+    stored_now = Notebook.objects.filter(id=notebook.id).values_list("cells", flat=True).first()
+    html = _rendered(cells, stored=stored_now or [])
     with transaction.atomic():
         current = _locked(notebook)
         if current.version != version:
@@ -65,7 +71,7 @@ def notebook_save(*, notebook: Notebook, name: str, version: int, cells: list[di
                 "notebook_conflict", f"this notebook was changed elsewhere (version {current.version}, this page "
                 f"had {version}); reload it to see the newer cells", field="version", status=409,
             )  # fmt: skip
-        current.cells = _clean_cells(current.owner, cells, stored=current.cells)
+        current.cells = _clean_cells(current.owner, cells, stored=current.cells, html=html)
         current.cell_count = len(current.cells)
         current.name = _clean_name(name)
         current.version += 1
@@ -183,10 +189,12 @@ def _find_cell(notebook: Notebook, cell_id: str) -> tuple[int, dict[str, Any]]:
     raise ServiceError("cell_not_found", f"this notebook has no cell {cell_id!r}", field="cell_id", status=404)
 
 
-def _clean_cells(user: User, cells: list[dict[str, Any]], *, stored: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _clean_cells(
+    user: User, cells: list[dict[str, Any]], *, stored: list[dict[str, Any]], html: dict[tuple[str, str], str]
+) -> list[dict[str, Any]]:
     """Check every cell; nothing half-valid is stored. References already stored are kept as
     they are (a broken one stays, shown as broken); a new one must name the user's own dataset or
-    output, and takes its name."""
+    output, and takes its name. A markdown cell takes its HTML from `html` (_rendered's)."""
     if len(cells) > MAX_CELLS:
         raise ServiceError("too_many_cells", f"at most {MAX_CELLS} cells", field="cells", status=422)
     ids = [str(cell.get("id", "")) for cell in cells]
@@ -195,20 +203,28 @@ def _clean_cells(user: User, cells: list[dict[str, Any]], *, stored: list[dict[s
     last_runs = {cell["id"]: cell.get("last_run_id") for cell in stored}
     known = {input_key(ref): ref for cell in stored for ref in cell.get("inputs", [])}
     clean = [_clean_cell(user, index, cell, last_runs.get(cell["id"]), known) for index, cell in enumerate(cells)]
-    _render(clean, stored)
+    markdown = [cell for cell in clean if cell["kind"] == "markdown"]
+    html = _rendered(markdown, stored=stored, known=html)  # renders only a cell changed since `html` was made
+    for cell in markdown:
+        cell["html"] = html[(str(cell["id"]), cell["source"])]
     return clean
 
 
-def _render(cells: list[dict[str, Any]], stored: list[dict[str, Any]]) -> None:
-    """Each markdown cell's HTML: kept from the stored cell when its source is the same, else
-    rendered, all of this save's new sources in one bounded child."""
-    rendered = {(c["id"], c["source"]): c["html"] for c in stored if c.get("kind") == "markdown" and "html" in c}
-    markdown = [cell for cell in cells if cell["kind"] == "markdown"]
-    new = [cell for cell in markdown if (cell["id"], cell["source"]) not in rendered]
-    for cell, html in zip(new, render_bounded([cell["source"] for cell in new]), strict=True):
-        rendered[(cell["id"], cell["source"])] = html
-    for cell in markdown:
-        cell["html"] = rendered[(cell["id"], cell["source"])]
+def _rendered(
+    cells: list[dict[str, Any]], *, stored: list[dict[str, Any]], known: dict[tuple[str, str], str] | None = None
+) -> dict[tuple[str, str], str]:
+    """The HTML of each markdown cell, by (id, source): the stored cell's when its source is the
+    same, else rendered, all of these new sources in one bounded child. Cells over the cap are left
+    out (their save is refused)."""
+    html = dict(known or {})
+    html.update({(str(c["id"]), c["source"]): c["html"] for c in stored if c.get("kind") == "markdown" and "html" in c})
+    new = {
+        key: source for cell in cells if cell.get("kind") == "markdown"
+        and isinstance(source := cell.get("source", ""), str) and len(source.encode()) <= MARKDOWN_MAX_BYTES
+        and (key := (str(cell.get("id", "")), source)) not in html
+    }  # fmt: skip
+    html.update(zip(new, render_bounded(list(new.values())), strict=True))
+    return html
 
 
 def _clean_cell(
@@ -267,6 +283,8 @@ def _clean_inputs(
     if len(refs) > MAX_INPUTS:
         raise ServiceError("too_many_inputs", f"cell {index + 1}: at most {MAX_INPUTS} inputs",
                            field=f"cells.{index}.inputs", status=422)  # fmt: skip
+    if not refs:  # most cells: no query
+        return []
     unique = list({input_key(ref): ref for ref in refs}.values())
     found = inputs_found(user=user, refs=unique)
     clean = []

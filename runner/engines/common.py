@@ -159,7 +159,9 @@ class CgroupEngine(Engine, Generic[StateT]):
     def prepare(self, ctx: RunContext) -> None:
         state = self.state(ctx)
         caps = self.cgroup_limits(ctx.limits)
-        state.cgroup.create(memory_bytes=caps.memory_bytes, pids_max=caps.pids_max, cpus=caps.cpus)
+        state.cgroup.create(
+            memory_bytes=caps.memory_bytes, pids_max=caps.pids_max, cpus=caps.cpus, cpu_weight=ctx.spec.cpu_weight
+        )
         self.prepare_views(ctx)
 
     def start(self, ctx: RunContext) -> Process:

@@ -27,7 +27,7 @@ OTHERS = 30  # students submitting once beside the flooder: fewer than 120 keeps
 FLOOD = 50  # the flooder's submissions
 WINDOW_S = 10.0  # every submission is sent within this window, at seeded random moments
 CLIENTS = 6  # threads sending them, as many students' browsers would
-# The worker's pool and the grading slots alike, as the settings advise. 4, not 2, on this 2-core
+# The grading worker's pool and the grading slots alike, as the settings advise. 4, not 2, on this 2-core
 # host: it is the settings' default; a pilot drained the burst as fast with either (15.2 and 15.4
 # runs/s on a quiet host: the runs are CPU-bound); and more slots are the harder case for fairness
 # (more grading runs handed out at once), while a lone student's three tests still run together.
@@ -335,7 +335,7 @@ def run() -> list[Row]:
     # The flooder's fifty submissions would meet the rate limit at the door (6 a minute): what is
     # measured here is the grading queue's fairness behind it, so the door is opened wide.
     env = {"CORDON_GRADING_SLOTS": str(CONCURRENCY), "CORDON_SUBMISSIONS_PER_MINUTE_STUDENT": "1000"}
-    stack = Stack(env=env, concurrency=CONCURRENCY)
+    stack = Stack(env=env, concurrency=CONCURRENCY, grading_concurrency=CONCURRENCY)
     room = None
     try:
         stack.one_run()  # warm-up: image verification, imports

@@ -28,10 +28,13 @@ BIN = Path(sys.executable).parent
 
 
 class Stack:
-    """Redis, a Celery worker and the web server on a database of their own, and a user's token.
-    `env` adds to (or overrides) their environment; `concurrency` is the worker's pool size."""
+    """Redis, the Celery workers `make run` starts (people's runs, grading) and the web server on a
+    database of their own, and a user's token. `env` adds to (or overrides) their environment;
+    `concurrency` is the runs worker's pool size, `grading_concurrency` the grading worker's."""
 
-    def __init__(self, env: dict[str, str] | None = None, concurrency: int | None = None) -> None:
+    def __init__(
+        self, env: dict[str, str] | None = None, concurrency: int | None = None, grading_concurrency: int = 2
+    ) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="cordon-bench-"))
         self.port = free_port()
         redis_port = free_port()
@@ -55,7 +58,12 @@ class Stack:
             )
             self.token = self._manage("create_api_token", "bench").strip()
             pool = [f"--concurrency={concurrency}"] if concurrency else []
-            self.worker = self._spawn([str(BIN / "celery"), "-A", "playground", "worker", "--loglevel=WARNING", *pool])
+            celery = [str(BIN / "celery"), "-A", "playground", "worker", "--loglevel=WARNING"]
+            self.worker = self._spawn([*celery, "-n", "runs@%h", *pool], CORDON_WORKER_QUEUES="runs")
+            self.grader = self._spawn(
+                ["nice", "-n", "5", *celery, "-n", "grading@%h", f"--concurrency={grading_concurrency}"],
+                CORDON_WORKER_QUEUES="grading",
+            )  # as the Procfile starts them
             self.web = self._spawn(web_server_argv(self.port))
             self._wait_up()
         except BaseException:
@@ -73,8 +81,8 @@ class Stack:
         return subprocess.run([PY, "manage.py", *args], cwd=PROJECT_ROOT, env=self.env, check=True,
                               capture_output=True, text=True).stdout  # fmt: skip
 
-    def _spawn(self, argv: list[str]) -> subprocess.Popen[bytes]:
-        proc = subprocess.Popen(argv, cwd=PROJECT_ROOT, env=self.env, start_new_session=True,
+    def _spawn(self, argv: list[str], **env: str) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(argv, cwd=PROJECT_ROOT, env={**self.env, **env}, start_new_session=True,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
         self.procs.append(proc)
         return proc
@@ -86,7 +94,7 @@ class Stack:
                 self.call("GET", "/api/health")
                 ping = subprocess.run([str(BIN / "celery"), "-A", "playground", "inspect", "ping"], cwd=PROJECT_ROOT,
                                       env=self.env, capture_output=True, text=True)  # fmt: skip
-                if "pong" in ping.stdout:
+                if ping.stdout.count("pong") >= 2:  # both workers
                     return
             except OSError:
                 pass

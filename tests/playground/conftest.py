@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -88,10 +89,11 @@ class Worker:
     A test that starts its own (to kill it, restart it or give it a beat) stops the session's
     shared worker first, so that no other worker takes its runs."""
 
-    def __init__(self, env: dict[str, str], beat: bool = False, concurrency: int = 4):
+    def __init__(self, env: dict[str, str], beat: bool = False, concurrency: int = 4, name: str | None = None):
         self.env = env
         self.beat = beat
         self.concurrency = concurrency
+        self.name = name  # its node name's first part (several workers at once); Celery's own if None
         self.procs: list[subprocess.Popen[bytes]] = []
         self.schedule_dir: str | None = None  # beat's schedule file, gone with the worker
 
@@ -99,7 +101,7 @@ class Worker:
         if SharedWorker.current is not None and SharedWorker.current.worker is not self:
             SharedWorker.current.stop()
         argv = [CELERY, "-A", "playground", "worker", "--loglevel=INFO", f"--concurrency={self.concurrency}",
-                "--without-mingle", "--without-gossip"]  # fmt: skip
+                "--without-mingle", "--without-gossip", *(["-n", f"{self.name}@%h"] if self.name else [])]  # fmt: skip
         self.procs.append(subprocess.Popen(argv, cwd=PROJECT_ROOT, env=self.env, start_new_session=True,
                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))  # fmt: skip
         if self.beat:
@@ -114,9 +116,10 @@ class Worker:
         from playground.celery import app
 
         deadline = time.monotonic() + timeout
+        destination = [f"{self.name}@{socket.gethostname()}"] if self.name else None
         while time.monotonic() < deadline:
             try:
-                if app.control.ping(timeout=0.5):
+                if app.control.ping(timeout=0.5, destination=destination):
                     return
             except (OSError, redis_client.RedisError):  # a restarted Redis: reconnect and ask again
                 time.sleep(0.2)

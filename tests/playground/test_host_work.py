@@ -159,6 +159,50 @@ def test_a_persons_run_is_taken_before_grading_runs_queued_ahead_of_it(
     assert started is not None and firsts and started < firsts[0], (started, firsts[:3])
 
 
+@pytest.mark.images
+def test_a_runs_worker_takes_no_grading_and_a_grading_worker_no_persons_runs(
+    no_worker: None, shared_worker: SharedWorker, worker_env: dict[str, str]
+) -> None:
+    """`make run` starts one of each: a person's run never waits for a pool process held by grading."""
+    shared_worker.register_host()
+    _, code, assignment = course_with(api(UserFactory()), [{"name": "t", "stdin": "2\n", "expected_stdout": "4"}])
+    _, student = joined(code)
+    submitted = post(student, f"/api/assignments/{assignment}/submissions", {"code": DOUBLE})
+    analyst = api(UserFactory())
+    person = post(analyst, "/api/runs", {"runtime": "python", "code": "print('hello')"})
+    runs = Worker({**worker_env, "CORDON_WORKER_QUEUES": "runs"}, concurrency=1, name="runs")
+    grader = Worker({**worker_env, "CORDON_WORKER_QUEUES": "grading"}, concurrency=1, name="grading")
+    try:
+        runs.start()
+        wait_until(lambda: Run.objects.get(id=person["id"]).state == "finished", 60, "the person's run")
+        time.sleep(1.0)  # time enough for the runs worker to take a grading task, were it to
+        grading = Run.objects.filter(kind=RunKind.TEST, test_results__submission_id=submitted["id"])
+        assert [(r.state, r.started_at) for r in grading] == [("queued", None)]
+        grader.start()
+        assert wait_graded(student, submitted["id"])["score"] == 1
+        runs.stop()  # the grading worker alone: a person's run waits
+        later = post(analyst, "/api/runs", {"runtime": "python", "code": "print('again')"})
+        time.sleep(1.0)
+        assert Run.objects.get(id=later["id"]).state == "queued"
+    finally:
+        runs.kill()
+        grader.kill()
+
+
+def test_grading_runs_get_a_tenth_of_a_persons_cpu_weight(no_worker: None, shared_worker: SharedWorker,
+                                                          tmp_path: Path) -> None:  # fmt: skip
+    from playground.services.execution import run_spec
+
+    shared_worker.register_host()
+    _, code, assignment = course_with(api(UserFactory()), [{"name": "t", "stdin": "2\n", "expected_stdout": "4"}])
+    _, student = joined(code)
+    submitted = post(student, f"/api/assignments/{assignment}/submissions", {"code": DOUBLE})
+    grading = Run.objects.get(kind=RunKind.TEST, test_results__submission_id=submitted["id"])
+    person = Run.objects.get(id=post(api(UserFactory()), "/api/runs", {"runtime": "python", "code": "1"})["id"])
+    assert run_spec(run=grading, staging=tmp_path).cpu_weight == 10
+    assert run_spec(run=person, staging=tmp_path).cpu_weight == 100
+
+
 # --- a matcher never outlives its worker --------------------------------------------------------
 
 

@@ -1,4 +1,5 @@
-"""`make run` brings up Redis, a Celery worker and daphne; Ctrl-C stops all three."""
+"""`make run` brings up Redis, the Celery workers (people's runs, grading), beat and daphne; Ctrl-C
+stops all of them."""
 
 from __future__ import annotations
 
@@ -96,8 +97,10 @@ def test_make_run_serves_the_site_and_a_worker_and_ctrl_c_stops_everything(
             assert response.url.endswith("/admin/")
             assert "Cordon audit console" in response.read().decode()
 
-        # The Celery worker answers a ping through the same Redis (it may still be connecting).
-        _wait_for(lambda: "celery@" in output.text and " ready." in output.text, 60, "the worker")
+        # Both Celery workers (people's runs, grading) answer a ping through the same Redis (they may
+        # still be connecting).
+        for worker in ("runs@", "grading@"):
+            _wait_for(lambda w=worker: re.search(rf"{w}\S+ ready\.", output.text) is not None, 60, worker)
         ping = subprocess.run(
             [str(project_root / ".venv/bin/celery"), "-A", "playground", "inspect", "ping", "--timeout", "5"],
             cwd=project_root,
@@ -106,11 +109,14 @@ def test_make_run_serves_the_site_and_a_worker_and_ctrl_c_stops_everything(
             text=True,
             timeout=60,
         )
-        assert "pong" in ping.stdout, ping.stdout + ping.stderr
+        assert "runs@" in ping.stdout and "grading@" in ping.stdout and ping.stdout.count("pong") == 2, (
+            ping.stdout + ping.stderr
+        )
 
         family = [proc.pid, *(p.pid for p in psutil.Process(proc.pid).children(recursive=True))]
         cmdlines = [" ".join(psutil.Process(pid).cmdline()) for pid in family]
-        for program in ("redis-server", "celery -A playground worker", "playground.server"):
+        for program in ("redis-server", "worker --loglevel=INFO -n runs@", "worker --loglevel=INFO -n grading@",
+                        "playground.server"):  # fmt: skip
             assert any(program in line for line in cmdlines), (program, cmdlines)
     finally:
         os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C does to the foreground job
