@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any, Literal
 from uuid import UUID
 
+from django.db.models import Sum
 from django.http import Http404, HttpRequest, HttpResponse
 from django.utils.http import content_disposition_header
 from ninja import Field, File, Router, Schema, Status
@@ -52,6 +53,8 @@ from playground.services.errors import ServiceError
 from runner.spec import RUNTIMES
 
 router = Router(tags=["courses"])
+# What lists of assignments do not show, and do not read: each can be 64 to 256 KiB.
+ASSIGNMENT_TEXTS = ("instructions", "instructions_html", "starter_code")
 ROSTER_MAX_BYTES = 1 << 20
 
 
@@ -392,7 +395,7 @@ def _submission_out(submission: Submission, *, staff: bool, attempt: int | None,
 
 
 def _my_progress(assignment: Assignment, user: Any) -> dict[str, Any]:
-    mine = list(Submission.objects.filter(assignment=assignment, student=user).order_by("-created_at"))
+    mine = list(Submission.objects.filter(assignment=assignment, student=user).defer("code").order_by("-created_at"))
     used = sum(1 for s in mine if s.counted)
     latest = next((s for s in mine if s.state == SubmissionState.GRADED), mine[0] if mine else None)
     left = None if not assignment.attempts_allowed else max(0, assignment.attempts_allowed - used)
@@ -602,11 +605,12 @@ def assignment_list(request: HttpRequest, course_id: UUID) -> list[dict[str, Any
     course, membership = course_selectors.course_for_member(user=request.user, course_id=course_id)
     staff = is_staff(membership)
     out = []
-    for assignment in course_selectors.assignments_for_member(course=course, membership=membership):
+    listed = course_selectors.assignments_for_member(course=course, membership=membership)
+    for assignment in listed.defer(*ASSIGNMENT_TEXTS).annotate(max_score=Sum("tests__points")):
         out.append({
             "id": assignment.id, "title": assignment.title, "runtime": assignment.runtime,
             "opens_at": assignment.opens_at, "due_at": assignment.due_at,
-            "max_score": sum(t.points for t in assignment.tests.all()),
+            "max_score": assignment.max_score or 0.0,
             "attempts_allowed": assignment.attempts_allowed, "accept_late": assignment.accept_late,
             "my": None if staff else _my_progress(assignment, request.user),
         })  # fmt: skip
@@ -674,7 +678,7 @@ def submission_list(request: HttpRequest, assignment_id: UUID, student: str | No
     """A student's own submissions; for staff everyone's (or one student's, by username)."""
     assignment, membership = course_selectors.assignment_for_member(user=request.user, assignment_id=assignment_id)
     staff = is_staff(membership)
-    submissions = assignment.submissions.select_related("student")
+    submissions = assignment.submissions.select_related("student").defer("code")
     if not staff:
         submissions = submissions.filter(student=request.user)  # type: ignore[misc]
     elif student:
@@ -697,7 +701,11 @@ def submission_get(request: HttpRequest, submission_id: UUID) -> dict[str, Any]:
             viewer=request.user, owner=submission.student, what="submission", detail=str(submission.id),
             path=request.get_full_path(),
         )  # fmt: skip
-    siblings = list(Submission.objects.filter(assignment_id=submission.assignment_id, student=submission.student))
+    siblings = list(
+        Submission.objects.filter(assignment_id=submission.assignment_id, student=submission.student).only(
+            "id", "created_at", "charged", "student_id"
+        )
+    )
     return _submission_out(submission, staff=staff, attempt=_attempt_numbers(siblings).get(submission.id), full=True)
 
 
@@ -706,11 +714,11 @@ def submission_get(request: HttpRequest, submission_id: UUID) -> dict[str, Any]:
 
 def _gradebook(course: Course) -> dict[str, Any]:
     """Students x assignments: each student's latest graded submission (else their latest one)."""
-    assignments = list(course.assignments.prefetch_related("tests"))
+    assignments = list(course.assignments.defer(*ASSIGNMENT_TEXTS).annotate(max_score=Sum("tests__points")))
     students = list(course.memberships.filter(role=Role.STUDENT).select_related("user").order_by("user__username"))
     latest: dict[tuple[int, Any], Submission] = {}
     attempts: dict[tuple[int, Any], int] = {}
-    for submission in Submission.objects.filter(assignment__course=course).order_by("created_at"):
+    for submission in Submission.objects.filter(assignment__course=course).defer("code").order_by("created_at"):
         key = (submission.student_id, submission.assignment_id)
         if submission.counted:
             attempts[key] = attempts.get(key, 0) + 1
@@ -729,8 +737,7 @@ def _gradebook(course: Course) -> dict[str, Any]:
             })  # fmt: skip
         rows.append({"username": member.user.get_username(), "cells": cells})
     return {
-        "assignments": [{"id": a.id, "title": a.title, "max_score": sum(t.points for t in a.tests.all())}
-                        for a in assignments],
+        "assignments": [{"id": a.id, "title": a.title, "max_score": a.max_score or 0.0} for a in assignments],
         "students": rows,
     }  # fmt: skip
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -489,3 +490,27 @@ def test_a_roster_of_two_thousand_lines_is_imported_in_a_few_queries(django_asse
     assert counts == {"invited": 1994, "already_members": 2, "already_invited": 1,
                       "invalid": ["bad name!,student", "x,teacher"]}  # fmt: skip
     assert CourseInvitation.objects.filter(course=course, role=Role.ASSISTANT).count() == 20
+
+
+def test_classroom_lists_read_no_code_instructions_or_test_texts(redis_server: Any) -> None:
+    """A list of assignments, submissions or the gradebook loaded every submission's code (256 KiB
+    each), every assignment's texts and every test's (up to 50 x 3 x 256 KiB) to show a few fields."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    instructor = api(UserFactory())
+    tests = [{"name": "t", "stdin": "2\n", "expected_stdout": "4" * 1000, "points": 2}]
+    course_id, code, assignment = course_with(instructor, tests, instructions="# long", starter_code="x = 1")
+    _, student = joined(code)
+    post(student, f"/api/assignments/{assignment}/submissions", {"code": "print(4)  # mine"})
+    with CaptureQueriesContext(connection) as queries:
+        listed = instructor.get(f"/api/courses/{course_id}/assignments").json()
+        book = instructor.get(f"/api/courses/{course_id}/gradebook").json()
+        mine = student.get(f"/api/courses/{course_id}/assignments").json()
+        subs = instructor.get(f"/api/assignments/{assignment}/submissions").json()
+    assert listed[0]["max_score"] == 2 and book["assignments"][0]["max_score"] == 2
+    assert mine[0]["my"]["attempts_used"] == 1 and len(subs) == 1
+    # One row's texts (the assignment asked for: LIMIT 1 or a get's 21) are fine; a list's are not.
+    lists = [q["sql"] for q in queries.captured_queries if not re.search(r"LIMIT (1|21)$", q["sql"])]
+    for column in ('"playground_submission"."code"', '"expected_stdout"', '"starter_code"', '"instructions"'):
+        assert not [sql for sql in lists if column in sql], column
