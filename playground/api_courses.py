@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any, Literal
 from uuid import UUID
 
-from django.db.models import Sum
+from django.db.models import QuerySet, Sum
 from django.http import Http404, HttpRequest, HttpResponse
 from django.utils.http import content_disposition_header
 from ninja import Field, File, Router, Schema, Status
@@ -606,11 +606,11 @@ def assignment_list(request: HttpRequest, course_id: UUID) -> list[dict[str, Any
     staff = is_staff(membership)
     out = []
     listed = course_selectors.assignments_for_member(course=course, membership=membership)
-    for assignment in listed.defer(*ASSIGNMENT_TEXTS).annotate(max_score=Sum("tests__points")):
+    for assignment, max_score in _with_max_score(listed):
         out.append({
             "id": assignment.id, "title": assignment.title, "runtime": assignment.runtime,
             "opens_at": assignment.opens_at, "due_at": assignment.due_at,
-            "max_score": assignment.max_score or 0.0,
+            "max_score": max_score,
             "attempts_allowed": assignment.attempts_allowed, "accept_late": assignment.accept_late,
             "my": None if staff else _my_progress(assignment, request.user),
         })  # fmt: skip
@@ -712,9 +712,17 @@ def submission_get(request: HttpRequest, submission_id: UUID) -> dict[str, Any]:
 # --- gradebook ----------------------------------------------------------------------------
 
 
+def _with_max_score(assignments: QuerySet[Assignment]) -> list[tuple[Assignment, float]]:
+    """Each without its texts, with its tests' points summed by the database (a GROUP BY query,
+    which Meta.ordering does not order: ordered here)."""
+    summed: Any = assignments.defer(*ASSIGNMENT_TEXTS).annotate(max_score=Sum("tests__points"))
+    return [(a, float(a.max_score or 0.0)) for a in summed.order_by("due_at", "created_at")]
+
+
 def _gradebook(course: Course) -> dict[str, Any]:
     """Students x assignments: each student's latest graded submission (else their latest one)."""
-    assignments = list(course.assignments.defer(*ASSIGNMENT_TEXTS).annotate(max_score=Sum("tests__points")))
+    scored = _with_max_score(course.assignments.all())
+    assignments = [assignment for assignment, _ in scored]
     students = list(course.memberships.filter(role=Role.STUDENT).select_related("user").order_by("user__username"))
     latest: dict[tuple[int, Any], Submission] = {}
     attempts: dict[tuple[int, Any], int] = {}
@@ -737,7 +745,7 @@ def _gradebook(course: Course) -> dict[str, Any]:
             })  # fmt: skip
         rows.append({"username": member.user.get_username(), "cells": cells})
     return {
-        "assignments": [{"id": a.id, "title": a.title, "max_score": a.max_score or 0.0} for a in assignments],
+        "assignments": [{"id": a.id, "title": a.title, "max_score": max_score} for a, max_score in scored],
         "students": rows,
     }  # fmt: skip
 
