@@ -22,7 +22,7 @@ from ninja.throttling import AuthRateThrottle
 
 from playground import throttle
 from playground.apierrors import error_payload
-from playground.bodies import JSON_INT_MAX, BodyTooLarge, MalformedJson, StrictJsonParser
+from playground.bodies import JSON_INT_MAX, BodyIn, BodyTooLarge, MalformedJson, StrictJsonParser
 from playground.egress import EgressPolicy, EgressRecordOut, site_ceiling
 from playground.egress import describe_validation_error as describe_egress_error
 from playground.ipynb import ipynb_from_cells
@@ -117,8 +117,26 @@ def _validation_error(request: HttpRequest, exc: ValidationError) -> HttpRespons
     about = describe_validation_error(first, field or "") or describe_egress_error(first, field or "")
     if about is not None:
         return _error(request, 422, *about, field)
-    message = f"{field}: {first.get('msg', 'invalid')}" if field else str(first.get("msg", "invalid request"))
-    return _error(request, 422, "invalid_request", message, field)
+    words = TYPE_WORDS.get(first.get("type", ""), str(first.get("msg", "invalid")))
+    if field:
+        return _error(request, 422, "invalid_request", f"{field}: {words}", field)
+    # The body itself (bodies.BodyIn words its refusal "must be a JSON object, not ...").
+    subject = "the request body " if words.startswith(("must", "is")) else ""
+    return _error(request, 422, "invalid_request", f"{subject}{words}")
+
+
+# Pydantic's refusal of a value of the wrong JSON type, in the API's words.
+TYPE_WORDS = {
+    "int_type": "must be a whole number",
+    "float_type": "must be a number",
+    "bool_type": "must be true or false",
+    "string_type": "must be a string",
+    "list_type": "must be an array",
+    "dict_type": "must be a JSON object",
+    "model_type": "must be a JSON object",
+    "model_attributes_type": "must be a JSON object",
+    "missing": "is required",
+}
 
 
 @api.exception_handler(HttpError)
@@ -223,7 +241,7 @@ RuntimeName = Annotated[str, Field(json_schema_extra={"enum": list(RUNTIMES)})]
 EngineName = Annotated[str, Field(json_schema_extra={"enum": list(REQUESTABLE)})]
 
 
-class RunIn(Schema):
+class RunIn(BodyIn):
     runtime: RuntimeName
     code: str
     dataset_ids: list[UUID] = Field(default=[], max_length=MAX_IDS)
@@ -564,17 +582,17 @@ def run_output_image(request: HttpRequest, run_id: UUID, name: str) -> FileRespo
 CellId = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
 
 
-class DatasetRef(Schema):
+class DatasetRef(BodyIn):
     kind: Literal["dataset"]
     id: UUID
 
 
-class OutputRef(Schema):
+class OutputRef(BodyIn):
     kind: Literal["output"]
     id: OutputId
 
 
-class CellIn(Schema):
+class CellIn(BodyIn):
     id: CellId
     kind: Literal["code", "markdown"] = "code"
     runtime: RuntimeName = "python"
@@ -593,12 +611,12 @@ NotebookName = Annotated[str, Field(min_length=1, max_length=100)]
 Cells = Annotated[list[CellIn], Field(max_length=notebook_services.MAX_CELLS)]
 
 
-class NotebookCreateIn(Schema):
+class NotebookCreateIn(BodyIn):
     name: NotebookName
     cells: Cells | None = None
 
 
-class NotebookPutIn(Schema):
+class NotebookPutIn(BodyIn):
     name: NotebookName
     version: int = Field(ge=1, le=JSON_INT_MAX, description="the version this page read; a stale one is refused (409)")
     cells: Cells

@@ -27,6 +27,7 @@ from playground.api import (
     _run_out,
     uploaded_file,
 )
+from playground.bodies import BodyIn
 from playground.csvcells import csv_cell
 from playground.egress import EgressPolicy
 from playground.markdown import render_markdown
@@ -58,7 +59,7 @@ ROSTER_MAX_BYTES = 1 << 20
 # --- schemas ------------------------------------------------------------------------------
 
 
-class CoursePatchIn(Schema):
+class CoursePatchIn(BodyIn):
     title: str | None = Field(default=None, max_length=200)
     allowed_runtimes: list[RuntimeName] | None = Field(default=None, max_length=len(RUNTIMES))
     limits_ceiling: dict[str, float] | None = None
@@ -92,11 +93,11 @@ class CourseOut(Schema):
     staff: int
 
 
-class JoinIn(Schema):
+class JoinIn(BodyIn):
     join_code: str = Field(max_length=64)
 
 
-class JoinCodeIn(Schema):
+class JoinCodeIn(BodyIn):
     action: Literal["rotate", "close"]
 
 
@@ -109,7 +110,7 @@ class MembershipOut(Schema):
     joined_at: datetime
 
 
-class RoleIn(Schema):
+class RoleIn(BodyIn):
     role: Literal["instructor", "assistant", "student"]
 
 
@@ -137,7 +138,7 @@ class MyInvitationOut(Schema):
     created_at: datetime
 
 
-class TestIn(Schema):
+class TestIn(BodyIn):
     name: str = Field(max_length=200)
     points: float = Field(default=1, ge=0, le=1000)
     visibility: Literal["visible", "hidden", "after_due"] = "visible"
@@ -149,7 +150,7 @@ class TestIn(Schema):
     check_runtime: RuntimeName | None = None
 
 
-class AssignmentIn(Schema):
+class AssignmentIn(BodyIn):
     title: str = Field(max_length=200)
     instructions: str = ""
     runtime: RuntimeName
@@ -229,13 +230,13 @@ class RegradeOut(Schema):
     regrading: int
 
 
-class TryIn(Schema):
+class TryIn(BodyIn):
     code: str
     stdin: str = ""
     args: list[str] = Field(default=[], max_length=64)
 
 
-class SubmissionIn(Schema):
+class SubmissionIn(BodyIn):
     code: str
 
 

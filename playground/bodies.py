@@ -1,6 +1,7 @@
 """Request bodies: a byte cap per route, enforced before a body is read (by the server, see
 playground/server.py, and again inside Django for any other server), multipart files streamed
-to disk with the cap enforced as they arrive, and JSON parsed strictly."""
+to disk with the cap enforced as they arrive, JSON parsed strictly, and read strictly: `BodyIn`,
+the base of every JSON object the API takes."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from django.conf import settings
 from django.core.files.uploadhandler import FileUploadHandler
 from django.http import HttpRequest
 from ninja.parser import Parser
+from pydantic import BaseModel, model_validator
+from pydantic_core import PydanticCustomError
 
 # Room for the multipart framing around an upload's bytes (boundaries, part headers).
 MULTIPART_SLACK_BYTES = 64 * 1024
@@ -101,3 +104,32 @@ def _check_text(value: Any) -> None:
             stack.extend(item.values())
         elif isinstance(item, list):
             stack.extend(item)
+
+
+# --- reading a parsed body ---------------------------------------------------------------
+
+
+def json_kind(value: Any) -> str:
+    """What a parsed JSON value is, in JSON's words (for a refusal's message)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return "an array" if isinstance(value, list) else "an object"
+
+
+class BodyIn(BaseModel):
+    """A JSON object the API reads: a request body, or an object within one. Not ninja's Schema,
+    which is made to read Django objects by their attributes and so read the body "AAA" as a
+    course titled "AAA".title(): this takes a JSON object and nothing else."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _an_object(cls, data: Any) -> Any:
+        if not isinstance(data, dict | BaseModel):
+            raise PydanticCustomError("json_object", "must be a JSON object, not {kind}", {"kind": json_kind(data)})
+        return data

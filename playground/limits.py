@@ -15,6 +15,7 @@ from django.conf import settings
 from ninja import Schema
 from pydantic import BeforeValidator, ConfigDict, Field, create_model
 
+from playground.bodies import BodyIn
 from runner.spec import Limits
 
 LIMIT_FIELDS = tuple(fields(Limits))
@@ -41,11 +42,11 @@ def _number(name: str, whole: bool) -> Any:
     return BeforeValidator(check)
 
 
-class _LimitsBase(Schema):
+class _LimitsBase(BodyIn):
     model_config = ConfigDict(extra="forbid")
 
 
-def limits_schema(maxima: Limits | None, name: str = "LimitsIn") -> type[Schema]:
+def limits_schema(maxima: Limits | None, name: str = "LimitsIn") -> type[BodyIn]:
     """The API's `limits` object: every Limits field, optional, with its unit, default and (for a
     run) this service's maximum. Without maxima (a notebook cell's saved limits) only the range
     and type are checked: a cell saved under higher maxima must stay editable; it is checked
@@ -66,7 +67,7 @@ def limits_schema(maxima: Limits | None, name: str = "LimitsIn") -> type[Schema]
             _number(f.name, whole),
         ]  # fmt: skip
         definitions[f.name] = (kind, default)
-    model: type[Schema] = create_model(name, __base__=_LimitsBase, **definitions)
+    model: type[BodyIn] = create_model(name, __base__=_LimitsBase, **definitions)
     model.__doc__ = "A run's limits; each one left out takes its default. Units are in the names."
     return model
 
@@ -108,12 +109,12 @@ def limits_described(maxima: Limits | None = None) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
-def limits_from_input(limits: Schema) -> Limits:
+def limits_from_input(limits: BodyIn) -> Limits:
     """The API's validated limits object -> Limits (what was left out takes its default)."""
     return Limits(**limits.model_dump())
 
 
-def limits_set(limits: Schema | None) -> dict[str, Any]:
+def limits_set(limits: BodyIn | None) -> dict[str, Any]:
     """Only the limits a client set, by name (what a notebook cell stores)."""
     return {} if limits is None else limits.model_dump(exclude_unset=True)
 
@@ -156,6 +157,6 @@ def describe_validation_error(error: dict[str, Any], field: str) -> tuple[str, s
         return "invalid_limit", f"{field} must be a finite number"
     if kind == "value_error":
         return "invalid_limit", f"{field} {str(error.get('msg', '')).removeprefix('Value error, ')}"
-    if kind in ("model_attributes_type", "model_type", "dict_type") and name == "limits":
+    if kind in ("json_object", "model_attributes_type", "model_type", "dict_type") and name == "limits":
         return "invalid_limit", f"{field} must be an object of limits"
     return None

@@ -1,0 +1,127 @@
+"""The API reads a JSON body as JSON has it: an object where the document says object (the body
+itself, and every object within it). Refusals are 422 in the one error shape, naming the field."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from typing import Any, get_args
+
+import pytest
+from django.test import Client
+from pydantic import BaseModel
+
+import playground.urls  # noqa: F401  (it adds the classroom's router to the API)
+from playground.api import api as ninja_api
+from playground.bodies import BodyIn
+from tests.playground.conftest import api, json_error
+from tests.playground.factories import UserFactory
+
+pytestmark = pytest.mark.django_db
+
+NOT_OBJECTS = ['"AAA"', "42", "[null, null]", "true", "null", "[]", '""', "4.5"]
+
+
+def _json_body_operations() -> list[tuple[str, str]]:
+    """(method, path with placeholder ids) of every operation the document says takes a JSON body."""
+    document = ninja_api.get_openapi_schema()
+    found = []
+    for path, operations in document["paths"].items():
+        for method, operation in operations.items():
+            if "application/json" not in operation.get("requestBody", {}).get("content", {}):
+                continue
+            for parameter in operation.get("parameters", []):
+                if parameter["in"] == "path":
+                    value = str(uuid.uuid4()) if parameter["schema"].get("format") == "uuid" else "1"
+                    path = path.replace("{" + parameter["name"] + "}", value)
+            found.append((method.upper(), path))
+    return found
+
+
+def _models_within(annotation: Any, seen: set[type]) -> Iterator[type[BaseModel]]:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel) and annotation not in seen:
+        seen.add(annotation)
+        yield annotation
+        for field in annotation.model_fields.values():
+            yield from _models_within(field.annotation, seen)
+    for argument in get_args(annotation):
+        yield from _models_within(argument, seen)
+
+
+def test_every_object_a_json_body_holds_is_read_as_a_json_object() -> None:
+    """ninja's Schema reads any Python object by its attributes; a body's models must not be one."""
+    seen: set[type] = set()
+    for _, router in ninja_api._routers:
+        for view in router.path_operations.values():
+            for operation in view.operations:
+                for model in operation.models:
+                    if model.__ninja_param_source__ == "body":
+                        for field in model.model_fields.values():
+                            for found in _models_within(field.annotation, seen):
+                                assert issubclass(found, BodyIn), f"{found.__qualname__} is not a bodies.BodyIn"
+    assert len(seen) >= 14, seen
+
+
+def test_the_document_lists_the_json_body_operations_this_test_walks() -> None:
+    operations = _json_body_operations()
+    assert ("POST", "/api/courses") in operations and ("POST", "/api/runs") in operations
+    assert len(operations) >= 12, operations
+
+
+@pytest.mark.parametrize("body", NOT_OBJECTS)
+def test_a_body_that_is_not_a_json_object_is_refused_on_every_operation(body: str) -> None:
+    client = api(UserFactory())
+    wrong = {}
+    for method, path in _json_body_operations():
+        response = client.generic(method, path, body, "application/json")
+        error = response.json() if response["Content-Type"].startswith("application/json") else {}
+        if response.status_code != 422 or error.get("field") is not None or "JSON object" not in error["message"]:
+            wrong[f"{method} {path}"] = (response.status_code, response.content[:200])
+    assert not wrong, wrong
+
+
+def test_the_refusal_says_what_the_body_was() -> None:
+    error = json_error(api(UserFactory()).post("/api/courses", '"AAA"', "application/json"), 422)
+    assert error == {"code": "invalid_request", "message": "the request body must be a JSON object, not a string",
+                     "field": None}  # fmt: skip
+
+
+def _call(client: Client, method: str, path: str, body: Any) -> Any:
+    return client.generic(method, path, json.dumps(body), "application/json")
+
+
+def _course(client: Client) -> dict[str, Any]:
+    response = _call(client, "POST", "/api/courses", {"title": "Programming 1"})
+    assert response.status_code == 201, response.content
+    return dict(response.json())
+
+
+def test_a_course_patched_with_a_body_that_is_not_an_object_is_unchanged() -> None:
+    client = api(UserFactory())
+    course = _course(client)
+    for body in ("[null, null]", "42", '"x"'):
+        response = client.generic("PATCH", f"/api/courses/{course['id']}", body, "application/json")
+        json_error(response, 422)
+    assert _call(client, "GET", f"/api/courses/{course['id']}", None).json()["title"] == "Programming 1"
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"name": "n", "cells": ["abc"]}, "cells.0"),
+        ({"name": "n", "cells": [{"id": "c", "inputs": [7]}]}, "cells.0.inputs.0"),
+        ({"name": "n", "cells": [{"id": "c", "limits": "abc"}]}, "cells.0.limits"),
+    ],
+)
+def test_an_object_within_a_body_must_be_an_object_too(body: dict[str, Any], field: str) -> None:
+    error = json_error(_call(api(UserFactory()), "POST", "/api/notebooks", body), 422)
+    assert error["field"] == field and "object" in error["message"], error  # (limits: "an object of limits")
+
+
+def test_a_test_within_an_assignment_must_be_an_object() -> None:
+    client = api(UserFactory())
+    course = _course(client)
+    body = {"title": "a", "runtime": "python", "tests": ["doubles"]}
+    error = json_error(_call(client, "POST", f"/api/courses/{course['id']}/assignments", body), 422)
+    assert error["field"] == "tests.0" and "JSON object, not a string" in error["message"], error
