@@ -22,7 +22,7 @@ from ninja.throttling import AuthRateThrottle
 
 from playground import throttle
 from playground.apierrors import error_payload
-from playground.bodies import JSON_INT_MAX, BodyIn, BodyTooLarge, MalformedJson, StrictJsonParser
+from playground.bodies import JSON_INT_MAX, BodyIn, BodyTooLarge, Int, MalformedJson, StrictJsonParser
 from playground.egress import EgressPolicy, EgressRecordOut, site_ceiling
 from playground.egress import describe_validation_error as describe_egress_error
 from playground.ipynb import ipynb_from_cells
@@ -235,7 +235,7 @@ class DatasetPreviewOut(PreviewOut):
 PREVIEW_ROWS = Query(50, ge=1, le=500)
 
 
-OutputId = Annotated[int, Field(ge=1, le=JSON_INT_MAX)]
+OutputId = Annotated[Int, Field(ge=1, le=JSON_INT_MAX)]
 # Documented as enums; the services check them and answer unknown_runtime / unknown_engine.
 RuntimeName = Annotated[str, Field(json_schema_extra={"enum": list(RUNTIMES)})]
 EngineName = Annotated[str, Field(json_schema_extra={"enum": list(REQUESTABLE)})]
@@ -618,7 +618,7 @@ class NotebookCreateIn(BodyIn):
 
 class NotebookPutIn(BodyIn):
     name: NotebookName
-    version: int = Field(ge=1, le=JSON_INT_MAX, description="the version this page read; a stale one is refused (409)")
+    version: Int = Field(ge=1, le=JSON_INT_MAX, description="the version this page read; a stale one is refused (409)")
     cells: Cells
 
 

@@ -27,7 +27,7 @@ from playground.api import (
     _run_out,
     uploaded_file,
 )
-from playground.bodies import BodyIn
+from playground.bodies import BodyIn, Bool, DateTime, Int, Number
 from playground.csvcells import csv_cell
 from playground.egress import EgressPolicy
 from playground.markdown import render_markdown
@@ -62,14 +62,14 @@ ROSTER_MAX_BYTES = 1 << 20
 class CoursePatchIn(BodyIn):
     title: str | None = Field(default=None, max_length=200)
     allowed_runtimes: list[RuntimeName] | None = Field(default=None, max_length=len(RUNTIMES))
-    limits_ceiling: dict[str, float] | None = None
+    limits_ceiling: dict[str, Number] | None = None
     egress_ceiling: EgressPolicy | None = Field(
         default=None, description="what the course's runs may reach at most, within this service's ceiling; "
         "empty: no network for any of its runs"
     )  # fmt: skip
-    require_vm: bool | None = None
-    quota_concurrent_runs: int | None = Field(default=None, ge=1, le=100_000)
-    quota_runs_per_hour: int | None = Field(default=None, ge=1, le=100_000)
+    require_vm: Bool | None = None
+    quota_concurrent_runs: Int | None = Field(default=None, ge=1, le=100_000)
+    quota_runs_per_hour: Int | None = Field(default=None, ge=1, le=100_000)
 
 
 class CourseIn(CoursePatchIn):
@@ -140,7 +140,7 @@ class MyInvitationOut(Schema):
 
 class TestIn(BodyIn):
     name: str = Field(max_length=200)
-    points: float = Field(default=1, ge=0, le=1000)
+    points: Number = Field(default=1, ge=0, le=1000)
     visibility: Literal["visible", "hidden", "after_due"] = "visible"
     stdin: str = ""
     args: list[str] = Field(default=[], max_length=64)
@@ -156,15 +156,15 @@ class AssignmentIn(BodyIn):
     runtime: RuntimeName
     starter_code: str = ""
     dataset_ids: list[UUID] = Field(default=[], max_length=MAX_IDS)
-    limits: dict[str, float] = {}
+    limits: dict[str, Number] = {}
     egress: EgressPolicy = Field(
         default=[], description="what its runs (the Run button, each test's) may reach, within the course's "
         "egress ceiling; a check program has no network"
     )  # fmt: skip
-    opens_at: datetime | None = None
-    due_at: datetime | None = None
-    attempts_allowed: int = Field(default=0, ge=0, le=10_000)
-    accept_late: bool = False
+    opens_at: DateTime | None = None
+    due_at: DateTime | None = None
+    attempts_allowed: Int = Field(default=0, ge=0, le=10_000)
+    accept_late: Bool = False
     tests: list[TestIn] = Field(default=[], max_length=course_services.MAX_TESTS)
 
 

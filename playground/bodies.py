@@ -1,18 +1,19 @@
 """Request bodies: a byte cap per route, enforced before a body is read (by the server, see
 playground/server.py, and again inside Django for any other server), multipart files streamed
-to disk with the cap enforced as they arrive, JSON parsed strictly, and read strictly: `BodyIn`,
-the base of every JSON object the API takes."""
+to disk with the cap enforced as they arrive, JSON parsed strictly, and read strictly: `BodyIn`
+and the types below, the base of every JSON object the API takes."""
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from datetime import datetime
+from typing import Annotated, Any
 
 from django.conf import settings
 from django.core.files.uploadhandler import FileUploadHandler
 from django.http import HttpRequest
 from ninja.parser import Parser
-from pydantic import BaseModel, model_validator
+from pydantic import BaseModel, BeforeValidator, Strict, model_validator
 from pydantic_core import PydanticCustomError
 
 # Room for the multipart framing around an upload's bytes (boundaries, part headers).
@@ -21,6 +22,8 @@ MULTIPART_SLACK_BYTES = 64 * 1024
 UPLOAD_ROUTES = frozenset({("POST", "/api/datasets")})
 # JSON numbers beyond what a 64-bit column holds are refused at parse time, not in the database.
 JSON_INT_MAX = (1 << 63) - 1
+# Beyond this, not every whole number has a float of its own.
+FLOAT_EXACT_MAX = 1 << 53
 
 
 class BodyTooLarge(Exception):
@@ -70,7 +73,9 @@ class StrictJsonParser(Parser):
 
     def parse_body(self, request: HttpRequest) -> Any:
         try:
-            data = json.loads(request.body, parse_constant=_no_constant, parse_int=_bounded_int)
+            data = json.loads(
+                request.body, parse_constant=_no_constant, parse_int=_bounded_int, parse_float=_whole_as_int
+            )
         except UnicodeDecodeError as exc:
             raise MalformedJson(f"the body is not UTF-8: {exc.reason}") from exc
         _check_text(data)
@@ -85,6 +90,12 @@ def _bounded_int(text: str) -> int:
     if len(text.lstrip("-")) > 19 or abs(value := int(text)) > JSON_INT_MAX:
         raise MalformedJson(f"the number {text[:24]}{'...' if len(text) > 24 else ''} is too large")
     return value
+
+
+def _whole_as_int(text: str) -> int | float:
+    """5.0 is the number 5, as JSON Schema has it (an "integer" field takes it); exact up to 2**53."""
+    value = float(text)
+    return int(value) if value.is_integer() and abs(value) <= FLOAT_EXACT_MAX else value
 
 
 def _check_text(value: Any) -> None:
@@ -133,3 +144,24 @@ class BodyIn(BaseModel):
         if not isinstance(data, dict | BaseModel):
             raise PydanticCustomError("json_object", "must be a JSON object, not {kind}", {"kind": json_kind(data)})
         return data
+
+
+def _iso_text(value: Any) -> Any:
+    if not isinstance(value, str):
+        raise PydanticCustomError(
+            "json_text", "must be a date and time as ISO 8601 text, not {kind}", {"kind": json_kind(value)}
+        )
+    return value
+
+
+# JSON's own types, taken as they are. Pydantic's lax mode would read true as 1, "3" as 3 and
+# "yes" as true; its strict mode (model-wide) would refuse a date or an id sent as text, which
+# is how JSON sends them. So strictness is per type, and every body field uses these. (Strict()
+# alone, with no validator function: the bounds a field adds, such as Field(ge=1, le=100), still
+# appear in the document as minimum and maximum. Give every whole number its bounds, within
+# JSON_INT_MAX: the parser refuses one beyond 64 bits.)
+Int = Annotated[int, Strict()]
+Number = Annotated[float, Strict()]
+Bool = Annotated[bool, Strict()]
+# A date and time as ISO 8601 text (pydantic would also take a number, as seconds since 1970).
+DateTime = Annotated[datetime, BeforeValidator(_iso_text)]

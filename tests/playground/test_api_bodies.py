@@ -1,5 +1,7 @@
 """The API reads a JSON body as JSON has it: an object where the document says object (the body
-itself, and every object within it). Refusals are 422 in the one error shape, naming the field."""
+itself, and every object within it), numbers and booleans as they are, never a string or a
+boolean taken for a number; dates and ids stay JSON strings. Refusals are 422 in the one error
+shape, naming the field."""
 
 from __future__ import annotations
 
@@ -125,3 +127,122 @@ def test_a_test_within_an_assignment_must_be_an_object() -> None:
     body = {"title": "a", "runtime": "python", "tests": ["doubles"]}
     error = json_error(_call(client, "POST", f"/api/courses/{course['id']}/assignments", body), 422)
     assert error["field"] == "tests.0" and "JSON object, not a string" in error["message"], error
+
+
+# --- numbers and booleans, strictly ---------------------------------------------------------
+
+
+COURSE_FIELDS = [
+    ({"quota_concurrent_runs": True}, "quota_concurrent_runs"),
+    ({"quota_concurrent_runs": "3"}, "quota_concurrent_runs"),
+    ({"quota_runs_per_hour": False}, "quota_runs_per_hour"),
+    ({"quota_runs_per_hour": 2.5}, "quota_runs_per_hour"),
+    ({"require_vm": "yes"}, "require_vm"),
+    ({"require_vm": 0}, "require_vm"),
+    ({"limits_ceiling": {"memory_mib": True}}, "limits_ceiling.memory_mib"),
+    ({"limits_ceiling": {"cpus": "2"}}, "limits_ceiling.cpus"),
+]
+
+
+@pytest.mark.parametrize(("fields", "field"), COURSE_FIELDS)
+def test_a_new_course_takes_numbers_and_booleans_only_as_json_has_them(fields: dict[str, Any], field: str) -> None:
+    error = json_error(_call(api(UserFactory()), "POST", "/api/courses", {"title": "t", **fields}), 422)
+    assert error["field"] == field, error
+
+
+@pytest.mark.parametrize(("fields", "field"), COURSE_FIELDS)
+def test_a_course_patch_takes_numbers_and_booleans_only_as_json_has_them(fields: dict[str, Any], field: str) -> None:
+    client = api(UserFactory())
+    course = _course(client)
+    error = json_error(_call(client, "PATCH", f"/api/courses/{course['id']}", fields), 422)
+    assert error["field"] == field, error
+    after = _call(client, "GET", f"/api/courses/{course['id']}", None).json()
+    assert (after["quota_concurrent_runs"], after["require_vm"]) == (course["quota_concurrent_runs"], False)
+
+
+def test_a_boolean_for_a_whole_number_says_so() -> None:
+    error = json_error(_call(api(UserFactory()), "POST", "/api/courses", {"title": "t", "quota_concurrent_runs": True}),
+                       422)  # fmt: skip
+    assert error["message"] == "quota_concurrent_runs: must be a whole number", error
+
+
+def test_a_whole_number_may_be_written_with_a_point_as_json_allows() -> None:
+    response = _call(api(UserFactory()), "POST", "/api/courses", {"title": "t", "quota_concurrent_runs": 3.0})
+    assert response.status_code == 201, response.content
+    assert response.json()["quota_concurrent_runs"] == 3
+
+
+ASSIGNMENT_FIELDS = [
+    ({"tests": [{"name": "t", "expected_stdout": "4", "points": True}]}, "tests.0.points"),
+    ({"tests": [{"name": "t", "expected_stdout": "4", "points": "2"}]}, "tests.0.points"),
+    ({"limits": {"cpus": True}}, "limits.cpus"),
+    ({"limits": {"wall_timeout_s": "5"}}, "limits.wall_timeout_s"),
+    ({"attempts_allowed": True}, "attempts_allowed"),
+    ({"attempts_allowed": "3"}, "attempts_allowed"),
+    ({"accept_late": "yes"}, "accept_late"),
+    ({"accept_late": 1}, "accept_late"),
+    ({"opens_at": 0}, "opens_at"),
+    ({"due_at": 1.5e9}, "due_at"),
+]
+
+
+@pytest.mark.parametrize(("fields", "field"), ASSIGNMENT_FIELDS)
+def test_an_assignment_takes_numbers_booleans_and_dates_only_as_json_has_them(
+    fields: dict[str, Any], field: str
+) -> None:
+    client = api(UserFactory())
+    course = _course(client)
+    body = {"title": "a", "runtime": "python", **fields}
+    error = json_error(_call(client, "POST", f"/api/courses/{course['id']}/assignments", body), 422)
+    assert error["field"] == field, error
+
+
+def test_an_assignment_still_takes_numbers_dates_and_ids_as_json_writes_them() -> None:
+    client = api(UserFactory())
+    course = _course(client)
+    body = {
+        "title": "a", "runtime": "python", "limits": {"cpus": 1, "wall_timeout_s": 2.5}, "attempts_allowed": 3,
+        "accept_late": True, "opens_at": "2030-01-01T00:00:00Z", "due_at": "2030-01-02T00:00:00+02:00",
+        "dataset_ids": [], "tests": [{"name": "t", "expected_stdout": "4", "points": 2}],
+    }  # fmt: skip
+    response = _call(client, "POST", f"/api/courses/{course['id']}/assignments", body)
+    assert response.status_code == 201, response.content
+    created = response.json()
+    assert created["max_score"] == 2 and created["attempts_allowed"] == 3 and created["accept_late"] is True
+    assert created["opens_at"].startswith("2030-01-01T00:00:00")
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"runtime": "python", "code": "1", "output_ids": [True]}, "output_ids.0"),
+        ({"runtime": "python", "code": "1", "output_ids": ["1"]}, "output_ids.0"),
+        ({"runtime": "python", "code": "1", "limits": {"memory_mib": False}}, "limits.memory_mib"),
+        ({"runtime": "python", "code": "1", "dataset_ids": [1]}, "dataset_ids.0"),
+    ],
+)
+def test_a_run_takes_numbers_only_as_json_has_them(body: dict[str, Any], field: str) -> None:
+    error = json_error(_call(api(UserFactory()), "POST", "/api/runs", body), 422)
+    assert error["field"] == field, error
+
+
+@pytest.mark.parametrize(
+    ("cell", "field"),
+    [
+        ({"id": "c", "inputs": [{"kind": "output", "id": True}]}, "cells.0.inputs.0.output.id"),
+        ({"id": "c", "inputs": [{"kind": "output", "id": "3"}]}, "cells.0.inputs.0.output.id"),
+        ({"id": "c", "limits": {"cpus": True}}, "cells.0.limits.cpus"),
+    ],
+)
+def test_a_notebook_cell_takes_numbers_only_as_json_has_them(cell: dict[str, Any], field: str) -> None:
+    error = json_error(_call(api(UserFactory()), "POST", "/api/notebooks", {"name": "n", "cells": [cell]}), 422)
+    assert error["field"] == field, error
+
+
+@pytest.mark.parametrize("version", [True, "1", 1.5])
+def test_a_notebook_save_takes_its_version_as_a_whole_number(version: Any) -> None:
+    client = api(UserFactory())
+    created = _call(client, "POST", "/api/notebooks", {"name": "n"}).json()
+    body = {"name": "n", "version": version, "cells": []}
+    error = json_error(_call(client, "PUT", f"/api/notebooks/{created['id']}", body), 422)
+    assert error["field"] == "version", error
