@@ -20,8 +20,12 @@ from pydantic_core import PydanticCustomError
 MULTIPART_SLACK_BYTES = 64 * 1024
 # The one route that takes a file, and so a larger body.
 UPLOAD_ROUTES = frozenset({("POST", "/api/datasets")})
-# JSON numbers beyond what a 64-bit column holds are refused at parse time, not in the database.
+# The most a whole number in a body may be: what a 64-bit column holds. Each field that takes one
+# is bounded within it (and the document says so); the parser reads any integer, since a field
+# the server ignores may hold one of any size.
 JSON_INT_MAX = (1 << 63) - 1
+# Python's own limit on an integer's digits (int_max_str_digits), refused with a clear message.
+JSON_INT_DIGITS_MAX = 4300
 # Beyond this, not every whole number has a float of its own.
 FLOAT_EXACT_MAX = 1 << 53
 
@@ -68,14 +72,12 @@ class CappedUploadHandler(FileUploadHandler):
 
 
 class StrictJsonParser(Parser):
-    """JSON as the RFC has it: no NaN or Infinity, no integers a 64-bit column cannot hold,
-    and no text that is not Unicode (a lone UTF-16 surrogate), refused with a clear message."""
+    """JSON as the RFC has it: no NaN or Infinity, and no text that is not Unicode (a lone UTF-16
+    surrogate), refused with a clear message."""
 
     def parse_body(self, request: HttpRequest) -> Any:
         try:
-            data = json.loads(
-                request.body, parse_constant=_no_constant, parse_int=_bounded_int, parse_float=_whole_as_int
-            )
+            data = json.loads(request.body, parse_constant=_no_constant, parse_int=_integer, parse_float=_whole_as_int)
         except UnicodeDecodeError as exc:
             raise MalformedJson(f"the body is not UTF-8: {exc.reason}") from exc
         _check_text(data)
@@ -86,10 +88,10 @@ def _no_constant(name: str) -> Any:
     raise MalformedJson(f"{name} is not a JSON number; send a finite number")
 
 
-def _bounded_int(text: str) -> int:
-    if len(text.lstrip("-")) > 19 or abs(value := int(text)) > JSON_INT_MAX:
-        raise MalformedJson(f"the number {text[:24]}{'...' if len(text) > 24 else ''} is too large")
-    return value
+def _integer(text: str) -> int:
+    if len(text.lstrip("-")) > JSON_INT_DIGITS_MAX:
+        raise MalformedJson(f"the number {text[:24]}... has more than {JSON_INT_DIGITS_MAX} digits")
+    return int(text)
 
 
 def _whole_as_int(text: str) -> int | float:
@@ -136,7 +138,8 @@ def json_kind(value: Any) -> str:
 class BodyIn(BaseModel):
     """A JSON object the API reads: a request body, or an object within one. Not ninja's Schema,
     which is made to read Django objects by their attributes and so read the body "AAA" as a
-    course titled "AAA".title(): this takes a JSON object and nothing else."""
+    course titled "AAA".title(): this takes a JSON object and nothing else. A field it does not
+    know is ignored, as the document allows: what a GET answers can be sent back as it is."""
 
     @model_validator(mode="before")
     @classmethod
@@ -159,7 +162,7 @@ def _iso_text(value: Any) -> Any:
 # is how JSON sends them. So strictness is per type, and every body field uses these. (Strict()
 # alone, with no validator function: the bounds a field adds, such as Field(ge=1, le=100), still
 # appear in the document as minimum and maximum. Give every whole number its bounds, within
-# JSON_INT_MAX: the parser refuses one beyond 64 bits.)
+# JSON_INT_MAX.)
 Int = Annotated[int, Strict()]
 Number = Annotated[float, Strict()]
 Bool = Annotated[bool, Strict()]

@@ -8,6 +8,7 @@ document. A run's stored limits (Limits.to_json) become Limits again only throug
 
 from __future__ import annotations
 
+import sys
 from dataclasses import fields
 from typing import Annotated, Any
 
@@ -15,7 +16,7 @@ from django.conf import settings
 from ninja import Schema
 from pydantic import BeforeValidator, ConfigDict, Field, create_model
 
-from playground.bodies import BodyIn
+from playground.bodies import JSON_INT_MAX, BodyIn
 from runner.spec import Limits
 
 LIMIT_FIELDS = tuple(fields(Limits))
@@ -37,30 +38,33 @@ def _number(name: str, whole: bool) -> Any:
             if not value.is_integer():
                 raise ValueError("must be a whole number")
             return int(value)
+        if not whole and isinstance(value, int) and abs(value) > sys.float_info.max:  # no float holds it
+            raise ValueError("is too large")
         return value
 
     return BeforeValidator(check)
 
 
 class _LimitsBase(BodyIn):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid")  # a misspelt limit would silently take its default
 
 
 def limits_schema(maxima: Limits | None, name: str = "LimitsIn") -> type[BodyIn]:
     """The API's `limits` object: every Limits field, optional, with its unit, default and (for a
     run) this service's maximum. Without maxima (a notebook cell's saved limits) only the range
     and type are checked: a cell saved under higher maxima must stay editable; it is checked
-    against today's maxima when it runs."""
+    against today's maxima when it runs. (A whole number is still at most 64 bits.)"""
     definitions: dict[str, Any] = {}
     for f in LIMIT_FIELDS:
         whole = _is_int(f.name)
         maximum, default = getattr(maxima, f.name) if maxima else None, getattr(_DEFAULTS, f.name)
+        bounded = maximum if maximum is not None or not whole else JSON_INT_MAX
         unit = f.metadata["unit"]
         bound = f", at most {maximum:g} on this service" if maximum is not None else ""
         kind: Any = Annotated[
             int if whole else float,
             Field(
-                strict=True, gt=0, le=maximum, allow_inf_nan=False, title=f"{f.name} ({unit})",
+                strict=True, gt=0, le=bounded, allow_inf_nan=False, title=f"{f.name} ({unit})",
                 description=f"{f.metadata['doc']}, in {unit}; default {default:g}{bound}",
                 json_schema_extra={"x-unit": unit},
             ),

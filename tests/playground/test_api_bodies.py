@@ -246,3 +246,26 @@ def test_a_notebook_save_takes_its_version_as_a_whole_number(version: Any) -> No
     body = {"name": "n", "version": version, "cells": []}
     error = json_error(_call(client, "PUT", f"/api/notebooks/{created['id']}", body), 422)
     assert error["field"] == "version", error
+
+
+# --- fields the server does not know, numbers of any size -----------------------------------
+
+
+def test_a_field_the_server_does_not_know_is_ignored_whatever_it_holds() -> None:
+    """As the document allows (no additionalProperties: false): what a GET answers can be sent back."""
+    body = '{"title": "t", "note": {"n": 123456789012345678901234567890, "more": [-1e300, null, "x"]}}'
+    response = api(UserFactory()).post("/api/courses", body, "application/json")
+    assert response.status_code == 201, response.content
+    assert "note" not in response.json()
+
+
+def test_a_whole_number_beyond_64_bits_where_a_field_takes_one_is_a_422_naming_it() -> None:
+    body = {"runtime": "python", "code": "1", "output_ids": [2**70]}
+    error = json_error(_call(api(UserFactory()), "POST", "/api/runs", body), 422)
+    assert error["field"] == "output_ids.0" and "9223372036854775807" in error["message"], error
+
+
+def test_an_integer_of_more_digits_than_any_field_could_take_is_malformed() -> None:
+    body = '{"title": "t", "note": ' + "9" * 5000 + "}"
+    error = json_error(api(UserFactory()).post("/api/courses", body, "application/json"), 400)
+    assert error["code"] == "malformed_body" and "more than 4300 digits" in error["message"], error
