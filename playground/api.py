@@ -13,7 +13,7 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.http.multipartparser import MultiPartParserError
 from django.utils.http import content_disposition_header
-from ninja import Field, File, NinjaAPI, Schema, Status
+from ninja import Field, File, Schema, Status
 from ninja.errors import AuthenticationError, HttpError, Throttled, ValidationError
 from ninja.files import UploadedFile
 from ninja.params.functions import Query
@@ -22,8 +22,17 @@ from ninja.throttling import AuthRateThrottle
 
 from playground import throttle
 from playground.apierrors import error_payload
-from playground.bodies import JSON_INT_MAX, BodyIn, BodyTooLarge, Int, MalformedJson, StrictJsonParser
-from playground.egress import EgressPolicy, EgressRecordOut, site_ceiling
+from playground.bodies import (
+    JSON_INT_MAX,
+    NOT_BLANK,
+    PATTERN_WORDS,
+    BodyIn,
+    BodyTooLarge,
+    Int,
+    MalformedJson,
+    StrictJsonParser,
+)
+from playground.egress import EgressPolicy, EgressRecordOut, SiteEgressPolicy, site_ceiling
 from playground.egress import describe_validation_error as describe_egress_error
 from playground.ipynb import ipynb_from_cells
 from playground.limits import (
@@ -39,6 +48,7 @@ from playground.limits import (
     limits_set,
 )
 from playground.models import Dataset, Notebook, Run, RunOutputFile
+from playground.openapi import DocumentedApi
 from playground.previews import image_content_type, output_kind, table_preview
 from playground.selectors import datasets as dataset_selectors
 from playground.selectors import notebooks as notebook_selectors
@@ -83,7 +93,7 @@ class BrowserSession(SessionAuth):
         return super()._get_key(request)
 
 
-api = NinjaAPI(
+api = DocumentedApi(
     title="Cordon API",
     version="1",
     urls_namespace="api",
@@ -118,6 +128,8 @@ def _validation_error(request: HttpRequest, exc: ValidationError) -> HttpRespons
     if about is not None:
         return _error(request, 422, *about, field)
     words = TYPE_WORDS.get(first.get("type", ""), str(first.get("msg", "invalid")))
+    if first.get("type") == "string_pattern_mismatch":
+        words = PATTERN_WORDS.get((first.get("ctx") or {}).get("pattern", ""), words)
     if field:
         return _error(request, 422, "invalid_request", f"{field}: {words}", field)
     # The body itself (bodies.BodyIn words its refusal "must be a JSON object, not ...").
@@ -248,7 +260,7 @@ class RunIn(BodyIn):
     output_ids: list[OutputId] = Field(default=[], max_length=MAX_IDS)
     limits: LimitsIn = Field(default_factory=LimitsIn)  # type: ignore[valid-type]
     engine: EngineName = "auto"
-    egress: EgressPolicy = []
+    egress: SiteEgressPolicy = []
 
 
 class OutputOut(Schema):
@@ -607,7 +619,7 @@ class CellIn(BodyIn):
     last_run_id: UUID | None = Field(None, description="read-only: set by running the cell, emptied by clearing it")
 
 
-NotebookName = Annotated[str, Field(min_length=1, max_length=100)]
+NotebookName = Annotated[str, Field(min_length=1, max_length=100, pattern=NOT_BLANK)]
 Cells = Annotated[list[CellIn], Field(max_length=notebook_services.MAX_CELLS)]
 
 

@@ -13,7 +13,7 @@ from django.conf import settings
 from django.core.files.uploadhandler import FileUploadHandler
 from django.http import HttpRequest
 from ninja.parser import Parser
-from pydantic import BaseModel, BeforeValidator, Strict, model_validator
+from pydantic import BaseModel, BeforeValidator, Field, Strict, model_validator
 from pydantic_core import PydanticCustomError
 
 # Room for the multipart framing around an upload's bytes (boundaries, part headers).
@@ -168,3 +168,10 @@ Number = Annotated[float, Strict()]
 Bool = Annotated[bool, Strict()]
 # A date and time as ISO 8601 text (pydantic would also take a number, as seconds since 1970).
 DateTime = Annotated[datetime, BeforeValidator(_iso_text)]
+
+# Patterns a field's text must match, as the document gives them, and the API's words for a miss.
+NOT_BLANK = r"\S"
+NO_NUL = r"^[^\x00]*$"
+PATTERN_WORDS = {NOT_BLANK: "must not be blank", NO_NUL: "must not contain a NUL character"}
+# Text a program is given or a test compares with: a NUL cannot reach it (nor a database's text).
+Text = Annotated[str, Field(pattern=NO_NUL)]

@@ -49,7 +49,10 @@ class _LimitsBase(BodyIn):
     model_config = ConfigDict(extra="forbid")  # a misspelt limit would silently take its default
 
 
-def limits_schema(maxima: Limits | None, name: str = "LimitsIn") -> type[BodyIn]:
+RUN_LIMITS_DOC = "A run's limits; each one left out takes its default. Units are in the names."
+
+
+def limits_schema(maxima: Limits | None, name: str = "LimitsIn", doc: str = RUN_LIMITS_DOC) -> type[BodyIn]:
     """The API's `limits` object: every Limits field, optional, with its unit, default and (for a
     run) this service's maximum. Without maxima (a notebook cell's saved limits) only the range
     and type are checked: a cell saved under higher maxima must stay editable; it is checked
@@ -72,7 +75,7 @@ def limits_schema(maxima: Limits | None, name: str = "LimitsIn") -> type[BodyIn]
         ]  # fmt: skip
         definitions[f.name] = (kind, default)
     model: type[BodyIn] = create_model(name, __base__=_LimitsBase, **definitions)
-    model.__doc__ = "A run's limits; each one left out takes its default. Units are in the names."
+    model.__doc__ = doc
     return model
 
 
@@ -88,7 +91,14 @@ def limits_out_schema() -> type[Schema]:
 
 LimitsIn = limits_schema(settings.CORDON_MAXIMA)
 CellLimitsIn = limits_schema(None, "CellLimitsIn")
+LimitsCeilingIn = limits_schema(
+    settings.CORDON_MAXIMA, "LimitsCeilingIn",
+    "A course's ceiling on its runs' limits: each one set caps that limit for the course's runs (one left out: "
+    "this service's maximum). Units are in the names.",
+)  # fmt: skip
 LimitsOut = limits_out_schema()
+# The fields that hold a limits object: a run's, a cell's and an assignment's; a course's ceiling.
+LIMITS_OBJECTS = ("limits", "limits_ceiling")
 # What a notebook cell stores and shows: only the limits set for it, by the names above.
 LimitsSet = dict[str, int | float]
 
@@ -146,7 +156,7 @@ def over_maximum(limits: Limits, maxima: Limits | None = None) -> list[tuple[str
 def describe_validation_error(error: dict[str, Any], field: str) -> tuple[str, str] | None:
     """A readable (code, message) for pydantic's error about a limit, or None if not about one."""
     parts = field.split(".")
-    if "limits" not in parts:
+    if not set(parts) & set(LIMITS_OBJECTS):
         return None
     kind, ctx = error.get("type", ""), error.get("ctx") or {}
     name = parts[-1]
@@ -161,6 +171,6 @@ def describe_validation_error(error: dict[str, Any], field: str) -> tuple[str, s
         return "invalid_limit", f"{field} must be a finite number"
     if kind == "value_error":
         return "invalid_limit", f"{field} {str(error.get('msg', '')).removeprefix('Value error, ')}"
-    if kind in ("json_object", "model_attributes_type", "model_type", "dict_type") and name == "limits":
+    if kind in ("json_object", "model_attributes_type", "model_type", "dict_type") and name in LIMITS_OBJECTS:
         return "invalid_limit", f"{field} must be an object of limits"
     return None

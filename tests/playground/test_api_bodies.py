@@ -269,3 +269,40 @@ def test_an_integer_of_more_digits_than_any_field_could_take_is_malformed() -> N
     body = '{"title": "t", "note": ' + "9" * 5000 + "}"
     error = json_error(api(UserFactory()).post("/api/courses", body, "application/json"), 400)
     assert error["code"] == "malformed_body" and "more than 4300 digits" in error["message"], error
+
+
+def test_a_course_patch_leaves_a_field_sent_as_null_as_it_is() -> None:
+    client = api(UserFactory())
+    course = _course(client)
+    changes = {"title": None, "allowed_runtimes": None, "quota_runs_per_hour": None, "limits_ceiling": None,
+               "egress_ceiling": None, "require_vm": None, "quota_concurrent_runs": None}  # fmt: skip
+    response = _call(client, "PATCH", f"/api/courses/{course['id']}", changes)
+    assert response.status_code == 200, response.content
+    assert {k: v for k, v in response.json().items() if k != "join_code"} == {
+        k: v for k, v in course.items() if k != "join_code"
+    }
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "words"),
+    [
+        ({"title": "   "}, "title", "title: must not be blank"),
+        ({"title": ""}, "title", "title: String should have at least 1 character"),
+        ({"title": "t", "allowed_runtimes": []}, "allowed_runtimes", "at least 1 item"),
+        ({"title": "t", "limits_ceiling": {"speed": 1}}, "limits_ceiling.speed", "unknown limit 'speed'"),
+    ],
+)
+def test_a_course_refused_by_the_documents_own_rules_is_a_422_naming_the_field(
+    body: dict[str, Any], field: str, words: str
+) -> None:
+    error = json_error(_call(api(UserFactory()), "POST", "/api/courses", body), 422)
+    assert error["field"] == field and words in error["message"], error
+
+
+def test_a_programs_input_with_a_nul_character_is_refused_as_the_document_says() -> None:
+    client = api(UserFactory())
+    course = _course(client)
+    body = {"title": "a", "runtime": "python", "tests": [{"name": "t", "stdin": "a\0b", "expected_stdout": "x"}]}
+    error = json_error(_call(client, "POST", f"/api/courses/{course['id']}/assignments", body), 422)
+    assert error == {"code": "invalid_request", "field": "tests.0.stdin",
+                     "message": "tests.0.stdin: must not contain a NUL character"}  # fmt: skip
