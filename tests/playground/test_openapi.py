@@ -1,8 +1,10 @@
-"""The OpenAPI document says what the server takes: uploads whose file is required, egress as this
-service's ceiling allows it, limits by name with their maxima, titles that are not blank."""
+"""The OpenAPI document says what the server takes and how operations chain: links from each
+answer that creates a thing to the operations on it, uploads whose file is required, egress as
+this service's ceiling allows it, limits by name with their maxima, titles that are not blank."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -29,6 +31,55 @@ def _operations(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def test_the_document_served_is_the_apis_own() -> None:
     assert _document()["paths"].keys() == ninja_api.get_openapi_schema()["paths"].keys()
+
+
+def test_every_link_names_an_operation_and_gives_each_of_its_path_parameters() -> None:
+    operations = _operations(_document())
+    by_id = {operation["operationId"]: name for name, operation in operations.items()}
+    links = 0
+    for producer, operation in operations.items():
+        for status, answer in operation["responses"].items():
+            for name, link in answer.get("links", {}).items():
+                links += 1
+                target = by_id[link["operationId"]]
+                wanted = set(re.findall(r"{(\w+)}", target.split(" ", 1)[1]))
+                assert set(link.get("parameters", {})) == wanted, (producer, status, name)
+                for expression in [*link.get("parameters", {}).values(), *link.get("requestBody", {}).values()]:
+                    assert expression.startswith(("$response.body#/", "$request.path.")), expression
+                    if expression.startswith("$request.path."):
+                        assert "{" + expression.removeprefix("$request.path.") + "}" in producer
+    assert links >= 80, links
+
+
+@pytest.mark.parametrize(
+    ("producer", "targets"),
+    [
+        ("POST /api/runs", ["GET /api/runs/{run_id}", "POST /api/runs/{run_id}/cancel"]),
+        ("POST /api/datasets", ["GET /api/datasets/{dataset_id}", "DELETE /api/datasets/{dataset_id}"]),
+        ("POST /api/notebooks", ["GET /api/notebooks/{notebook_id}", "PUT /api/notebooks/{notebook_id}",
+                                 "DELETE /api/notebooks/{notebook_id}"]),
+        ("POST /api/courses", ["GET /api/courses/{course_id}", "PATCH /api/courses/{course_id}",
+                               "POST /api/courses/{course_id}/assignments"]),
+        ("POST /api/courses/{course_id}/assignments", ["GET /api/assignments/{assignment_id}",
+                                                       "PUT /api/assignments/{assignment_id}",
+                                                       "DELETE /api/assignments/{assignment_id}",
+                                                       "POST /api/assignments/{assignment_id}/submissions"]),
+        ("POST /api/assignments/{assignment_id}/submissions", ["GET /api/submissions/{submission_id}"]),
+    ],
+)  # fmt: skip
+def test_what_creates_a_thing_links_to_reading_changing_and_deleting_it(producer: str, targets: list[str]) -> None:
+    operations = _operations(_document())
+    links = operations[producer]["responses"]["201"]["links"].values()
+    linked = {link["operationId"] for link in links}
+    for target in targets:
+        assert operations[target]["operationId"] in linked, target
+
+
+def test_a_notebook_save_it_links_to_carries_the_version_just_read() -> None:
+    operations = _operations(_document())
+    put = operations["PUT /api/notebooks/{notebook_id}"]["operationId"]
+    link = operations["POST /api/notebooks"]["responses"]["201"]["links"][put]
+    assert link["requestBody"] == {"version": "$response.body#/version"}
 
 
 @pytest.mark.parametrize(
