@@ -92,7 +92,7 @@ test-hosts: images kvm-access test-system ## two worker hosts sharing only Postg
 
 # Redis, a Celery worker and the web server on the test database, fuzzed through the live
 # OpenAPI document (tests/fuzz). Needs what `make test` needs but the browser.
-fuzz: images ## fuzz every API operation with Schemathesis against a live server (~1 min)
+fuzz: images ## fuzz every API operation with Schemathesis against a live server, then call sequences (~3 min)
 	$(PY) -m pytest -m fuzz -s tests/fuzz
 
 # The VM path, proven without usable KVM: QEMU emulates an AMD CPU with SVM, smolvm boots real

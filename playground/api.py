@@ -13,7 +13,7 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import Http404, HttpRequest, HttpResponse
 from django.http.multipartparser import MultiPartParserError
 from django.utils.http import content_disposition_header
-from ninja import Field, File, NinjaAPI, Schema, Status
+from ninja import Field, File, Schema, Status
 from ninja.errors import AuthenticationError, HttpError, Throttled, ValidationError
 from ninja.files import UploadedFile
 from ninja.params.functions import Query
@@ -22,9 +22,18 @@ from ninja.throttling import AuthRateThrottle
 
 from playground import throttle
 from playground.apierrors import error_payload
-from playground.bodies import JSON_INT_MAX, BodyTooLarge, MalformedJson, StrictJsonParser
+from playground.bodies import (
+    JSON_INT_MAX,
+    NOT_BLANK,
+    PATTERN_WORDS,
+    BodyIn,
+    BodyTooLarge,
+    Int,
+    MalformedJson,
+    StrictJsonParser,
+)
 from playground.downloads import FileStream
-from playground.egress import EgressPolicy, EgressRecordOut, site_ceiling
+from playground.egress import EgressPolicy, EgressRecordOut, SiteEgressPolicy, site_ceiling
 from playground.egress import describe_validation_error as describe_egress_error
 from playground.ipynb import ipynb_from_cells
 from playground.limits import (
@@ -40,6 +49,7 @@ from playground.limits import (
     limits_set,
 )
 from playground.models import Dataset, Notebook, Run, RunOutputFile
+from playground.openapi import DocumentedApi
 from playground.previews import image_content_type, output_kind, table_preview
 from playground.selectors import datasets as dataset_selectors
 from playground.selectors import notebooks as notebook_selectors
@@ -84,7 +94,7 @@ class BrowserSession(SessionAuth):
         return super()._get_key(request)
 
 
-api = NinjaAPI(
+api = DocumentedApi(
     title="Cordon API",
     version="1",
     urls_namespace="api",
@@ -119,8 +129,28 @@ def _validation_error(request: HttpRequest, exc: ValidationError) -> HttpRespons
     about = describe_validation_error(first, field or "") or describe_egress_error(first, field or "")
     if about is not None:
         return _error(request, 422, *about, field)
-    message = f"{field}: {first.get('msg', 'invalid')}" if field else str(first.get("msg", "invalid request"))
-    return _error(request, 422, "invalid_request", message, field)
+    words = TYPE_WORDS.get(first.get("type", ""), str(first.get("msg", "invalid")))
+    if first.get("type") == "string_pattern_mismatch":
+        words = PATTERN_WORDS.get((first.get("ctx") or {}).get("pattern", ""), words)
+    if field:
+        return _error(request, 422, "invalid_request", f"{field}: {words}", field)
+    # The body itself (bodies.BodyIn words its refusal "must be a JSON object, not ...").
+    subject = "the request body " if words.startswith(("must", "is")) else ""
+    return _error(request, 422, "invalid_request", f"{subject}{words}")
+
+
+# Pydantic's refusal of a value of the wrong JSON type, in the API's words.
+TYPE_WORDS = {
+    "int_type": "must be a whole number",
+    "float_type": "must be a number",
+    "bool_type": "must be true or false",
+    "string_type": "must be a string",
+    "list_type": "must be an array",
+    "dict_type": "must be a JSON object",
+    "model_type": "must be a JSON object",
+    "model_attributes_type": "must be a JSON object",
+    "missing": "is required",
+}
 
 
 @api.exception_handler(HttpError)
@@ -223,20 +253,20 @@ class DatasetPreviewOut(PreviewOut):
 PREVIEW_ROWS = Query(50, ge=1, le=500)
 
 
-OutputId = Annotated[int, Field(ge=1, le=JSON_INT_MAX)]
+OutputId = Annotated[Int, Field(ge=1, le=JSON_INT_MAX)]
 # Documented as enums; the services check them and answer unknown_runtime / unknown_engine.
 RuntimeName = Annotated[str, Field(json_schema_extra={"enum": list(RUNTIMES)})]
 EngineName = Annotated[str, Field(json_schema_extra={"enum": list(REQUESTABLE)})]
 
 
-class RunIn(Schema):
+class RunIn(BodyIn):
     runtime: RuntimeName
     code: str
     dataset_ids: list[UUID] = Field(default=[], max_length=MAX_IDS)
     output_ids: list[OutputId] = Field(default=[], max_length=MAX_IDS)
     limits: LimitsIn = Field(default_factory=LimitsIn)  # type: ignore[valid-type]
     engine: EngineName = "auto"
-    egress: EgressPolicy = []
+    egress: SiteEgressPolicy = []
 
 
 class OutputOut(Schema):
@@ -570,17 +600,17 @@ def run_output_image(request: HttpRequest, run_id: UUID, name: str) -> FileStrea
 CellId = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
 
 
-class DatasetRef(Schema):
+class DatasetRef(BodyIn):
     kind: Literal["dataset"]
     id: UUID
 
 
-class OutputRef(Schema):
+class OutputRef(BodyIn):
     kind: Literal["output"]
     id: OutputId
 
 
-class CellIn(Schema):
+class CellIn(BodyIn):
     id: CellId
     kind: Literal["code", "markdown"] = "code"
     runtime: RuntimeName = "python"
@@ -595,18 +625,18 @@ class CellIn(Schema):
     last_run_id: UUID | None = Field(None, description="read-only: set by running the cell, emptied by clearing it")
 
 
-NotebookName = Annotated[str, Field(min_length=1, max_length=100)]
+NotebookName = Annotated[str, Field(min_length=1, max_length=100, pattern=NOT_BLANK)]
 Cells = Annotated[list[CellIn], Field(max_length=notebook_services.MAX_CELLS)]
 
 
-class NotebookCreateIn(Schema):
+class NotebookCreateIn(BodyIn):
     name: NotebookName
     cells: Cells | None = None
 
 
-class NotebookPutIn(Schema):
+class NotebookPutIn(BodyIn):
     name: NotebookName
-    version: int = Field(ge=1, le=JSON_INT_MAX, description="the version this page read; a stale one is refused (409)")
+    version: Int = Field(ge=1, le=JSON_INT_MAX, description="the version this page read; a stale one is refused (409)")
     cells: Cells
 
 

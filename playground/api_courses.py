@@ -10,7 +10,7 @@ from __future__ import annotations
 import csv
 import io
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from uuid import UUID
 
 from django.db.models import QuerySet, Sum
@@ -24,13 +24,16 @@ from playground.api import (
     MAX_IDS,
     STAFF_POLL_RECORD_WINDOW,
     DatasetOut,
+    RunOut,
     RuntimeName,
     _answers,
     _run_out,
     uploaded_file,
 )
+from playground.bodies import NOT_BLANK, BodyIn, Bool, DateTime, Int, Number, Text
 from playground.csvcells import csv_cell
-from playground.egress import EgressPolicy
+from playground.egress import SiteEgressPolicy
+from playground.limits import LimitsCeilingIn, LimitsIn, limits_set
 from playground.models import (
     Assignment,
     Course,
@@ -61,21 +64,25 @@ ROSTER_MAX_BYTES = 1 << 20
 # --- schemas ------------------------------------------------------------------------------
 
 
-class CoursePatchIn(Schema):
-    title: str | None = Field(default=None, max_length=200)
-    allowed_runtimes: list[RuntimeName] | None = Field(default=None, max_length=len(RUNTIMES))
-    limits_ceiling: dict[str, float] | None = None
-    egress_ceiling: EgressPolicy | None = Field(
+# A title or a name that is not blank (the services strip it: one of spaces only is refused).
+Title = Annotated[str, Field(min_length=1, max_length=200, pattern=NOT_BLANK)]
+
+
+class CoursePatchIn(BodyIn):
+    title: Title | None = None
+    allowed_runtimes: list[RuntimeName] | None = Field(default=None, min_length=1, max_length=len(RUNTIMES))
+    limits_ceiling: LimitsCeilingIn | None = None  # type: ignore[valid-type]
+    egress_ceiling: SiteEgressPolicy | None = Field(
         default=None, description="what the course's runs may reach at most, within this service's ceiling; "
         "empty: no network for any of its runs"
     )  # fmt: skip
-    require_vm: bool | None = None
-    quota_concurrent_runs: int | None = Field(default=None, ge=1, le=100_000)
-    quota_runs_per_hour: int | None = Field(default=None, ge=1, le=100_000)
+    require_vm: Bool | None = None
+    quota_concurrent_runs: Int | None = Field(default=None, ge=1, le=100_000)
+    quota_runs_per_hour: Int | None = Field(default=None, ge=1, le=100_000)
 
 
 class CourseIn(CoursePatchIn):
-    title: str = Field(max_length=200)
+    title: Title
 
 
 class CourseOut(Schema):
@@ -95,11 +102,11 @@ class CourseOut(Schema):
     staff: int
 
 
-class JoinIn(Schema):
+class JoinIn(BodyIn):
     join_code: str = Field(max_length=64)
 
 
-class JoinCodeIn(Schema):
+class JoinCodeIn(BodyIn):
     action: Literal["rotate", "close"]
 
 
@@ -112,7 +119,7 @@ class MembershipOut(Schema):
     joined_at: datetime
 
 
-class RoleIn(Schema):
+class RoleIn(BodyIn):
     role: Literal["instructor", "assistant", "student"]
 
 
@@ -140,33 +147,33 @@ class MyInvitationOut(Schema):
     created_at: datetime
 
 
-class TestIn(Schema):
-    name: str = Field(max_length=200)
-    points: float = Field(default=1, ge=0, le=1000)
+class TestIn(BodyIn):
+    name: Title
+    points: Number = Field(default=1, ge=0, le=1000)
     visibility: Literal["visible", "hidden", "after_due"] = "visible"
-    stdin: str = ""
-    args: list[str] = Field(default=[], max_length=64)
-    expected_stdout: str | None = None
+    stdin: Text = ""
+    args: list[Text] = Field(default=[], max_length=64)
+    expected_stdout: Text | None = None
     match: Literal["exact", "strip", "regex"] = "strip"
-    check_code: str | None = None
+    check_code: Text | None = None
     check_runtime: RuntimeName | None = None
 
 
-class AssignmentIn(Schema):
-    title: str = Field(max_length=200)
+class AssignmentIn(BodyIn):
+    title: Title
     instructions: str = ""
     runtime: RuntimeName
-    starter_code: str = ""
+    starter_code: Text = ""
     dataset_ids: list[UUID] = Field(default=[], max_length=MAX_IDS)
-    limits: dict[str, float] = {}
-    egress: EgressPolicy = Field(
+    limits: LimitsIn = Field(default_factory=LimitsIn)  # type: ignore[valid-type]
+    egress: SiteEgressPolicy = Field(
         default=[], description="what its runs (the Run button, each test's) may reach, within the course's "
         "egress ceiling; a check program has no network"
     )  # fmt: skip
-    opens_at: datetime | None = None
-    due_at: datetime | None = None
-    attempts_allowed: int = Field(default=0, ge=0, le=10_000)
-    accept_late: bool = False
+    opens_at: DateTime | None = None
+    due_at: DateTime | None = None
+    attempts_allowed: Int = Field(default=0, ge=0, le=10_000)
+    accept_late: Bool = False
     tests: list[TestIn] = Field(default=[], max_length=course_services.MAX_TESTS)
 
 
@@ -232,13 +239,13 @@ class RegradeOut(Schema):
     regrading: int
 
 
-class TryIn(Schema):
+class TryIn(BodyIn):
     code: str
-    stdin: str = ""
-    args: list[str] = Field(default=[], max_length=64)
+    stdin: Text = ""
+    args: list[Text] = Field(default=[], max_length=64)
 
 
-class SubmissionIn(Schema):
+class SubmissionIn(BodyIn):
     code: str
 
 
@@ -426,6 +433,7 @@ def _assignment_out(assignment: Assignment, membership: Membership) -> dict[str,
 
 def _assignment_data(payload: AssignmentIn) -> dict[str, Any]:
     data = payload.model_dump()
+    data["limits"] = limits_set(payload.limits)  # only those set: the others take their defaults when it runs
     data["opens_at"] = course_services.parse_when(payload.opens_at)
     data["due_at"] = course_services.parse_when(payload.due_at)
     return data
@@ -436,7 +444,7 @@ def _assignment_data(payload: AssignmentIn) -> dict[str, Any]:
 
 @router.post("/courses", response=_answers({201: CourseOut}, 422))
 def course_create(request: HttpRequest, payload: CourseIn) -> Status[Any]:
-    policy = payload.model_dump(exclude={"title"}, exclude_none=True)
+    policy = payload.model_dump(exclude={"title"}, exclude_none=True, exclude_unset=True)
     course = course_services.course_create(user=request.user, title=payload.title, policy=policy)  # type: ignore[arg-type]
     _, membership = course_selectors.course_for_member(user=request.user, course_id=course.id)
     return Status(201, _course_out(course, membership))
@@ -471,7 +479,8 @@ def course_get(request: HttpRequest, course_id: UUID) -> dict[str, Any]:
 @router.patch("/courses/{course_id}", response=_answers({200: CourseOut}, 404, 422))
 def course_update(request: HttpRequest, course_id: UUID, payload: CoursePatchIn) -> dict[str, Any]:
     course, membership = course_selectors.course_for_staff(user=request.user, course_id=course_id, instructor=True)
-    course_services.course_update(course=course, changes=payload.model_dump(exclude_unset=True))
+    # A field left out or null is left as it is (an empty list or object clears a ceiling).
+    course_services.course_update(course=course, changes=payload.model_dump(exclude_unset=True, exclude_none=True))
     return _course_out(course, membership)
 
 
@@ -650,7 +659,7 @@ def assignment_regrade(request: HttpRequest, assignment_id: UUID) -> dict[str, A
     return {"regrading": grading.regrade(assignment=assignment)}
 
 
-@router.post("/assignments/{assignment_id}/try", response=_answers({201: Any}, 404, 422, 503))
+@router.post("/assignments/{assignment_id}/try", response=_answers({201: RunOut}, 404, 422, 503))
 def assignment_try(request: HttpRequest, assignment_id: UUID, payload: TryIn) -> Status[Any]:
     """Run the code without submitting it: the caller's own run (GET /api/runs/{id}, its live
     output and log as any run's), with the course's datasets and the assignment's limits."""

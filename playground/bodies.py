@@ -1,23 +1,33 @@
 """Request bodies: a byte cap per route, enforced before a body is read (by the server, see
 playground/server.py, and again inside Django for any other server), multipart files streamed
-to disk with the cap enforced as they arrive, and JSON parsed strictly."""
+to disk with the cap enforced as they arrive, JSON parsed strictly, and read strictly: `BodyIn`
+and the types below, the base of every JSON object the API takes."""
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from datetime import datetime
+from typing import Annotated, Any
 
 from django.conf import settings
 from django.core.files.uploadhandler import FileUploadHandler
 from django.http import HttpRequest
 from ninja.parser import Parser
+from pydantic import BaseModel, BeforeValidator, Field, Strict, model_validator
+from pydantic_core import PydanticCustomError
 
 # Room for the multipart framing around an upload's bytes (boundaries, part headers).
 MULTIPART_SLACK_BYTES = 64 * 1024
 # The one route that takes a file, and so a larger body.
 UPLOAD_ROUTES = frozenset({("POST", "/api/datasets")})
-# JSON numbers beyond what a 64-bit column holds are refused at parse time, not in the database.
+# The most a whole number in a body may be: what a 64-bit column holds. Each field that takes one
+# is bounded within it (and the document says so); the parser reads any integer, since a field
+# the server ignores may hold one of any size.
 JSON_INT_MAX = (1 << 63) - 1
+# Python's own limit on an integer's digits (int_max_str_digits), refused with a clear message.
+JSON_INT_DIGITS_MAX = 4300
+# Beyond this, not every whole number has a float of its own.
+FLOAT_EXACT_MAX = 1 << 53
 
 
 class BodyTooLarge(Exception):
@@ -62,12 +72,12 @@ class CappedUploadHandler(FileUploadHandler):
 
 
 class StrictJsonParser(Parser):
-    """JSON as the RFC has it: no NaN or Infinity, no integers a 64-bit column cannot hold,
-    and no text that is not Unicode (a lone UTF-16 surrogate), refused with a clear message."""
+    """JSON as the RFC has it: no NaN or Infinity, and no text that is not Unicode (a lone UTF-16
+    surrogate), refused with a clear message."""
 
     def parse_body(self, request: HttpRequest) -> Any:
         try:
-            data = json.loads(request.body, parse_constant=_no_constant, parse_int=_bounded_int)
+            data = json.loads(request.body, parse_constant=_no_constant, parse_int=_integer, parse_float=_whole_as_int)
         except UnicodeDecodeError as exc:
             raise MalformedJson(f"the body is not UTF-8: {exc.reason}") from exc
         _check_text(data)
@@ -78,10 +88,16 @@ def _no_constant(name: str) -> Any:
     raise MalformedJson(f"{name} is not a JSON number; send a finite number")
 
 
-def _bounded_int(text: str) -> int:
-    if len(text.lstrip("-")) > 19 or abs(value := int(text)) > JSON_INT_MAX:
-        raise MalformedJson(f"the number {text[:24]}{'...' if len(text) > 24 else ''} is too large")
-    return value
+def _integer(text: str) -> int:
+    if len(text.lstrip("-")) > JSON_INT_DIGITS_MAX:
+        raise MalformedJson(f"the number {text[:24]}... has more than {JSON_INT_DIGITS_MAX} digits")
+    return int(text)
+
+
+def _whole_as_int(text: str) -> int | float:
+    """5.0 is the number 5, as JSON Schema has it (an "integer" field takes it); exact up to 2**53."""
+    value = float(text)
+    return int(value) if value.is_integer() and abs(value) <= FLOAT_EXACT_MAX else value
 
 
 def _check_text(value: Any) -> None:
@@ -101,3 +117,61 @@ def _check_text(value: Any) -> None:
             stack.extend(item.values())
         elif isinstance(item, list):
             stack.extend(item)
+
+
+# --- reading a parsed body ---------------------------------------------------------------
+
+
+def json_kind(value: Any) -> str:
+    """What a parsed JSON value is, in JSON's words (for a refusal's message)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return "an array" if isinstance(value, list) else "an object"
+
+
+class BodyIn(BaseModel):
+    """A JSON object the API reads: a request body, or an object within one. Not ninja's Schema,
+    which is made to read Django objects by their attributes and so read the body "AAA" as a
+    course titled "AAA".title(): this takes a JSON object and nothing else. A field it does not
+    know is ignored, as the document allows: what a GET answers can be sent back as it is."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _an_object(cls, data: Any) -> Any:
+        if not isinstance(data, dict | BaseModel):
+            raise PydanticCustomError("json_object", "must be a JSON object, not {kind}", {"kind": json_kind(data)})
+        return data
+
+
+def _iso_text(value: Any) -> Any:
+    if not isinstance(value, str):
+        raise PydanticCustomError(
+            "json_text", "must be a date and time as ISO 8601 text, not {kind}", {"kind": json_kind(value)}
+        )
+    return value
+
+
+# JSON's own types, taken as they are. Pydantic's lax mode would read true as 1, "3" as 3 and
+# "yes" as true; its strict mode (model-wide) would refuse a date or an id sent as text, which
+# is how JSON sends them. So strictness is per type, and every body field uses these. (Strict()
+# alone, with no validator function: the bounds a field adds, such as Field(ge=1, le=100), still
+# appear in the document as minimum and maximum. Give every whole number its bounds, within
+# JSON_INT_MAX.)
+Int = Annotated[int, Strict()]
+Number = Annotated[float, Strict()]
+Bool = Annotated[bool, Strict()]
+# A date and time as ISO 8601 text (pydantic would also take a number, as seconds since 1970).
+DateTime = Annotated[datetime, BeforeValidator(_iso_text)]
+
+# Patterns a field's text must match, as the document gives them, and the API's words for a miss.
+NOT_BLANK = r"\S"
+NO_NUL = r"^[^\x00]*$"
+PATTERN_WORDS = {NOT_BLANK: "must not be blank", NO_NUL: "must not contain a NUL character"}
+# Text a program is given or a test compares with: a NUL cannot reach it (nor a database's text).
+Text = Annotated[str, Field(pattern=NO_NUL)]

@@ -41,6 +41,11 @@ EgressPolicy = Annotated[
         "sandbox), within this service's ceiling and its course's; empty, the default: no network at all",
     ),
 ]
+# A policy checked against this service's ceiling when it is sent (a run's, a course's ceiling, an
+# assignment's), marked so: where that ceiling allows nothing, as by default, the document says so
+# (playground/openapi.py: an empty list only), as it is when the document is asked for.
+WITHIN_SITE_CEILING = "x-within-site-ceiling"
+SiteEgressPolicy = Annotated[EgressPolicy, Field(json_schema_extra={WITHIN_SITE_CEILING: True})]
 
 
 class EgressAttemptOut(Schema):

@@ -8,6 +8,7 @@ document. A run's stored limits (Limits.to_json) become Limits again only throug
 
 from __future__ import annotations
 
+import sys
 from dataclasses import fields
 from typing import Annotated, Any
 
@@ -15,6 +16,7 @@ from django.conf import settings
 from ninja import Schema
 from pydantic import BeforeValidator, ConfigDict, Field, create_model
 
+from playground.bodies import JSON_INT_MAX, BodyIn
 from runner.spec import Limits
 
 LIMIT_FIELDS = tuple(fields(Limits))
@@ -36,38 +38,44 @@ def _number(name: str, whole: bool) -> Any:
             if not value.is_integer():
                 raise ValueError("must be a whole number")
             return int(value)
+        if not whole and isinstance(value, int) and abs(value) > sys.float_info.max:  # no float holds it
+            raise ValueError("is too large")
         return value
 
     return BeforeValidator(check)
 
 
-class _LimitsBase(Schema):
-    model_config = ConfigDict(extra="forbid")
+class _LimitsBase(BodyIn):
+    model_config = ConfigDict(extra="forbid")  # a misspelt limit would silently take its default
 
 
-def limits_schema(maxima: Limits | None, name: str = "LimitsIn") -> type[Schema]:
+RUN_LIMITS_DOC = "A run's limits; each one left out takes its default. Units are in the names."
+
+
+def limits_schema(maxima: Limits | None, name: str = "LimitsIn", doc: str = RUN_LIMITS_DOC) -> type[BodyIn]:
     """The API's `limits` object: every Limits field, optional, with its unit, default and (for a
     run) this service's maximum. Without maxima (a notebook cell's saved limits) only the range
     and type are checked: a cell saved under higher maxima must stay editable; it is checked
-    against today's maxima when it runs."""
+    against today's maxima when it runs. (A whole number is still at most 64 bits.)"""
     definitions: dict[str, Any] = {}
     for f in LIMIT_FIELDS:
         whole = _is_int(f.name)
         maximum, default = getattr(maxima, f.name) if maxima else None, getattr(_DEFAULTS, f.name)
+        bounded = maximum if maximum is not None or not whole else JSON_INT_MAX
         unit = f.metadata["unit"]
         bound = f", at most {maximum:g} on this service" if maximum is not None else ""
         kind: Any = Annotated[
             int if whole else float,
             Field(
-                strict=True, gt=0, le=maximum, allow_inf_nan=False, title=f"{f.name} ({unit})",
+                strict=True, gt=0, le=bounded, allow_inf_nan=False, title=f"{f.name} ({unit})",
                 description=f"{f.metadata['doc']}, in {unit}; default {default:g}{bound}",
                 json_schema_extra={"x-unit": unit},
             ),
             _number(f.name, whole),
         ]  # fmt: skip
         definitions[f.name] = (kind, default)
-    model: type[Schema] = create_model(name, __base__=_LimitsBase, **definitions)
-    model.__doc__ = "A run's limits; each one left out takes its default. Units are in the names."
+    model: type[BodyIn] = create_model(name, __base__=_LimitsBase, **definitions)
+    model.__doc__ = doc
     return model
 
 
@@ -83,7 +91,14 @@ def limits_out_schema() -> type[Schema]:
 
 LimitsIn = limits_schema(settings.CORDON_MAXIMA)
 CellLimitsIn = limits_schema(None, "CellLimitsIn")
+LimitsCeilingIn = limits_schema(
+    settings.CORDON_MAXIMA, "LimitsCeilingIn",
+    "A course's ceiling on its runs' limits: each one set caps that limit for the course's runs (one left out: "
+    "this service's maximum). Units are in the names.",
+)  # fmt: skip
 LimitsOut = limits_out_schema()
+# The fields that hold a limits object: a run's, a cell's and an assignment's; a course's ceiling.
+LIMITS_OBJECTS = ("limits", "limits_ceiling")
 # What a notebook cell stores and shows: only the limits set for it, by the names above.
 LimitsSet = dict[str, int | float]
 
@@ -108,12 +123,12 @@ def limits_described(maxima: Limits | None = None) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
-def limits_from_input(limits: Schema) -> Limits:
+def limits_from_input(limits: BodyIn) -> Limits:
     """The API's validated limits object -> Limits (what was left out takes its default)."""
     return Limits(**limits.model_dump())
 
 
-def limits_set(limits: Schema | None) -> dict[str, Any]:
+def limits_set(limits: BodyIn | None) -> dict[str, Any]:
     """Only the limits a client set, by name (what a notebook cell stores)."""
     return {} if limits is None else limits.model_dump(exclude_unset=True)
 
@@ -141,7 +156,7 @@ def over_maximum(limits: Limits, maxima: Limits | None = None) -> list[tuple[str
 def describe_validation_error(error: dict[str, Any], field: str) -> tuple[str, str] | None:
     """A readable (code, message) for pydantic's error about a limit, or None if not about one."""
     parts = field.split(".")
-    if "limits" not in parts:
+    if not set(parts) & set(LIMITS_OBJECTS):
         return None
     kind, ctx = error.get("type", ""), error.get("ctx") or {}
     name = parts[-1]
@@ -156,6 +171,6 @@ def describe_validation_error(error: dict[str, Any], field: str) -> tuple[str, s
         return "invalid_limit", f"{field} must be a finite number"
     if kind == "value_error":
         return "invalid_limit", f"{field} {str(error.get('msg', '')).removeprefix('Value error, ')}"
-    if kind in ("model_attributes_type", "model_type", "dict_type") and name == "limits":
+    if kind in ("json_object", "model_attributes_type", "model_type", "dict_type") and name in LIMITS_OBJECTS:
         return "invalid_limit", f"{field} must be an object of limits"
     return None

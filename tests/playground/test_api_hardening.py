@@ -41,7 +41,7 @@ def _post_json(client: Client, url: str, body: str, method: str = "post") -> Any
         ('{"cpus": -Infinity}', "-Infinity"),
         ('{"wall_timeout_s": ' + "9" * 400 + "}", "too large"),
         ('{"wall_timeout_s": 1e400}', "finite"),
-        ('{"memory_mib": 18446744073709551615}', "too large"),
+        ('{"memory_mib": 18446744073709551615}', "over the maximum"),
         ('{"cpus": 9007199254740993.0}', "over the maximum"),
     ],
 )

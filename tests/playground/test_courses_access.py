@@ -186,7 +186,7 @@ class World:
 
 def filled(value: Any, ids: dict[str, str]) -> Any:
     if isinstance(value, str):
-        return value.format(**ids)
+        return int(ids["output"]) if value == "{output}" else value.format(**ids)  # an output's id is a number
     if isinstance(value, list):
         return [filled(v, ids) for v in value]
     if isinstance(value, dict):

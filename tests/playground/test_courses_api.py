@@ -266,7 +266,7 @@ def _with_test(index: int, **changes: Any) -> list[dict[str, Any]]:
         ({"tests": _with_test(0, name="  ")}, "tests.0.name"),
         ({"tests": _with_test(0, visibility="secret")}, "tests.0.visibility"),
         ({"tests": _with_test(1, match="fuzzy")}, "tests.1.match"),
-        ({"tests": _with_test(0, args=["a\0b"])}, "tests.0.args"),
+        ({"tests": _with_test(0, args=["a\0b"])}, "tests.0.args.0"),
         ({"tests": _with_test(1, expected_stdout=None, check_code="1", check_runtime="go")}, "tests.1.check_runtime"),
         ({"title": ""}, "title"),
         ({"opens_at": "2030-01-02T00:00:00Z", "due_at": "2030-01-01T00:00:00Z"}, "due_at"),
