@@ -43,6 +43,9 @@ RENDER_JOB = "playground.markdown:render_all"
 # the costliest shapes measured (runs of "&", which nh3's serialiser re-scans), a second at worst.
 RENDER_BOUNDS = bounded.Bounds(cpu_s=5, wall_s=10.0, memory_mib=768, input_max_bytes=32 << 20,
                                output_max_bytes=128 << 20)  # fmt: skip
+# A save's new sources up to this many bytes together render in the caller: at most a few
+# milliseconds on the costliest shapes measured (a child costs some 60 ms to start).
+RENDER_INLINE_BYTES = 16 * 1024
 
 
 def render_markdown(source: str) -> str:
@@ -56,11 +59,14 @@ def render_all(*, sources: list[str]) -> list[str]:
 
 
 def render_bounded(sources: list[str]) -> list[str]:
-    """Each source's HTML, all rendered in one bounded child (RENDER_BOUNDS), never in the calling
-    process. If the child gives no answer, each source is kept as its text, escaped, with a note
-    saying why: a save never fails on its markdown, and nothing unsanitised is ever stored."""
+    """Each source's HTML, all rendered in one bounded child (RENDER_BOUNDS), or here when they
+    are small together (RENDER_INLINE_BYTES). If the child gives no answer, each source is kept as
+    its text, escaped, with a note saying why: a save never fails on its markdown, and nothing
+    unsanitised is ever stored."""
     if not sources:
         return []
+    if sum(len(source.encode()) for source in sources) <= RENDER_INLINE_BYTES:
+        return render_all(sources=sources)
     try:
         rendered = bounded.call(RENDER_JOB, {"sources": sources}, RENDER_BOUNDS)
     except bounded.HostWorkError as exc:

@@ -1,7 +1,8 @@
 """A student's output against a test's expectation: `exact`, `strip` (line ends and trailing blank
-lines do not count) or `regex`, and the diff shown when they differ. Pure and Django-free: the work
-whose cost the input decides (a pattern's match, a diff) runs in a bounded child (runner.bounded)
-through `compare_job`; grading calls `equal` first, which is linear and needs no child.
+lines do not count) or `regex`, and the diff shown when they differ. Pure and Django-free: grading
+calls `equal` first (linear), then `compare_small`, which answers only when the work's cost is
+bounded small before it starts (an RE2 program's size times the output's length, a diff's lines),
+and otherwise the same work runs in a bounded child (runner.bounded) through `compare_job`.
 
 Patterns are RE2's (google-re2): matching takes time linear in the output for a given pattern, so
 no pattern backtracks catastrophically; Python-only syntax (lookaround, backreferences) is refused
@@ -18,6 +19,11 @@ PATTERN_MAX_BYTES = 16 * 1024
 RE2_MAX_MEM = 8 << 20  # RE2's budget for one compiled pattern and its matching automata
 DIFF_MAX = 8 * 1024  # the diff a result keeps
 DIFF_MAX_LINES = 2_000  # beyond this many lines a side, no line diff is tried (difflib: 0.1 s at 2,000, 13 s at 20,000)
+# What runs in the caller: a match whose RE2 program size times the output's bytes is within this
+# (RE2 takes about a nanosecond per instruction and byte at worst: a few milliseconds), a diff of
+# at most this many lines a side (difflib's worst shape: under 10 ms).
+INLINE_MATCH_COST = 4_000_000
+INLINE_DIFF_LINES = 200
 
 
 def normalise(text: str) -> str:
@@ -31,7 +37,7 @@ def pattern_error(pattern: str) -> str | None:
     if size > PATTERN_MAX_BYTES:
         return f"a pattern is at most {PATTERN_MAX_BYTES} bytes (this one is {size})"
     try:
-        re2.compile(pattern, _options())
+        _compiled(pattern)
     except re2.error as exc:
         return f"not a pattern RE2 accepts: {_words(exc)}"
     return None
@@ -49,14 +55,35 @@ def compare_job(*, got: str, expected: str, match: str) -> dict[str, Any]:
     """In a bounded child: {"passed", "diff"}, or {"error"} for a pattern RE2 refuses."""
     if match == "regex":
         error = pattern_error(expected)
-        if error is not None:
-            return {"error": error}
-        passed = re2.compile(expected, _options()).fullmatch(got.rstrip()) is not None
-        shown = "" if passed else _cut(f"expected output matching the pattern:\n{expected}\n\ngot:\n{got}")
-        return {"passed": passed, "diff": shown}
+        return {"error": error} if error is not None else _matched(_compiled(expected), got, expected)
     if equal(got, expected, match):
         return {"passed": True, "diff": ""}
     return {"passed": False, "diff": diff(got, expected, match)}
+
+
+def compare_small(got: str, expected: str, match: str) -> dict[str, Any] | None:
+    """compare_job's answer when the work is small whatever its input (INLINE_*), else None."""
+    if match == "regex":
+        error = pattern_error(expected)  # compiling is bounded by the pattern's cap
+        if error is not None:
+            return {"error": error}
+        pattern = _compiled(expected)
+        if pattern.programsize * max(1, len(got.encode())) > INLINE_MATCH_COST:
+            return None
+        return _matched(pattern, got, expected)
+    if max(got.count("\n"), expected.count("\n")) >= INLINE_DIFF_LINES:
+        return None
+    return compare_job(got=got, expected=expected, match=match)
+
+
+def _compiled(pattern: str) -> Any:
+    return re2.compile(pattern, _options())
+
+
+def _matched(pattern: Any, got: str, expected: str) -> dict[str, Any]:
+    passed = pattern.fullmatch(got.rstrip()) is not None
+    shown = "" if passed else _cut(f"expected output matching the pattern:\n{expected}\n\ngot:\n{got}")
+    return {"passed": passed, "diff": shown}
 
 
 def diff(got: str, expected: str, match: str) -> str:

@@ -267,6 +267,9 @@ class Notebook(models.Model):
     cells = models.JSONField(default=list)
     cell_count = models.PositiveIntegerField(default=0)  # len(cells), kept with them: a list reads no cells
     version = models.PositiveIntegerField(default=1)
+    # Raised by a cell's run or clear (which set a cell's last run, not a new version): a save that
+    # read the cells before one merges them again.
+    runs_version = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True, db_index=True)
 

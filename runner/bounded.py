@@ -3,7 +3,7 @@ markdown), done in a child process that carries its own bounds, so no input can 
 that asked for it or outlive it.
 
 `call(job, payload, bounds)` runs `job` ("package.module:function", a pure function of JSON
-values that imports no Django) in `python -m runner.bounded`, in the caller's process group and
+values that imports no Django) in `python -m runner.bounded_child`, in the caller's process group and
 cgroup. The child dies with the thread that started it (PR_SET_PDEATHSIG, set by setpriv before
 Python starts; that thread waits for it, so it dies with its parent) and with its process group
 (SIGTERM, SIGINT and SIGHUP back to their defaults before Python starts: a Celery pool process
@@ -15,24 +15,20 @@ capped in bytes, the input before it is sent.
 
 from __future__ import annotations
 
-import ctypes
-import importlib
 import json
 import os
-import resource
 import signal
 import subprocess
 import sys
 from dataclasses import dataclass
 from typing import Any
 
+from runner.bounded_child import EXIT_MEMORY, EXIT_OUTPUT
 from runner.config import PROJECT_ROOT
 
-_PR_SET_PDEATHSIG = 1
-_EXIT_MEMORY = 3  # the job ran out of its address space (MemoryError)
-_EXIT_OUTPUT = 4  # the job's answer was over the cap
-_EXIT_ORPHAN = 5  # the parent was gone before the child could tie itself to it
-MARK = "runner.bounded"  # in every child's command line: how a test (or an operator) finds them
+MARK = "runner.bounded_child"  # the child's module, in its command line: how a test (or an operator) finds them
+# The directories this interpreter imports packages from (what `site` would add), for the child.
+_PACKAGE_DIRS = sorted({p for p in sys.path if p.endswith(("site-packages", "dist-packages"))})
 
 
 @dataclass(frozen=True)
@@ -45,7 +41,7 @@ class Bounds:
     memory_mib: int = 512
     input_max_bytes: int = 4 << 20
     output_max_bytes: int = 4 << 20
-    nice: int = 10
+    nice: int = 19  # below everything else on the host: a run, a request, the workers
 
 
 class HostWorkError(Exception):
@@ -63,14 +59,15 @@ def call(job: str, payload: Any, bounds: Bounds) -> Any:
     if len(data) > bounds.input_max_bytes:
         raise HostWorkError("too_large", f"the input is {len(data)} bytes; at most {bounds.input_max_bytes}")
     # setpriv and env (util-linux, coreutils) tie the child to this thread and give it default
-    # signals before Python starts, so no signal is missed while the interpreter starts up.
+    # signals before Python starts, so no signal is missed while the interpreter starts up. No
+    # `site` (-S: a third of a job's start-up): the project's own code is first on the path (cwd,
+    # with -m), whichever checkout asks, then this interpreter's own package directories.
     argv = [
         "setpriv", "--pdeathsig", "KILL", "--", "env", "--default-signal=TERM,INT,HUP", "--",
-        sys.executable, "-E", "-s", "-m", MARK, job, str(os.getpid()), str(bounds.cpu_s), str(bounds.memory_mib),
-        str(bounds.output_max_bytes), str(bounds.nice),
+        sys.executable, "-E", "-S", "-m", MARK, job, str(os.getpid()), str(bounds.cpu_s), str(bounds.memory_mib),
+        str(bounds.output_max_bytes), str(bounds.nice), *_PACKAGE_DIRS,
     ]  # fmt: skip
-    # The project's own code first on the path (cwd, with -m), whichever checkout asks; no
-    # environment of the caller's (its secrets, PYTHON* variables) reaches the child.
+    # None of the caller's environment (its secrets, PYTHON* variables) reaches the child.
     env = {"PATH": os.defpath, "LC_ALL": "C.UTF-8"}
     proc = subprocess.Popen(
         argv, cwd=PROJECT_ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
@@ -93,53 +90,9 @@ def _answer(returncode: int, out: bytes, err: bytes, bounds: Bounds) -> Any:
         return json.loads(out)
     if returncode in (-signal.SIGXCPU, -signal.SIGKILL):  # the soft limit's signal, or the hard one's kill
         raise HostWorkError("cpu_time", f"it used up its {bounds.cpu_s} s of CPU time")
-    if returncode == _EXIT_MEMORY:
+    if returncode == EXIT_MEMORY:
         raise HostWorkError("memory", f"it ran out of its {bounds.memory_mib} MiB")
-    if returncode == _EXIT_OUTPUT:
+    if returncode == EXIT_OUTPUT:
         raise HostWorkError("output_too_large", f"its answer was over {bounds.output_max_bytes} bytes")
     said = err.decode(errors="replace").strip().splitlines()
     raise HostWorkError("failed", (said[-1] if said else f"exit status {returncode}")[:500])
-
-
-# --- the child ---------------------------------------------------------------------------
-
-
-def _bind_to_parent(parent_pid: int) -> None:
-    # Again here, for a child started some other way; and signals a caller blocks (a blocked
-    # signal stays blocked across exec) are let through.
-    stop = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
-    for signo in stop:
-        signal.signal(signo, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, stop)
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent_pid:  # the parent died before it could tie us to it: nobody waits
-        os._exit(_EXIT_ORPHAN)
-
-
-def _limit_self(cpu_s: int, memory_mib: int, nice: int) -> None:
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
-    memory = memory_mib << 20
-    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    os.nice(nice)
-
-
-def _child(argv: list[str]) -> int:
-    job, parent_pid, cpu_s, memory_mib, output_max_bytes, nice = argv
-    _bind_to_parent(int(parent_pid))
-    _limit_self(int(cpu_s), int(memory_mib), int(nice))
-    module_name, _, function_name = job.partition(":")
-    function = getattr(importlib.import_module(module_name), function_name)
-    try:
-        answer = json.dumps(function(**json.loads(sys.stdin.buffer.read()))).encode()
-    except MemoryError:
-        return _EXIT_MEMORY
-    if len(answer) > int(output_max_bytes):
-        return _EXIT_OUTPUT
-    sys.stdout.buffer.write(answer)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(_child(sys.argv[1:]))

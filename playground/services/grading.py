@@ -549,12 +549,15 @@ class Verdict:
 
 
 def compare(got: str, expected: str, match: str) -> Verdict:
-    """Equal outputs pass here (linear, no child); a pattern's match and a diff are made in a
-    bounded child (runner.bounded: CORDON_COMPARE_CPU_S of CPU, a wall deadline, 512 MiB)."""
+    """Equal outputs pass here (linear, no child), as does a match or a diff whose cost is bounded
+    small before it starts (matching.compare_small); any other is made in a bounded child
+    (runner.bounded: CORDON_COMPARE_CPU_S of CPU, a wall deadline, 512 MiB)."""
     if matching.equal(got, expected, match):
         return Verdict(TestStatus.PASSED)
     try:
-        answer = bounded.call(COMPARE_JOB, {"got": got, "expected": expected, "match": match}, compare_bounds())
+        answer = matching.compare_small(got, expected, match) or bounded.call(
+            COMPARE_JOB, {"got": got, "expected": expected, "match": match}, compare_bounds()
+        )
     except bounded.HostWorkError as exc:
         if match != Match.REGEX:  # failed for sure; only its line diff could not be made in time
             lines = (expected.splitlines(keepends=True), got.splitlines(keepends=True))

@@ -19,7 +19,9 @@ from typing import Any
 from django.contrib.auth.models import User
 from django.core.files.uploadedfile import UploadedFile
 from django.db import transaction
+from django.db.models import F
 from django.http import Http404
+from django.utils import timezone
 
 from playground.egress import MAX_RULES, RULE_MAX_CHARS
 from playground.ipynb import MAX_CELLS, cells_from_ipynb, cells_from_script
@@ -33,6 +35,7 @@ from playground.services.errors import ServiceError
 from runner.spec import RUNTIMES
 
 MAX_NOTEBOOKS = 100
+SAVE_TRIES = 3  # a save races a cell's run at most this often before it says "changed elsewhere"
 MAX_INPUTS = 64
 MAX_SOURCE_BYTES = run_services.MAX_CODE_BYTES
 IMPORT_MAX_BYTES = 4 << 20
@@ -41,13 +44,14 @@ KINDS = ("code", "markdown")
 
 def notebook_create(*, user: User, name: str, cells: list[dict[str, Any]] | None = None) -> Notebook:
     cells = cells if cells is not None else [_starter_cell()]
-    html = _rendered(cells, stored=[])  # before the transaction: the render holds no lock
+    # Checked and rendered before the transaction: on SQLite its lock is the whole database's.
+    clean = _clean_cells(user, cells, stored=[], html=_rendered(cells, stored=[]))
+    name = _clean_name(name)
     with transaction.atomic():
         User.objects.select_for_update().get(pk=user.pk)  # the count and the insert cannot race
         if Notebook.objects.filter(owner=user).count() >= MAX_NOTEBOOKS:
             raise ServiceError("too_many_notebooks", f"at most {MAX_NOTEBOOKS} notebooks; delete one first", status=409)
-        clean = _clean_cells(user, cells, stored=[], html=html)
-        return Notebook.objects.create(owner=user, name=_clean_name(name), cells=clean, cell_count=len(clean))
+        return Notebook.objects.create(owner=user, name=name, cells=clean, cell_count=len(clean))
 
 
 def notebook_default(*, user: User) -> Notebook:
@@ -59,24 +63,36 @@ def notebook_default(*, user: User) -> Notebook:
 
 
 def notebook_save(*, notebook: Notebook, name: str, version: int, cells: list[dict[str, Any]]) -> Notebook:
-    """Replace the name and cells, if `version` is still the stored one."""
-    # Rendered against the cells stored now, before the transaction: the render (up to its bound)
-    # holds no lock; a cell another save changed meanwhile is rendered under the lock.
-    stored_now = Notebook.objects.filter(id=notebook.id).values_list("cells", flat=True).first()
-    html = _rendered(cells, stored=stored_now or [])
-    with transaction.atomic():
-        current = _locked(notebook)
-        if current.version != version:
-            raise ServiceError(
-                "notebook_conflict", f"this notebook was changed elsewhere (version {current.version}, this page "
-                f"had {version}); reload it to see the newer cells", field="version", status=409,
-            )  # fmt: skip
-        current.cells = _clean_cells(current.owner, cells, stored=current.cells, html=html)
-        current.cell_count = len(current.cells)
-        current.name = _clean_name(name)
-        current.version += 1
-        current.save()
-        return current
+    """Replace the name and cells, if `version` is still the stored one. The cells are checked and
+    their markdown rendered against the cells stored now, then written by one conditional UPDATE,
+    outside any transaction: on SQLite a transaction's lock is the whole database's, and one held
+    over two hundred cells' checks, a render or the encoding of megabytes of JSON held up every
+    other run's writes. A cell's run or clear in between (`runs_version`) is merged in again."""
+    html: dict[tuple[str, str], str] = {}
+    name = _clean_name(name)
+    for _ in range(SAVE_TRIES):
+        stored = Notebook.objects.filter(id=notebook.id).values("cells", "version", "runs_version").first()
+        if stored is None:
+            raise Http404("no such notebook")
+        if stored["version"] != version:
+            raise _conflict(stored["version"], version)
+        html = _rendered(cells, stored=stored["cells"], known=html)
+        clean = _clean_cells(notebook.owner, cells, stored=stored["cells"], html=html)
+        changed = Notebook.objects.filter(id=notebook.id, version=version, runs_version=stored["runs_version"]).update(
+            cells=clean, cell_count=len(clean), name=name, version=version + 1, updated_at=timezone.now()
+        )  # fmt: skip
+        if changed:
+            notebook.refresh_from_db()
+            return notebook
+    raise _conflict(None, version)
+
+
+def _conflict(stored: int | None, version: int) -> ServiceError:
+    now = f"version {stored}, " if stored is not None else ""
+    return ServiceError(
+        "notebook_conflict", f"this notebook was changed elsewhere ({now}this page had {version}); reload it to see "
+        "the newer cells", field="version", status=409,
+    )  # fmt: skip
 
 
 def notebook_delete(*, notebook: Notebook) -> None:
@@ -138,7 +154,8 @@ def cell_run(*, notebook: Notebook, cell_id: str, engine: str = "auto") -> Run:
             egress=cell.get("egress") or (),  # checked against today's ceiling, as any run's
         )  # fmt: skip
         cell["last_run_id"] = str(run.id)
-        Notebook.objects.filter(id=current.id).update(cells=current.cells)  # not a new version
+        # Not a new version; a save that read the cells before this merges them again.
+        Notebook.objects.filter(id=current.id).update(cells=current.cells, runs_version=F("runs_version") + 1)
     return run
 
 
@@ -151,7 +168,7 @@ def cell_clear(*, notebook: Notebook, cell_id: str) -> Notebook:
             raise ServiceError("run_active", f"cell {index + 1} is running: stop it first, then clear it",
                                field="cell_id", status=409)  # fmt: skip
         cell["last_run_id"] = None
-        Notebook.objects.filter(id=current.id).update(cells=current.cells)
+        Notebook.objects.filter(id=current.id).update(cells=current.cells, runs_version=F("runs_version") + 1)
     return current
 
 

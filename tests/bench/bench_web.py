@@ -33,7 +33,7 @@ class Stack:
     `concurrency` is the runs worker's pool size, `grading_concurrency` the grading worker's."""
 
     def __init__(
-        self, env: dict[str, str] | None = None, concurrency: int | None = None, grading_concurrency: int = 2
+        self, env: dict[str, str] | None = None, concurrency: int | None = None, grading_concurrency: int = 1
     ) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="cordon-bench-"))
         self.port = free_port()
@@ -61,7 +61,7 @@ class Stack:
             celery = [str(BIN / "celery"), "-A", "playground", "worker", "--loglevel=WARNING"]
             self.worker = self._spawn([*celery, "-n", "runs@%h", *pool], CORDON_WORKER_QUEUES="runs")
             self.grader = self._spawn(
-                ["nice", "-n", "5", *celery, "-n", "grading@%h", f"--concurrency={grading_concurrency}"],
+                ["nice", "-n", "10", *celery, "-n", "grading@%h", f"--concurrency={grading_concurrency}"],
                 CORDON_WORKER_QUEUES="grading",
             )  # as the Procfile starts them
             self.web = self._spawn(web_server_argv(self.port))

@@ -531,3 +531,24 @@ def test_a_line_diff_that_would_cost_too_much_shows_where_the_outputs_first_part
     verdict = compare(got, expected, "strip")
     assert verdict.status == "failed"
     assert verdict.diff.startswith("the outputs first differ at line 2 (expected 30000 lines, got 30000)")
+
+
+def test_a_small_comparison_is_made_here_and_a_large_one_in_a_bounded_child(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whether a match or a diff may run in the grader is decided before it starts, from sizes that
+    bound its cost (RE2's program size times the output's length, the diff's lines)."""
+    from runner import bounded
+
+    jobs: list[str] = []
+    real_call = bounded.call
+
+    def recorded(job: str, payload: Any, bounds: Any) -> Any:
+        jobs.append(job)
+        return real_call(job, payload, bounds)
+
+    monkeypatch.setattr(bounded, "call", recorded)
+    assert compare("a" * 5000 + "!", "(a+)+$", "regex").status == "failed"  # 5 kB x a tiny program
+    assert compare("x\n" * 50, "y\n" * 50, "strip").status == "failed"  # a 50-line diff
+    assert jobs == []
+    assert compare("ab" * 200_000, "(?:.*a.{60}b.*){2}", "regex").passed  # 400 kB x ~1,000 instructions
+    assert compare("x\n" * 500, "y\n" * 500, "strip").status == "failed"  # a 500-line diff
+    assert jobs == ["playground.matching:compare_job"] * 2

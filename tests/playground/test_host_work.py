@@ -400,22 +400,33 @@ def test_reading_a_notebook_or_an_assignment_never_renders(redis_server: Any, mo
     assert listed.status_code == 200
 
 
-def test_a_save_renders_only_the_cells_whose_source_changed(redis_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_save_renders_only_the_cells_whose_source_changed_small_ones_here_large_ones_in_a_child(
+    redis_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     client = api(UserFactory())
     notebook = create_notebook(client, [markdown_cell("m1", "# one"), markdown_cell("m2", "# two")])
-    calls: list[Any] = []
-    real_call = bounded.call
+    here: list[list[str]] = []
+    children: list[Any] = []
+    real_render_all, real_call = markdown.render_all, bounded.call
 
-    def counted(job: str, payload: Any, bounds: Any) -> Any:
-        calls.append(payload)
+    def render_all(*, sources: list[str]) -> list[str]:
+        here.append(sources)
+        return real_render_all(sources=sources)
+
+    def call(job: str, payload: Any, bounds: Any) -> Any:
+        children.append(payload["sources"])
         return real_call(job, payload, bounds)
 
-    monkeypatch.setattr(bounded, "call", counted)
+    monkeypatch.setattr(markdown, "render_all", render_all)
+    monkeypatch.setattr(bounded, "call", call)
     same = save_notebook(client, notebook, [markdown_cell("m1", "# one"), markdown_cell("m2", "# two")])
-    assert same.status_code == 200 and calls == []
+    assert same.status_code == 200 and here == [] and children == []
     changed = save_notebook(client, same.json(), [markdown_cell("m1", "# one"), markdown_cell("m2", "# *2*")])
-    assert calls == [{"sources": ["# *2*"]}]
+    assert here == [["# *2*"]] and children == []  # a few bytes: rendered here, in microseconds
     assert [c["html"] for c in changed.json()["cells"]] == ["<h1>one</h1>\n", "<h1><em>2</em></h1>\n"]
+    large = "*long* " * 4000  # 28 kB: past RENDER_INLINE_BYTES
+    saved = save_notebook(client, changed.json(), [markdown_cell("m1", "# one"), markdown_cell("m2", large)])
+    assert children == [[large]] and saved.json()["cells"][1]["html"].startswith("<p><em>long</em> <em>long</em>")
 
 
 def test_markdown_that_cannot_be_rendered_within_its_bounds_is_stored_as_escaped_text(
@@ -423,9 +434,10 @@ def test_markdown_that_cannot_be_rendered_within_its_bounds_is_stored_as_escaped
 ) -> None:
     monkeypatch.setattr(markdown, "RENDER_BOUNDS", bounded.Bounds(cpu_s=1, wall_s=0.001))
     client = api(UserFactory())
-    cell = create_notebook(client, [markdown_cell("m1", "<b>*bold*</b>")])["cells"][0]
+    source = "<b>*bold*</b>" + " and more" * 2000  # past RENDER_INLINE_BYTES: rendered in a child
+    cell = create_notebook(client, [markdown_cell("m1", source)])["cells"][0]
     assert "could not be rendered (it did not finish within 0.001 s)" in cell["html"]
-    assert "<pre><code>&lt;b&gt;*bold*&lt;/b&gt;</code></pre>" in cell["html"]
+    assert "<pre><code>&lt;b&gt;*bold*&lt;/b&gt; and more and more" in cell["html"]
 
 
 def test_two_hundred_cells_of_unclosed_brackets_save_in_bounded_time(redis_server: Any) -> None:
@@ -469,7 +481,7 @@ def test_an_ipynb_import_is_read_in_a_bounded_child_and_too_many_cells_refused_b
     assert created.status_code == 201, created.content
     exported = client.get(f"/api/notebooks/{created.json()['id']}/ipynb")
     assert exported.status_code == 200 and json.loads(exported.content)["cells"][0]["source"] == "# fine"
-    assert jobs == ["playground.ipynb:import_job"] * 2 + [markdown.RENDER_JOB, "playground.ipynb:export_job"]
+    assert jobs == ["playground.ipynb:import_job"] * 2 + ["playground.ipynb:export_job"]  # "# fine" renders here
 
 
 def test_a_roster_of_two_thousand_lines_is_imported_in_a_few_queries(django_assert_max_num_queries: Any) -> None:
