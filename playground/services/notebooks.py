@@ -36,6 +36,9 @@ from runner.spec import RUNTIMES
 
 MAX_NOTEBOOKS = 100
 SAVE_TRIES = 3  # a save races a cell's run at most this often before it says "changed elsewhere"
+# All of a notebook's markdown together (a cell: MARKDOWN_MAX_BYTES): a book's worth, and what one
+# save may ask to be rendered at most.
+NOTEBOOK_MARKDOWN_MAX_BYTES = 1 << 20
 MAX_INPUTS = 64
 MAX_SOURCE_BYTES = run_services.MAX_CODE_BYTES
 IMPORT_MAX_BYTES = 4 << 20
@@ -44,6 +47,7 @@ KINDS = ("code", "markdown")
 
 def notebook_create(*, user: User, name: str, cells: list[dict[str, Any]] | None = None) -> Notebook:
     cells = cells if cells is not None else [_starter_cell()]
+    _check_markdown_total(cells)
     # Checked and rendered before the transaction: on SQLite its lock is the whole database's.
     clean = _clean_cells(user, cells, stored=[], html=_rendered(cells, stored=[]))
     name = _clean_name(name)
@@ -70,6 +74,7 @@ def notebook_save(*, notebook: Notebook, name: str, version: int, cells: list[di
     other run's writes. A cell's run or clear in between (`runs_version`) is merged in again."""
     html: dict[tuple[str, str], str] = {}
     name = _clean_name(name)
+    _check_markdown_total(cells)
     for _ in range(SAVE_TRIES):
         stored = Notebook.objects.filter(id=notebook.id).values("cells", "version", "runs_version").first()
         if stored is None:
@@ -204,6 +209,16 @@ def _find_cell(notebook: Notebook, cell_id: str) -> tuple[int, dict[str, Any]]:
         if cell["id"] == cell_id:
             return index, cell
     raise ServiceError("cell_not_found", f"this notebook has no cell {cell_id!r}", field="cell_id", status=404)
+
+
+def _check_markdown_total(cells: list[dict[str, Any]]) -> None:
+    """Before anything is rendered: all the markdown together within NOTEBOOK_MARKDOWN_MAX_BYTES."""
+    total = sum(len(str(c.get("source", "")).encode()) for c in cells if c.get("kind") == "markdown")
+    if total > NOTEBOOK_MARKDOWN_MAX_BYTES:
+        raise ServiceError(
+            "markdown_too_large", f"a notebook's markdown cells hold at most {NOTEBOOK_MARKDOWN_MAX_BYTES} bytes "
+            f"together (these hold {total})", field="cells", status=422,
+        )  # fmt: skip
 
 
 def _clean_cells(

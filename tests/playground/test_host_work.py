@@ -440,17 +440,33 @@ def test_markdown_that_cannot_be_rendered_within_its_bounds_is_stored_as_escaped
     assert "<pre><code>&lt;b&gt;*bold*&lt;/b&gt; and more and more" in cell["html"]
 
 
-def test_two_hundred_cells_of_unclosed_brackets_save_in_bounded_time(redis_server: Any) -> None:
+def test_two_hundred_cells_of_unclosed_brackets_are_refused_or_saved_in_bounded_time(
+    redis_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The tester's 200 cells of 19,000 "[" (3.8 MB) took 45.9 s to save, and every other request of
-    the web process slowed to a crawl meanwhile: now one bounded child renders them all."""
+    the web process slowed to a crawl meanwhile: now a notebook's markdown is 1 MiB at most, refused
+    before anything is rendered, and 200 cells within it are rendered in one bounded child."""
     client = api(UserFactory())
     notebook = create_notebook(client, [markdown_cell("m0", "# start")])
-    cells = [markdown_cell(f"m{i}", "[" * 19_000 + f" {i}") for i in range(200)]
+    renders: list[Any] = []
+    real_call = bounded.call
+
+    def call(job: str, payload: Any, bounds: Any) -> Any:
+        renders.append(job)
+        return real_call(job, payload, bounds)
+
+    monkeypatch.setattr(bounded, "call", call)
+    tester = [markdown_cell(f"m{i}", "[" * 19_000 + f" {i}") for i in range(200)]
+    error = json_error(save_notebook(client, notebook, tester), 422)
+    assert error["code"] == "markdown_too_large" and "at most 1048576 bytes together" in error["message"]
+    assert renders == []
+    cells = [markdown_cell(f"m{i}", "[" * 5_000 + f" {i}") for i in range(200)]
     started = time.monotonic()
     saved = save_notebook(client, notebook, cells)
     assert saved.status_code == 200, saved.content[:300]
     assert time.monotonic() - started < 15
-    assert [c["html"] for c in saved.json()["cells"]] == [f"<p>{'[' * 19_000} {i}</p>\n" for i in range(200)]
+    assert renders == [markdown.RENDER_JOB]
+    assert [c["html"] for c in saved.json()["cells"]] == [f"<p>{'[' * 5_000} {i}</p>\n" for i in range(200)]
 
 
 # --- notebooks in and out: read and written in bounded children -------------------------------
@@ -526,3 +542,32 @@ def test_classroom_lists_read_no_code_instructions_or_test_texts(redis_server: A
     lists = [q["sql"] for q in queries.captured_queries if not re.search(r"LIMIT (1|21)$", q["sql"])]
     for column in ('"playground_submission"."code"', '"expected_stdout"', '"starter_code"', '"instructions"'):
         assert not [sql for sql in lists if column in sql], column
+
+
+# --- the web process: a large body's handling yields to the others ------------------------------
+
+
+def test_a_request_with_a_large_body_is_handled_at_a_lower_cpu_priority_than_the_others() -> None:
+    import threading
+
+    from django.http import HttpResponse
+    from django.test import RequestFactory
+
+    from playground.fairness import LARGE_BODY_BYTES, LargeBodiesYield
+
+    def nice_now() -> int:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    seen: list[int] = []
+
+    def view(request: Any) -> HttpResponse:
+        seen.append(nice_now())
+        return HttpResponse("ok")
+
+    before = nice_now()
+    middleware = LargeBodiesYield(view)
+    factory = RequestFactory()
+    middleware(factory.put("/api/notebooks/x", b"{}" * 10, content_type="application/json"))
+    middleware(factory.put("/api/notebooks/x", b" " * LARGE_BODY_BYTES, content_type="application/json"))
+    assert seen == [before, max(before, 10)]
+    assert nice_now() == before  # and back for whatever this thread does next
