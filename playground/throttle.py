@@ -4,7 +4,8 @@ wrong join codes, and the rate of submissions.
 Failures are counted per client address and per account (or user) in the `throttle` cache (Redis,
 shared by every web process on every host). A subject that reaches its limit within the window is
 refused for one window, with 429 and Retry-After, before any credential or code is checked. Rates
-are counted in fixed windows of a minute: past the limit, 429 until the window ends.
+are counted in windows of a minute from a subject's first event: past the limit, 429 until the
+window ends.
 """
 
 from __future__ import annotations
@@ -251,16 +252,19 @@ def join_refusal(wait_s: int) -> str:
 
 
 def rate_wait_s(key: str, limit: int, window_s: int = 60) -> int | None:
-    """Count one event against `key` in the current fixed window of `window_s`; past `limit` in it,
-    the seconds until the window ends (None while within it, or when the store is unreachable)."""
+    """Count one event against `key` in its window (which starts at its first event and lasts
+    `window_s`); past `limit` in it, the seconds until the window ends (None while within it, or
+    when the store is unreachable)."""
     now = time.time()
-    window = int(now // window_s)
+    cache = _cache()
     try:
-        count = _increment(_cache(), f"rate:{key}:{window}", window_s + 5)
+        cache.add(f"rate-start:{key}", now, timeout=window_s)
+        count = _increment(cache, f"rate:{key}", window_s)
+        started = float(cache.get(f"rate-start:{key}") or now) if count > limit else now
     except redis.RedisError as exc:
         log.warning("rate limit: the throttle store is unreachable, not limiting: %s", exc)
         return None
-    return max(1, math.ceil((window + 1) * window_s - now)) if count > limit else None
+    return max(1, math.ceil(started + window_s - now)) if count > limit else None
 
 
 def _wait_words(wait_s: int) -> str:

@@ -6,8 +6,12 @@ CORDON_GRADING_SLOTS grading runs in flight, site-wide), one test run at a time,
 student of a course: the next slot goes to the student whose turn came first (served longest
 ago, or submitted since), so one student's fifty submissions wait behind everyone else's, not in
 front, and a student already being graded goes on before students who submitted after they were
-last served. `settle` turns finished grading runs into results; both run after every grading
-run ends (the worker's task) and from the periodic reaper.
+last served. `settle` turns finished grading runs into results, each result on its own (one that
+cannot be settled is not_graded with the reason; the others go on); a grading run's own task
+settles its result, the grading worker's GradingLoop what such a task left. An output is compared
+with its expectation here only when sizes known first bound the work small (matching.py);
+otherwise in a bounded child (runner.bounded). Submissions are rate-limited per student and per
+assignment.
 
 Only the student's code, stdin and args enter the student's sandbox; expectations and check
 programs never do. A test's run has the assignment's egress policy; a check run has no network.
