@@ -31,6 +31,7 @@ from playground.bodies import (
     Int,
     MalformedJson,
     StrictJsonParser,
+    Text,
 )
 from playground.downloads import FileStream
 from playground.egress import EgressPolicy, EgressRecordOut, SiteEgressPolicy, site_ceiling
@@ -261,7 +262,7 @@ EngineName = Annotated[str, Field(json_schema_extra={"enum": list(REQUESTABLE)})
 
 class RunIn(BodyIn):
     runtime: RuntimeName
-    code: str
+    code: Text
     dataset_ids: list[UUID] = Field(default=[], max_length=MAX_IDS)
     output_ids: list[OutputId] = Field(default=[], max_length=MAX_IDS)
     limits: LimitsIn = Field(default_factory=LimitsIn)  # type: ignore[valid-type]
@@ -614,7 +615,7 @@ class CellIn(BodyIn):
     id: CellId
     kind: Literal["code", "markdown"] = "code"
     runtime: RuntimeName = "python"
-    source: str = ""
+    source: Text = ""
     inputs: list[Annotated[DatasetRef | OutputRef, Field(discriminator="kind")]] = Field(
         default=[], max_length=notebook_services.MAX_INPUTS
     )

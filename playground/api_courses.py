@@ -103,7 +103,7 @@ class CourseOut(Schema):
 
 
 class JoinIn(BodyIn):
-    join_code: str = Field(max_length=64)
+    join_code: Text = Field(max_length=64)
 
 
 class JoinCodeIn(BodyIn):
@@ -161,7 +161,7 @@ class TestIn(BodyIn):
 
 class AssignmentIn(BodyIn):
     title: Title
-    instructions: str = ""
+    instructions: Text = ""
     runtime: RuntimeName
     starter_code: Text = ""
     dataset_ids: list[UUID] = Field(default=[], max_length=MAX_IDS)
@@ -240,13 +240,13 @@ class RegradeOut(Schema):
 
 
 class TryIn(BodyIn):
-    code: str
+    code: Text
     stdin: Text = ""
     args: list[Text] = Field(default=[], max_length=64)
 
 
 class SubmissionIn(BodyIn):
-    code: str
+    code: Text
 
 
 class TestResultOut(Schema):

@@ -170,8 +170,12 @@ Bool = Annotated[bool, Strict()]
 DateTime = Annotated[datetime, BeforeValidator(_iso_text)]
 
 # Patterns a field's text must match, as the document gives them, and the API's words for a miss.
-NOT_BLANK = r"\S"
+# A NUL character is in no text the API takes: no program, title or answer needs one, and a
+# database's text (PostgreSQL's) cannot hold it. Every free text field says so in the document.
+NOT_BLANK = r"^[^\x00]*[^\x00\s][^\x00]*$"
 NO_NUL = r"^[^\x00]*$"
-PATTERN_WORDS = {NOT_BLANK: "must not be blank", NO_NUL: "must not contain a NUL character"}
-# Text a program is given or a test compares with: a NUL cannot reach it (nor a database's text).
+PATTERN_WORDS = {
+    NOT_BLANK: "must not be blank (nor contain a NUL character)",
+    NO_NUL: "must not contain a NUL character",
+}
 Text = Annotated[str, Field(pattern=NO_NUL)]

@@ -16,6 +16,7 @@ from django.conf import settings
 from ninja import Schema
 from pydantic import Field
 
+from playground.bodies import NO_NUL
 from runner.egress import ATTEMPTS_KEPT, Policy, policy_problem
 
 if TYPE_CHECKING:
@@ -28,6 +29,7 @@ EgressRule = Annotated[
     str,
     Field(
         max_length=RULE_MAX_CHARS,
+        pattern=NO_NUL,
         description='a destination the run may reach: "host:port" (an exact name) or "*.suffix:port" (every '
         "name below suffix); names only, never addresses",
         examples=["api.example.org:443"],

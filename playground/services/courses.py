@@ -45,7 +45,7 @@ MAX_TESTS = 50
 MAX_TEST_TEXT = 256 * 1024  # a test's stdin, expected stdout or check program
 MAX_ROSTER_LINES = 2000
 LIMIT_NAMES = tuple(f.name for f in fields(Limits))
-_EMAIL = re.compile(r"\A[^@\s]+@[^@\s]+\Z")
+_EMAIL = re.compile(r"\A[^@\s\x00]+@[^@\s\x00]+\Z")
 _USERNAME = re.compile(r"\A[\w.@+-]{1,150}\Z")
 
 

@@ -275,6 +275,9 @@ def _clean_cell(
     if size > MAX_SOURCE_BYTES:
         raise ServiceError("code_too_large", f"cell {index + 1}: source is over {MAX_SOURCE_BYTES} bytes",
                            field=f"{where}.source", status=422)  # fmt: skip
+    if "\0" in source:  # an imported notebook's cell may hold one; no text stored can
+        raise ServiceError("invalid_cell", f"cell {index + 1}: source contains a NUL character",
+                           field=f"{where}.source", status=422)  # fmt: skip
     if kind == "markdown" and size > MARKDOWN_MAX_BYTES:
         raise ServiceError(
             "markdown_too_large", f"cell {index + 1}: a markdown cell is at most {MARKDOWN_MAX_BYTES} bytes (this one "

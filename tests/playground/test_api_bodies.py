@@ -6,6 +6,7 @@ shape, naming the field."""
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Iterator
 from typing import Any, get_args
@@ -306,3 +307,80 @@ def test_a_programs_input_with_a_nul_character_is_refused_as_the_document_says()
     error = json_error(_call(client, "POST", f"/api/courses/{course['id']}/assignments", body), 422)
     assert error == {"code": "invalid_request", "field": "tests.0.stdin",
                      "message": "tests.0.stdin: must not contain a NUL character"}  # fmt: skip
+
+
+# --- a NUL character in any text ------------------------------------------------------------
+
+
+def _free_texts(
+    schema: dict[str, Any], components: dict[str, Any], where: str, seen: set[str]
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(where, schema) of every string a request body may hold that is not an enum, a date or an id."""
+    if "$ref" in schema:
+        name = schema["$ref"].rsplit("/", 1)[-1]
+        if name not in seen:
+            yield from _free_texts(components[name], components, name, seen | {name})
+        return
+    if schema.get("type") == "string" and not ({"enum", "const", "format"} & schema.keys()):
+        yield where, schema
+    for name, inner in schema.get("properties", {}).items():
+        yield from _free_texts(inner, components, f"{where}.{name}", seen)
+    for key in ("anyOf", "oneOf", "allOf"):
+        for inner in schema.get(key, []):
+            yield from _free_texts(inner, components, where, seen)
+    for key in ("items", "additionalProperties"):
+        if isinstance(schema.get(key), dict) and schema.get("maxItems") != 0:
+            yield from _free_texts(schema[key], components, f"{where}[]", seen)
+
+
+def test_every_free_text_a_json_body_holds_refuses_a_nul_in_the_document() -> None:
+    """PostgreSQL's text cannot hold a NUL: a body's text must be refused with one (422), never
+    reach the database (500). The document says so with a pattern on every such field."""
+    document = ninja_api.get_openapi_schema()
+    components = document["components"]["schemas"]
+    found = []
+    for path, operations in document["paths"].items():
+        for method, operation in operations.items():
+            body = operation.get("requestBody", {}).get("content", {}).get("application/json")
+            if body:
+                found += [
+                    (f"{method} {path} {where}", s) for where, s in _free_texts(body["schema"], components, "", set())
+                ]
+    assert len(found) >= 15, found
+    for where, schema in found:
+        assert "pattern" in schema and re.search(schema["pattern"], "a\0b") is None, (where, schema)
+
+
+_SOME = "00000000-0000-4000-8000-000000000001"
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "field"),
+    [
+        ("POST", "/api/runs", {"runtime": "python", "code": "print(1)\0"}, "code"),
+        ("POST", "/api/courses", {"title": "a\0b"}, "title"),
+        ("PATCH", f"/api/courses/{_SOME}", {"title": "a\0b"}, "title"),
+        ("POST", "/api/courses/join", {"join_code": "ab\0"}, "join_code"),
+        (
+            "POST",
+            f"/api/courses/{_SOME}/assignments",
+            {"title": "t", "runtime": "python", "instructions": "\0"},
+            "instructions",
+        ),
+        ("PUT", f"/api/assignments/{_SOME}", {"title": "t", "runtime": "python", "starter_code": "\0"}, "starter_code"),
+        ("POST", f"/api/assignments/{_SOME}/try", {"code": "x\0"}, "code"),
+        ("POST", f"/api/assignments/{_SOME}/submissions", {"code": "x\0"}, "code"),
+        ("POST", "/api/notebooks", {"name": "n\0"}, "name"),
+        (
+            "PUT",
+            f"/api/notebooks/{_SOME}",
+            {"name": "n", "version": 1, "cells": [{"id": "c", "source": "\0"}]},
+            "cells.0.source",
+        ),
+    ],
+)
+def test_a_nul_in_any_text_of_a_body_is_a_422_naming_the_field(
+    method: str, path: str, body: dict[str, Any], field: str
+) -> None:
+    error = json_error(_call(api(UserFactory()), method, path, body), 422)
+    assert error["field"] == field and "NUL" in error["message"], error

@@ -552,3 +552,12 @@ def test_a_small_comparison_is_made_here_and_a_large_one_in_a_bounded_child(monk
     assert compare("ab" * 200_000, "(?:.*a.{60}b.*){2}", "regex").passed  # 400 kB x ~1,000 instructions
     assert compare("x\n" * 500, "y\n" * 500, "strip").status == "failed"  # a 500-line diff
     assert jobs == ["playground.matching:compare_job"] * 2
+
+
+def test_a_roster_line_with_a_nul_character_is_reported_invalid_not_stored() -> None:
+    instructor = api(person("teacher"))
+    course = new_course(instructor)
+    response = roster(instructor, course["id"], "ann\nal\0@example.org\nbo\0b\n")
+    assert response.status_code == 200, response.content
+    assert response.json()["invalid"] == ["al\0@example.org", "bo\0b"] and response.json()["invited"] == 1
+    assert list(CourseInvitation.objects.values_list("identifier", flat=True)) == ["ann"]

@@ -390,3 +390,16 @@ def test_a_dataset_preview_is_a_typed_table_with_its_text(redis_server: Any) -> 
         "total_rows_at_least": False,
         "text": "just words",
     }
+
+
+def test_an_imported_notebook_or_script_with_a_nul_character_is_refused_naming_the_cell() -> None:
+    client = api(UserFactory())
+    notebook = nbformat.v4.new_notebook(
+        cells=[nbformat.v4.new_code_cell("print(1)"), nbformat.v4.new_code_cell("a\0b")]
+    )
+    upload = SimpleUploadedFile("n.ipynb", nbformat.writes(notebook).encode())
+    error = json_error(client.post("/api/notebooks/import", {"file": upload}), 422)
+    assert error["field"] == "cells.1.source" and "cell 2: source contains a NUL character" in error["message"], error
+    script = SimpleUploadedFile("s.py", b"print(1)\0\n")
+    assert "NUL" in json_error(client.post("/api/notebooks/import", {"file": script}), 422)["message"]
+    assert not Notebook.objects.exists()
