@@ -357,12 +357,12 @@ def _test_out(test: Any, assignment: Assignment, staff: bool) -> dict[str, Any]:
 
 def _result_out(result: TestResult, assignment: Assignment, staff: bool) -> dict[str, Any]:
     shown = _details_shown(result.visibility, assignment, staff)
-    status = result.status
-    if not shown and status not in ("pending", "running", "checking", "passed", "not_graded"):
-        status = "failed"  # a hidden test says pass or fail, not how it failed
+    status, words = result.status, grading.words_for(result)
+    if not shown and status not in grading.STATUS_WORDS:
+        status, words = "failed", grading.HIDDEN_FAILED  # a hidden test says pass or fail, not how it failed
     out: dict[str, Any] = {
         "name": result.name, "points": result.points, "visibility": result.visibility, "status": status,
-        "status_text": grading.status_words(status), "score": result.score,
+        "status_text": words, "score": result.score,
     }  # fmt: skip
     if shown:
         spec = result.spec

@@ -72,26 +72,55 @@ FEEDBACK_MAX = 8 * 1024
 COMPARE_MAX = 1 << 20  # the stdout compared with an expectation (the run's own cap is usually this)
 COMPARE_JOB = "playground.matching:compare_job"
 
-PLAIN = {
+# What a person reads for a test result. A test's status and a run's outcome are two vocabularies
+# that share a word ("failed": the output was wrong; the program exited non-zero), so each has its
+# own table, keyed by its own type, and result_words reads the result's outcome to tell them apart.
+STATUS_WORDS: dict[TestStatus, str] = {
     TestStatus.PENDING: "waiting to run",
     TestStatus.RUNNING: "running",
     TestStatus.CHECKING: "being checked",
     TestStatus.PASSED: "passed",
-    TestStatus.FAILED: "failed: the output was not what was expected",
     TestStatus.NOT_GRADED: "not graded: the grader failed (not your code); this does not count as an attempt",
-    Outcome.FAILED.value: "failed: the program exited with an error",
-    Outcome.TIMED_OUT.value: "failed: the program ran out of time",
-    Outcome.CPU_LIMIT.value: "failed: the program used up its CPU time",
-    Outcome.MEMORY_LIMIT.value: "failed: the program ran out of memory",
-    Outcome.OUTPUT_LIMIT.value: "failed: the program wrote more output than allowed",
-    Outcome.DISK_LIMIT.value: "failed: the program filled its disk",
-    Outcome.PROCESS_LIMIT.value: "failed: the program started too many processes",
-    Outcome.EGRESS_LIMIT.value: "failed: the program sent, received or connected more over the network than allowed",
+}
+WRONG_OUTPUT = "failed: the output was not what was expected"
+CHECK_REFUSED = "failed: the check program did not accept the output"
+HIDDEN_FAILED = "failed (a hidden test: how it failed is not shown)"
+OUTCOME_WORDS: dict[Outcome, str] = {
+    Outcome.FAILED: "failed: the program exited with an error",
+    Outcome.TIMED_OUT: "failed: the program ran out of time",
+    Outcome.CPU_LIMIT: "failed: the program used up its CPU time",
+    Outcome.MEMORY_LIMIT: "failed: the program ran out of memory",
+    Outcome.OUTPUT_LIMIT: "failed: the program wrote more output than allowed",
+    Outcome.DISK_LIMIT: "failed: the program filled its disk",
+    Outcome.PROCESS_LIMIT: "failed: the program started too many processes",
+    Outcome.EGRESS_LIMIT: "failed: the program sent, received or connected more over the network than allowed",
 }
 
 
-def status_words(status: str, detail: str = "") -> str:
-    return PLAIN.get(status, status.replace("_", " "))
+def result_words(
+    status: str, *, outcome: str | None = None, exit_code: int | None = None, checked: bool = False
+) -> str:
+    """A result's status in plain words. `status` "failed" is a wrong output when the program
+    itself succeeded (`outcome`), refused by the check program when the test has one (`checked`),
+    and a non-zero exit (with its status) when the program failed; any other status that is a
+    run's outcome (timed_out, memory_limit, ...) is how the program ended."""
+    if status in STATUS_WORDS:
+        return STATUS_WORDS[TestStatus(status)]
+    if status == TestStatus.FAILED and outcome in (None, "", Outcome.SUCCEEDED):
+        return CHECK_REFUSED if checked else WRONG_OUTPUT
+    try:
+        ended = Outcome(status)
+    except ValueError:
+        return status.replace("_", " ")
+    words = OUTCOME_WORDS.get(ended, f"failed: {ended.value.replace('_', ' ')}")
+    if ended == Outcome.FAILED and exit_code is not None:
+        words += f" (exit status {exit_code})"
+    return words
+
+
+def words_for(result: TestResult) -> str:
+    return result_words(result.status, outcome=result.outcome, exit_code=result.exit_code,
+                        checked=bool(result.spec.get("check_code")))  # fmt: skip
 
 
 # --- submitting ---------------------------------------------------------------------------
@@ -425,7 +454,9 @@ def _settle_test(result: TestResult) -> int:
             Submission.objects.filter(id=result.submission_id).update(note="")
         return done
     if outcome != Outcome.SUCCEEDED.value:
-        changes.update(status=outcome, score=0.0, detail=status_words(outcome))
+        changes.update(
+            status=outcome, score=0.0, detail=result_words(outcome, outcome=outcome, exit_code=run.exit_code)
+        )
     else:
         got = run_log_read(run=run, stream="stdout", offset=0, limit=COMPARE_MAX)[0].decode("utf-8", errors="replace")
         verdict = compare(got, result.spec.get("expected_stdout") or "", result.spec.get("match", Match.STRIP))
@@ -454,7 +485,8 @@ def _settle_check(result: TestResult) -> int:
     elif outcome == Outcome.FAILED.value:  # the check program said no (a non-zero exit)
         student = result.outcome
         status = student if student and student != Outcome.SUCCEEDED.value else TestStatus.FAILED
-        changes.update(status=status, score=0.0, detail=status_words(status))
+        words = result_words(status, outcome=student, exit_code=result.exit_code, checked=True)
+        changes.update(status=status, score=0.0, detail=words)
     else:  # the instructor's program itself ran out of something: not the student's doing
         changes.update(status=TestStatus.NOT_GRADED, score=None,
                        detail=f"the check program ended with {outcome}: the instructor's to fix")  # fmt: skip
@@ -565,7 +597,7 @@ def compare(got: str, expected: str, match: str) -> Verdict:
     except bounded.HostWorkError as exc:
         if match != Match.REGEX:  # failed for sure; only its line diff could not be made in time
             lines = (expected.splitlines(keepends=True), got.splitlines(keepends=True))
-            return Verdict(TestStatus.FAILED, matching.first_difference(*lines), status_words(TestStatus.FAILED))
+            return Verdict(TestStatus.FAILED, matching.first_difference(*lines), WRONG_OUTPUT)
         return Verdict(TestStatus.NOT_GRADED, detail=f"the output could not be checked against this test's pattern "
                        f"({exc.message}): the instructor's to fix, not your code")  # fmt: skip
     if "error" in answer:
@@ -573,7 +605,7 @@ def compare(got: str, expected: str, match: str) -> Verdict:
                        "the instructor's to fix, not your code")  # fmt: skip
     if answer["passed"]:
         return Verdict(TestStatus.PASSED)
-    return Verdict(TestStatus.FAILED, answer["diff"], status_words(TestStatus.FAILED))
+    return Verdict(TestStatus.FAILED, answer["diff"], WRONG_OUTPUT)
 
 
 def compare_bounds() -> bounded.Bounds:

@@ -97,7 +97,7 @@ const CordonSubmission = (() => {
       el("div", { class: "test-head" },
         el("span", { class: `status status-${statusKind(status)}` }, test.status_text || status),
         el("span", { class: "test-name" }, test.name), el("span", { class: "muted" }, worth), visibilityMark(test)));
-    if (test.detail) item.append(el("p", { class: "detail" }, test.detail));
+    if (test.detail && test.detail !== test.status_text) item.append(el("p", { class: "detail" }, test.detail));
     if (test.diff) item.append(labelled("expected (-) and got (+)", diffView(test.diff)));
     if (test.feedback) item.append(labelled("feedback", el("pre", { class: "io feedback" }, test.feedback)));
     const spec = testSpec(test);

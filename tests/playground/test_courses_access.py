@@ -113,7 +113,7 @@ def grade(submission: Submission) -> None:
         stored_logs(run.id, stdout=b"wrong\n")
         changes: dict[str, Any] = {"run": run, "outcome": "succeeded", "exit_code": 0, "tries": 1,
                                    "status": ResultStatus.FAILED, "score": 0.0, "finished_at": timezone.now(),
-                                   "detail": grading.status_words(ResultStatus.FAILED)}  # fmt: skip
+                                   "detail": grading.WRONG_OUTPUT}  # fmt: skip
         if spec["check_code"]:
             check = finished_run(
                 owner=submission.student, course=course, kind=RunKind.CHECK, code=spec["check_code"],
@@ -607,7 +607,7 @@ def test_no_response_to_a_student_holds_a_hidden_test_before_or_after_grading(wo
 
 def test_a_hidden_test_says_failed_not_how_it_failed(world: World) -> None:
     TestResult.objects.filter(submission_id=world.ids["submission"], name__in=["hidden", "visible"]).update(
-        status="memory_limit", detail=grading.status_words("memory_limit")
+        status="memory_limit", detail=grading.result_words("memory_limit")
     )
     as_student = _tests_by_name(world.get_json("student", "/api/submissions/{submission}")["tests"])
     assert as_student["hidden"]["status"] == "failed" and as_student["visible"]["status"] == "memory_limit"

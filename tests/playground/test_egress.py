@@ -280,7 +280,7 @@ def test_a_test_run_has_the_assignments_policy_and_a_lowered_ceiling_is_not_the_
 
 
 def test_an_egress_limit_reads_as_a_failure_in_plain_words() -> None:
-    assert grading.status_words(Outcome.EGRESS_LIMIT.value).startswith("failed: the program sent, received")
+    assert grading.result_words(Outcome.EGRESS_LIMIT.value).startswith("failed: the program sent, received")
 
 
 # --- the record, stored and shown ---------------------------------------------------------------

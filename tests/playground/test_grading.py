@@ -306,3 +306,76 @@ def test_a_regrade_the_grader_cannot_run_keeps_the_attempt_counted_and_says_so(
     graded.refresh_from_db()
     assert graded.state == SubmissionState.NOT_GRADED and graded.charged is True and graded.score is None
     assert graded.note.startswith("the regrade failed on 't'") and graded.regraded == 1
+
+
+@pytest.mark.usefixtures("worker")
+def test_each_way_of_failing_a_test_says_what_happened_in_plain_words() -> None:
+    """A wrong output is not a crash: a program that printed the wrong answer, one that exited
+    non-zero (with its status), one a check program refused and a hidden one each read as
+    themselves, in the badge (status_text) and in the detail below it."""
+    instructor = api(UserFactory())
+    refuse = "raise SystemExit(1)"
+    tests = [
+        {"name": "wrong", "stdin": "2\n", "expected_stdout": "4"},
+        {"name": "exits", "stdin": "0\n", "expected_stdout": "0"},
+        {"name": "checked", "stdin": "2\n", "check_code": refuse},
+        {"name": "hidden", "visibility": "hidden", "stdin": "3\n", "expected_stdout": "6"},
+    ]
+    _, code, assignment = course_with(instructor, tests)
+    _, student = joined(code)
+    solution = "n = int(input())\nif n == 0:\n    raise SystemExit(3)\nprint(n + 1)\n"
+    submitted = post(student, f"/api/assignments/{assignment}/submissions", {"code": solution})
+    results = by_name(wait_graded(student, submitted["id"]))
+    words = {name: (t["status"], t["status_text"], t.get("detail")) for name, t in results.items()}
+    wrong = "failed: the output was not what was expected"
+    assert words == {
+        "wrong": ("failed", wrong, wrong),
+        "exits": ("failed", "failed: the program exited with an error (exit status 3)",
+                  "failed: the program exited with an error (exit status 3)"),
+        "checked": ("failed", "failed: the check program did not accept the output",
+                    "failed: the check program did not accept the output"),
+        "hidden": ("failed", "failed (a hidden test: how it failed is not shown)", None),
+    }  # fmt: skip
+    staff = by_name(wait_graded(instructor, submitted["id"]))
+    assert staff["hidden"]["status_text"] == wrong
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_migration_rewords_results_stored_as_a_crash_that_were_not_one() -> None:
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+
+    before, after = [("playground", "0014_notebook_runs_version")], [("playground", "0015_result_words")]
+    executor = MigrationExecutor(connection)
+    executor.migrate(before)
+    old = executor.loader.project_state(before).apps
+    user = old.get_model("auth", "User").objects.create(username="old-timer")
+    course = old.get_model("playground", "Course").objects.create(title="c", created_by=user)
+    assignment = old.get_model("playground", "Assignment").objects.create(course=course, title="a", runtime="python")
+    submission = old.get_model("playground", "Submission").objects.create(assignment=assignment, student=user, code="1")
+    crash = "failed: the program exited with an error"
+    stored = {  # name: (outcome, exit_code, spec, detail)
+        "wrong": ("succeeded", 0, {}, crash),
+        "refused": ("succeeded", 0, {"check_code": "raise SystemExit(1)"}, crash),
+        "exited": ("failed", 2, {}, crash),
+        "timed out": ("timed_out", None, {}, "failed: the program ran out of time"),
+    }
+    for name, (outcome, exit_code, spec, detail) in stored.items():
+        old.get_model("playground", "TestResult").objects.create(
+            submission=submission, name=name, visibility="visible", status="failed" if name != "timed out" else outcome,
+            outcome=outcome, exit_code=exit_code, spec=spec, detail=detail,
+        )  # fmt: skip
+    executor = MigrationExecutor(connection)
+    executor.migrate(after)
+    try:
+        results = executor.loader.project_state(after).apps.get_model("playground", "TestResult").objects
+        details = dict(results.values_list("name", "detail"))
+    finally:  # the later migrations back, for the tests that follow on this database
+        executor = MigrationExecutor(connection)
+        executor.migrate(executor.loader.graph.leaf_nodes())
+    assert details == {
+        "wrong": "failed: the output was not what was expected",
+        "refused": "failed: the check program did not accept the output",
+        "exited": "failed: the program exited with an error (exit status 2)",
+        "timed out": "failed: the program ran out of time",
+    }
