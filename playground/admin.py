@@ -25,6 +25,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, HttpR
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, URLResolver, path, reverse
 from django.utils import timezone
+from django.utils.html import format_html
 
 from playground.csvcells import csv_cell
 from playground.models import (
@@ -203,7 +204,7 @@ class RunAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         ("Figures", {"fields": ("wall", "cpu", "peak_memory", "peak_files", "stdout", "stderr", "limits",
                                 "timings")}),
         ("Network", {"fields": ("egress_policy", "egress_totals")}),
-        ("Where it ran", {"fields": ("image", "engine", "isolation", "vm_start", "worker_host", "cleanup_ok",
+        ("Where it ran", {"fields": ("image", "engine", "isolation", "vm_start", "host", "cleanup_ok",
                                      "engine_requested", "engine_version", "engine_note", "queue", "sandbox_id")}),
         # Folded: the timeline below has every state change to the millisecond.
         ("Times", {"classes": ("collapse",), "fields": ("created", "enqueued", "started", "finished", "retry_count",
@@ -224,6 +225,16 @@ class RunAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     @admin.display(description="image")
     def image(self, run: Run) -> str:
         return f"{run.image_name or '?'} {run.image_digest[:19]}" if run.image_digest else NOT_APPLICABLE
+
+    @admin.display(description="worker host")
+    def host(self, run: Run) -> str:
+        """The host, linked to its page: its doctor result says why an engine was or was not
+        usable there (a run's engine note says it in one sentence)."""
+        found = WorkerHost.objects.filter(name=run.worker_host).only("id").first() if run.worker_host else None
+        if found is None:
+            return run.worker_host or NOT_APPLICABLE
+        url = reverse("admin:playground_workerhost_change", args=[found.pk])
+        return format_html('<a href="{}">{}</a> <span class="small">(its doctor result)</span>', url, run.worker_host)
 
     @admin.display(description="wall", ordering="wall_s")
     def wall(self, run: Run) -> str:

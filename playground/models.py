@@ -76,6 +76,9 @@ class RunKind(models.TextChoices):
     CHECK = "check"
 
 
+ISOLATION_WORDS = {"vm": "microVM"}
+
+
 class RunQuerySet(models.QuerySet["Run"]):
     def own(self, user: Any) -> RunQuerySet:
         """The runs `user` may read as their owner: their own, never a grading run."""
@@ -166,6 +169,15 @@ class Run(models.Model):
 
     def __str__(self) -> str:
         return f"run {self.id}"
+
+    @property
+    def engine_shown(self) -> str:
+        """The engine as a person reads it: its name, and its isolation only where that says more
+        ("namespace"; "smolvm (microVM)")."""
+        isolation = ISOLATION_WORDS.get(self.isolation, self.isolation)
+        if not self.engine:
+            return isolation or "-"
+        return self.engine if isolation in ("", self.engine) else f"{self.engine} ({isolation})"
 
 
 class RunEvent(models.Model):

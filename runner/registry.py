@@ -35,10 +35,16 @@ _CANARY_TIME = "%Y-%m-%dT%H:%M:%SZ"
 
 @dataclass(frozen=True)
 class Availability:
-    """Whether an engine can run here, from a quick check, and the reason in plain words."""
+    """Whether an engine can run here, from a quick check, and the reason in plain words: `why`
+    in full (the doctor's and an operator's), `brief` in a sentence for each run's note."""
 
     ok: bool
     why: str
+    brief: str = ""
+
+    @property
+    def said_briefly(self) -> str:
+        return self.brief or self.why
 
 
 def build(
@@ -96,7 +102,11 @@ def canary_verdict(canary: Mapping[str, Any] | None) -> Availability:
         return Availability(False, "no smolvm canary boot has run on this host (python -m runner doctor)")
     if canary.get("ok"):
         return Availability(True, "the cached smolvm canary boot passed")
-    return Availability(False, f"the smolvm canary boot failed ({canary.get('reason')}, at {canary.get('at')})")
+    return Availability(
+        False, f"the smolvm canary boot failed ({canary.get('reason')}, at {canary.get('at')})",
+        brief=f"no microVM could boot on this host (its canary boot failed at {canary.get('at')}; the host's "
+        "doctor result says why)",
+    )  # fmt: skip
 
 
 def canary_record(result: RunResult, *, seconds: float) -> dict[str, Any]:
@@ -189,12 +199,12 @@ class Registry:
             smolvm = checked["smolvm"]  # auto's reason is always what is known of the microVM
             name = auto_choice([n for n, availability in checked.items() if availability.ok])
             if name == "smolvm":
-                return self.engines[name], f"auto chose smolvm: {smolvm.why}"
+                return self.engines[name], f"auto chose smolvm: {smolvm.said_briefly}"
             if self.settings.require_vm:
                 raise RunnerError(
                     "vm_required", f"this site requires the microVM engine (require_vm), and {smolvm.why}"
                 )
-            return self.engines[name], f"auto fell back to {name}: {smolvm.why}"
+            return self.engines[name], f"auto fell back to {name}: {smolvm.said_briefly}"
         if requested not in self.engines:
             raise RunnerError("engine_unavailable", f"engine {requested!r} is not available on this host")
         if requested != "smolvm" and self.settings.require_vm:

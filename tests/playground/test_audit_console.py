@@ -254,3 +254,20 @@ def test_a_microvm_runs_page_says_how_its_vm_started(owner: Any, staff: Any) -> 
     html = _client(staff).get(f"/admin/playground/run/{run.id}/change/").content.decode()
     said = "(a fresh branch of a frozen base: branch 250 ms, mounts 500 ms, entropy and clock 125 ms)"
     assert f"The microVM {said} was ready in <strong>1.200 s</strong>" in html
+
+
+def test_a_runs_page_links_its_host_whose_doctor_result_says_what_the_engine_note_sums_up(
+    owner: Any, staff: Any
+) -> None:
+    from playground.models import WorkerHost
+
+    note = "auto fell back to namespace: no microVM could boot on this host (its canary boot failed at T; ...)"
+    run = _run(owner, engine_note=note)
+    html = _client(staff).get(f"/admin/playground/run/{run.id}/change/").content.decode()
+    assert "host-a" in html and "its doctor result" not in html  # a host that never reported: its name only
+    doctor = {"smolvm": "the smolvm canary boot failed (boot_failed: Agent error)"}
+    host = WorkerHost.objects.create(name="host-a", engines=["namespace"], heartbeat_at=timezone.now(), doctor=doctor)
+    html = _client(staff).get(f"/admin/playground/run/{run.id}/change/").content.decode()
+    link = f'<a href="/admin/playground/workerhost/{host.pk}/change/">host-a</a>'
+    assert link in html and "its doctor result" in html and note in html
+    assert "Agent error" in _client(staff).get(f"/admin/playground/workerhost/{host.pk}/change/").content.decode()

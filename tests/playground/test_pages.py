@@ -92,3 +92,18 @@ def test_the_openapi_document_has_no_duplicate_keys(browser: Client) -> None:
 
     document = json.loads(browser.get("/api/openapi.json").content, object_pairs_hook=no_duplicates)
     assert "/api/notebooks/{notebook_id}/ipynb" in document["paths"]
+
+
+@pytest.mark.parametrize(
+    ("engine", "isolation", "shown"),
+    [("namespace", "namespace", "namespace"), ("smolvm", "vm", "smolvm (microVM)"), ("", "", "-")],
+)
+def test_a_runs_engine_is_named_once_with_its_isolation_only_where_that_says_more(
+    browser: Client, engine: str, isolation: str, shown: str
+) -> None:
+    run = Run.objects.create(owner=browser.user, runtime="python", code="1", engine=engine, isolation=isolation,  # type: ignore[attr-defined]
+                             state=RunState.FINISHED)  # fmt: skip
+    detail = browser.get(f"/runs/{run.id}/").content.decode()
+    assert re.search(rf"engine\s+{re.escape(shown)} ·", detail), detail
+    history = browser.get("/runs/").content.decode()
+    assert f"<td>{shown}</td>" in history and "namespace namespace" not in detail + history

@@ -27,6 +27,8 @@ NO_CANARY = "no smolvm canary boot has run on this host (python -m runner doctor
 PASSED = {"ok": True, "reason": "booted in 1.2 s and ran python3", "at": "2026-12-01T10:00:00Z"}
 FAILED = {"ok": False, "reason": "boot_failed: no boot progress", "at": "2026-12-01T10:00:00Z"}
 FAILED_WHY = "the smolvm canary boot failed (boot_failed: no boot progress, at 2026-12-01T10:00:00Z)"
+FAILED_BRIEF = ("no microVM could boot on this host (its canary boot failed at 2026-12-01T10:00:00Z; the host's "
+                "doctor result says why)")  # fmt: skip
 
 
 class FakeEngine:
@@ -58,7 +60,7 @@ def test_smolvm_is_unavailable_until_a_canary_boot_has_run_and_says_how_to_run_o
 
 
 def test_a_failed_canary_makes_smolvm_unavailable_naming_its_reason_and_time(tmp_path: Path) -> None:
-    assert registry(tmp_path, FAILED).available("smolvm") == Availability(False, FAILED_WHY)
+    assert registry(tmp_path, FAILED).available("smolvm") == Availability(False, FAILED_WHY, FAILED_BRIEF)
 
 
 def test_a_passed_canary_makes_smolvm_available(tmp_path: Path) -> None:
@@ -107,8 +109,13 @@ def test_auto_without_a_canary_falls_back_to_namespace_and_says_why(tmp_path: Pa
     assert chosen(registry(tmp_path), "auto") == ("namespace", f"auto fell back to namespace: {NO_CANARY}")
 
 
-def test_auto_after_a_failed_canary_falls_back_to_namespace_naming_the_failure(tmp_path: Path) -> None:
-    assert chosen(registry(tmp_path, FAILED), "auto") == ("namespace", f"auto fell back to namespace: {FAILED_WHY}")
+def test_auto_after_a_failed_canary_falls_back_to_namespace_in_one_short_sentence(tmp_path: Path) -> None:
+    assert chosen(registry(tmp_path, FAILED), "auto") == ("namespace", f"auto fell back to namespace: {FAILED_BRIEF}")
+    # the canary's own error (smolvm's can run to hundreds of characters) is the doctor's to show, once
+    long = {**FAILED, "reason": "boot_failed: Agent error " + "x" * 300}
+    assert "Agent error" in registry(tmp_path, long).available("smolvm").why
+    _, note = chosen(registry(tmp_path, long), "auto")
+    assert "Agent error" not in note and len(note) < 160, note
 
 
 def test_auto_after_a_passed_canary_chooses_smolvm(tmp_path: Path) -> None:
