@@ -65,6 +65,7 @@ from playground.uploads import refused_upload_names
 from runner.images import read_lock
 from runner.registry import REQUESTABLE
 from runner.spec import RUNTIMES
+from runner.units import size_words
 
 LOG_READ_MAX = 1 << 20
 # Offsets into a run's log: far beyond any cap, and within what a file seek takes.
@@ -173,7 +174,7 @@ def _body_too_large(request: HttpRequest, exc: BodyTooLarge) -> HttpResponse:
 def _data_too_big(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
     # Django's own cap on a body's non-file data (CORDON_REQUEST_MAX_BYTES, on every route).
     cap = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
-    return _error(request, 413, "too_large", f"the request body is over the {cap}-byte limit")
+    return _error(request, 413, "too_large", f"the request body is over the {size_words(cap)} limit")
 
 
 @api.exception_handler(MultiPartParserError)
@@ -301,6 +302,7 @@ class RunOut(Schema):
     id: UUID
     state: str
     outcome: str | None
+    outcome_text: str | None = Field(description="the outcome in plain words, as the pages show it")
     reason: str
     runtime: str
     exit_code: int | None
@@ -374,7 +376,8 @@ class LogOut(Schema):
 
 def _run_out(run: Run, *, detail: bool = False) -> dict[str, Any]:
     out: dict[str, Any] = {
-        "id": run.id, "state": run.state, "outcome": run.outcome, "reason": run.reason, "runtime": run.runtime,
+        "id": run.id, "state": run.state, "outcome": run.outcome, "outcome_text": run.outcome_shown or None,
+        "reason": run.reason, "runtime": run.runtime,
         "exit_code": run.exit_code, "signal": run.signal, "wall_s": run.wall_s, "cpu_s": run.cpu_s,
         "peak_memory_bytes": run.peak_memory_bytes, "peak_file_bytes": run.peak_file_bytes,
         "stdout_bytes": run.stdout_bytes,

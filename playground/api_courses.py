@@ -54,6 +54,7 @@ from playground.services import grading
 from playground.services.audit import record_staff_access
 from playground.services.errors import ServiceError
 from runner.spec import RUNTIMES
+from runner.units import size_words
 
 router = Router(tags=["courses"])
 # What lists of assignments do not show, and do not read: each can be 64 to 256 KiB.
@@ -524,7 +525,7 @@ def roster_import(request: HttpRequest, course_id: UUID, file: UploadedFile | No
     course, _ = course_selectors.course_for_staff(user=request.user, course_id=course_id, instructor=True)
     upload = uploaded_file(request, file, "roster")
     if (upload.size or 0) > ROSTER_MAX_BYTES:
-        raise ServiceError("too_large", f"a roster is at most {ROSTER_MAX_BYTES} bytes", field="file", status=413)
+        raise ServiceError("too_large", f"a roster is at most {size_words(ROSTER_MAX_BYTES)}", field="file", status=413)
     return course_services.roster_import(course=course, by=request.user, data=upload.read())  # type: ignore[arg-type]
 
 

@@ -16,6 +16,8 @@ from ninja.parser import Parser
 from pydantic import BaseModel, BeforeValidator, Field, Strict, model_validator
 from pydantic_core import PydanticCustomError
 
+from runner.units import size_words
+
 # Room for the multipart framing around an upload's bytes (boundaries, part headers).
 MULTIPART_SLACK_BYTES = 64 * 1024
 # The one route that takes a file, and so a larger body.
@@ -32,7 +34,7 @@ FLOAT_EXACT_MAX = 1 << 53
 
 class BodyTooLarge(Exception):
     def __init__(self, cap: int, what: str = "the request body", field: str | None = None):
-        super().__init__(f"{what} is over the {cap}-byte limit")
+        super().__init__(f"{what} is over the {size_words(cap)} limit")
         self.cap, self.field = cap, field
 
 

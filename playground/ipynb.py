@@ -18,6 +18,7 @@ from nbformat import v4
 from playground.services.errors import ServiceError
 from runner import bounded
 from runner.spec import RUNTIMES
+from runner.units import size_words
 
 MAX_CELLS = 200
 MAX_CELLS_READ = 1000  # cells of any kind (raw ones are dropped) before the notebook is validated
@@ -85,7 +86,7 @@ def _cells(text: str) -> tuple[str, list[NotebookCell]]:
     for index, cell in enumerate(kept):
         if len(cell.source.encode()) > MAX_CODE_BYTES:
             raise ServiceError(
-                "code_too_large", f"cell {index + 1} is over {MAX_CODE_BYTES} bytes", field="file", status=422
+                "code_too_large", f"cell {index + 1} is over {size_words(MAX_CODE_BYTES)}", field="file", status=422
             )
         cordon = cell.metadata.get("cordon")
         own = cordon.get("runtime") if isinstance(cordon, Mapping) else None
@@ -139,7 +140,9 @@ def cells_from_script(name: str, data: bytes) -> tuple[str, list[NotebookCell]]:
     if runtime is None:
         raise ServiceError("unsupported_file", f"{name!r} is not a .py or .js script", field="file", status=422)
     if len(data) > MAX_CODE_BYTES:
-        raise ServiceError("code_too_large", f"the script is over {MAX_CODE_BYTES} bytes", field="file", status=422)
+        raise ServiceError(
+            "code_too_large", f"the script is over {size_words(MAX_CODE_BYTES)}", field="file", status=422
+        )
     try:
         source = data.decode("utf-8-sig")
     except UnicodeDecodeError:

@@ -15,6 +15,8 @@ from typing import Any
 
 import re2
 
+from runner.units import size_words
+
 PATTERN_MAX_BYTES = 16 * 1024
 RE2_MAX_MEM = 8 << 20  # RE2's budget for one compiled pattern and its matching automata
 DIFF_MAX = 8 * 1024  # the diff a result keeps
@@ -35,7 +37,7 @@ def pattern_error(pattern: str) -> str | None:
     """Why RE2 will not take this pattern (its size, its syntax, its size once compiled), or None."""
     size = len(pattern.encode())
     if size > PATTERN_MAX_BYTES:
-        return f"a pattern is at most {PATTERN_MAX_BYTES} bytes (this one is {size})"
+        return f"a pattern is at most {size_words(PATTERN_MAX_BYTES)} (this one is {size_words(size, exact=True)})"
     try:
         _compiled(pattern)
     except re2.error as exc:

@@ -11,7 +11,7 @@ from typing import Any
 from django.conf import settings
 from django.db import models
 
-from runner.spec import Phase
+from runner.spec import Outcome, Phase
 
 
 class Dataset(models.Model):
@@ -169,6 +169,14 @@ class Run(models.Model):
 
     def __str__(self) -> str:
         return f"run {self.id}"
+
+    @property
+    def outcome_shown(self) -> str:
+        """The outcome in plain words ("out of memory"); empty while there is none."""
+        try:
+            return Outcome(self.outcome).words if self.outcome else ""
+        except ValueError:  # not one of today's outcomes: said as it is
+            return self.outcome.replace("_", " ")
 
     @property
     def engine_shown(self) -> str:

@@ -34,6 +34,7 @@ from twisted.internet.interfaces import IPushProducer
 from zope.interface import implementer  # type: ignore[import-untyped]
 
 from playground.apierrors import error_body
+from runner.units import size_words
 
 # How long a refused client may go on sending (discarded) before the connection is cut.
 LINGER_S = 5.0
@@ -99,7 +100,7 @@ class CappedRequest(WebRequest):  # type: ignore[misc]
 
     def _refuse(self, path: str) -> None:
         self.refused = True
-        body = error_body("too_large", f"the request body is over the {self.body_cap}-byte limit for {path}")
+        body = error_body("too_large", f"the request body is over the {size_words(self.body_cap)} limit for {path}")
         head = (
             "HTTP/1.1 413 Content Too Large\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"

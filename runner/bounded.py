@@ -25,6 +25,7 @@ from typing import Any
 
 from runner.bounded_child import EXIT_MEMORY, EXIT_OUTPUT
 from runner.config import PROJECT_ROOT
+from runner.units import size_words
 
 MARK = "runner.bounded_child"  # the child's module, in its command line: how a test (or an operator) finds them
 # The directories this interpreter imports packages from (what `site` would add), for the child.
@@ -57,7 +58,10 @@ def call(job: str, payload: Any, bounds: Bounds) -> Any:
     """The job's answer to `payload` (keyword arguments, as JSON), or HostWorkError."""
     data = json.dumps(payload).encode()
     if len(data) > bounds.input_max_bytes:
-        raise HostWorkError("too_large", f"the input is {len(data)} bytes; at most {bounds.input_max_bytes}")
+        raise HostWorkError(
+            "too_large",
+            f"the input is {size_words(len(data), exact=True)}; at most {size_words(bounds.input_max_bytes)}",
+        )
     # setpriv and env (util-linux, coreutils) tie the child to this thread and give it default
     # signals before Python starts, so no signal is missed while the interpreter starts up. No
     # `site` (-S: a third of a job's start-up): the project's own code is first on the path (cwd,
@@ -93,6 +97,6 @@ def _answer(returncode: int, out: bytes, err: bytes, bounds: Bounds) -> Any:
     if returncode == EXIT_MEMORY:
         raise HostWorkError("memory", f"it ran out of its {bounds.memory_mib} MiB")
     if returncode == EXIT_OUTPUT:
-        raise HostWorkError("output_too_large", f"its answer was over {bounds.output_max_bytes} bytes")
+        raise HostWorkError("output_too_large", f"its answer was over {size_words(bounds.output_max_bytes)}")
     said = err.decode(errors="replace").strip().splitlines()
     raise HostWorkError("failed", (said[-1] if said else f"exit status {returncode}")[:500])

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from runner.files import OUTPUT_MAX_DEPTH
 from runner.spec import MIB, Limits, Outcome, RunnerError
+from runner.units import size_words
 
 
 @dataclass
@@ -72,11 +73,11 @@ def classify(ev: Evidence, limits: Limits) -> tuple[Outcome, str]:
     succeeded = ev.exit_code == 0 and ev.signal is None and ev.stopped_by in (None, "exit")
     if ev.stream_cap_hit:
         cap = limits.stdout_max_bytes if ev.stream_cap_hit == "stdout" else limits.stderr_max_bytes
-        return Outcome.OUTPUT_LIMIT, f"stopped when {ev.stream_cap_hit} passed its {cap} byte cap"
+        return Outcome.OUTPUT_LIMIT, f"stopped when {ev.stream_cap_hit} passed its cap of {size_words(cap)}"
     if ev.output_files_over_cap or ev.oversize_output is not None or ev.output_too_deep is not None:
         return Outcome.OUTPUT_LIMIT, _output_files_reason(ev, limits)
     if not succeeded and ev.output_area_full:
-        return Outcome.OUTPUT_LIMIT, f"filled the {limits.output_max_bytes} byte output area"
+        return Outcome.OUTPUT_LIMIT, f"filled its output area of {size_words(limits.output_max_bytes)}"
     if ev.stopped_by == "oom" or ev.oom_kills > 0 or ev.runtime_heap_exhausted or ev.guest_oom_kill:
         return Outcome.MEMORY_LIMIT, _memory_reason(ev, limits)
     if ev.stopped_by == "process_cap" or (not succeeded and ev.process_cap_hits > 0):
@@ -108,8 +109,8 @@ def _output_files_reason(ev: Evidence, limits: Limits) -> str:
     if ev.oversize_output is None:
         return f"wrote more output files than the cap of {limits.output_max_files}"
     if ev.oversize_output_bytes > cap:
-        return f"output file {ev.oversize_output} is over the {cap}-byte cap"
-    return f"output file {ev.oversize_output} takes the output files over their {cap}-byte cap"
+        return f"output file {ev.oversize_output} is over the cap of {size_words(cap)}"
+    return f"output file {ev.oversize_output} takes the output files over their cap of {size_words(cap)}"
 
 
 def _signal_name(number: int) -> str:

@@ -41,6 +41,7 @@ import psutil
 
 from runner import netns
 from runner.env import ConfigError, env_str
+from runner.units import size_words
 
 HOST_LABEL = re.compile(r"(?!-)[a-z0-9-]{1,63}(?<!-)")
 MAX_HEAD_BYTES = 16384
@@ -475,7 +476,7 @@ class EgressProxy:
                 if self._bytes_out > self.caps.bytes_out or self._bytes_in > self.caps.bytes_in:
                     way = "out" if self._bytes_out > self.caps.bytes_out else "in"
                     cap = self.caps.bytes_out if way == "out" else self.caps.bytes_in
-                    attempt.reason = self._passed(f"more than {cap} bytes {way}")
+                    attempt.reason = self._passed(f"more than {size_words(cap)} {way}")
                     return
                 sink.write(data)
                 await sink.drain()

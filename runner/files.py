@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from runner.spec import Limits, Outcome, OutputFile, RejectedOutput, RunnerError
+from runner.units import size_words
 
 # \A and \Z, not ^ and $: `$` also matches before a final newline, so "x.csv\n" would pass.
 # Anchored at both ends, `match` and `fullmatch` agree, whichever a caller uses.
@@ -79,12 +80,12 @@ def stage_inputs(inputs: tuple[Path, ...], dest: Path, limits: Limits, names: tu
                 raise _refuse("input_refused", f"input {name!r} has hard links; copy it first")
             if st.st_size > budget:
                 raise _refuse(
-                    "inputs_too_large", f"inputs exceed the cap of {limits.input_max_bytes} bytes at {name!r}"
+                    "inputs_too_large", f"inputs exceed the cap of {size_words(limits.input_max_bytes)} at {name!r}"
                 )
             copied = _copy(handle, dest, name, budget, mode=0o444)
             if copied is None:
                 raise _refuse(
-                    "inputs_too_large", f"inputs exceed the cap of {limits.input_max_bytes} bytes at {name!r}"
+                    "inputs_too_large", f"inputs exceed the cap of {size_words(limits.input_max_bytes)} at {name!r}"
                 )
         size, digest = copied
         budget -= size
@@ -123,7 +124,7 @@ def export_outputs(area: Path, dest: Path | None, limits: Limits) -> ExportRepor
             if reason is None and len(report.outputs) >= limits.output_max_files:
                 reason, report.too_many = f"over the cap of {limits.output_max_files} files", True
             if reason is None and entry_stat.st_size > budget:
-                reason = f"over the cap of {limits.output_max_bytes} bytes in all"
+                reason = f"over the cap of {size_words(limits.output_max_bytes)} in all"
                 report.oversize = report.oversize or (relative, entry_stat.st_size)
             if reason is not None:
                 report.rejected.append(RejectedOutput(relative, reason))

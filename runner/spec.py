@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.env import env_float, env_int
+from runner.units import size_words
 
 MIB = 1024 * 1024
 
@@ -47,7 +48,27 @@ class Outcome(StrEnum):
             return 0
         return 1 if self.charged else 2
 
+    @property
+    def words(self) -> str:
+        """The outcome as a person reads it (a badge's text); the value stays the API's."""
+        return OUTCOME_WORDS[self]
 
+
+OUTCOME_WORDS = {
+    Outcome.SUCCEEDED: "succeeded",
+    Outcome.FAILED: "failed",
+    Outcome.TIMED_OUT: "timed out",
+    Outcome.CPU_LIMIT: "out of CPU time",
+    Outcome.MEMORY_LIMIT: "out of memory",
+    Outcome.OUTPUT_LIMIT: "too much output",
+    Outcome.EGRESS_LIMIT: "network cap reached",
+    Outcome.DISK_LIMIT: "disk full",
+    Outcome.PROCESS_LIMIT: "too many processes",
+    Outcome.REJECTED_INPUT: "input refused",
+    Outcome.REJECTED_CAPACITY: "no room to run it",
+    Outcome.SANDBOX_ERROR: "sandbox error (not your code)",
+    Outcome.CANCELLED: "cancelled",
+}
 _NOT_CHARGED = frozenset({Outcome.REJECTED_INPUT, Outcome.REJECTED_CAPACITY, Outcome.SANDBOX_ERROR, Outcome.CANCELLED})
 
 
@@ -227,7 +248,10 @@ def _stdin_problem(stdin: bytes) -> tuple[str, str] | None:
     if not isinstance(stdin, bytes):
         return "stdin_invalid", f"stdin must be bytes; got {type(stdin).__name__}"
     if len(stdin) > STDIN_MAX_BYTES:
-        return "stdin_too_large", f"stdin is {len(stdin)} bytes; the maximum is {STDIN_MAX_BYTES}"
+        return (
+            "stdin_too_large",
+            f"stdin is {size_words(len(stdin), exact=True)}; the maximum is {size_words(STDIN_MAX_BYTES)}",
+        )
     try:
         stdin.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -248,7 +272,10 @@ def _args_problem(args: tuple[str, ...]) -> tuple[str, str] | None:
         except UnicodeEncodeError:
             return "args_invalid", f"argument {index} is not valid UTF-8 text"
         if size > ARG_MAX_BYTES:
-            return "args_invalid", f"argument {index} is {size} bytes; the maximum is {ARG_MAX_BYTES}"
+            return (
+                "args_invalid",
+                f"argument {index} is {size_words(size, exact=True)}; the maximum is {size_words(ARG_MAX_BYTES)}",
+            )
     return None
 
 

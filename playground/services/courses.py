@@ -38,6 +38,7 @@ from playground.selectors.courses import course_by_join_code
 from playground.services.errors import ServiceError
 from playground.services.runs import check_egress, check_program_input
 from runner.spec import RUNTIMES, Limits
+from runner.units import size_words
 
 JOIN_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I: read aloud in a classroom
 JOIN_CODE_LENGTH = 8
@@ -395,8 +396,8 @@ def _instructions(value: Any) -> str:
     size = len(text.encode())
     if size > MARKDOWN_MAX_BYTES:
         raise ServiceError(
-            "markdown_too_large", f"instructions: at most {MARKDOWN_MAX_BYTES} bytes of markdown (these are {size})",
-            field="instructions", status=422,
+            "markdown_too_large", f"instructions: at most {size_words(MARKDOWN_MAX_BYTES)} of markdown (these are "
+            f"{size_words(size, exact=True)})", field="instructions", status=422,
         )  # fmt: skip
     return text
 
@@ -404,7 +405,9 @@ def _instructions(value: Any) -> str:
 def _text(value: Any, field: str) -> str:
     text = str(value or "")
     if len(text.encode()) > MAX_TEST_TEXT or "\0" in text:
-        raise ServiceError("invalid_text", f"{field}: at most {MAX_TEST_TEXT} bytes, no NUL", field=field, status=422)
+        raise ServiceError(
+            "invalid_text", f"{field}: at most {size_words(MAX_TEST_TEXT)}, no NUL", field=field, status=422
+        )
     return text
 
 

@@ -16,6 +16,7 @@ from django.db.models import Sum
 from playground.models import Course, Dataset, RunOutputFile
 from playground.services.errors import ServiceError
 from runner.files import SAFE_NAME
+from runner.units import size_words
 
 
 def dataset_create(*, user: User, upload: UploadedFile, course: Course | None = None) -> Dataset:
@@ -29,7 +30,10 @@ def dataset_create(*, user: User, upload: UploadedFile, course: Course | None = 
     limit = settings.CORDON_DATASET_MAX_BYTES
     if upload.size is None or upload.size > limit:
         raise ServiceError(
-            "too_large", f"the file is {upload.size} bytes; the maximum is {limit}", field="file", status=413
+            "too_large",
+            f"the file is {size_words(upload.size, exact=True)}; the maximum is {size_words(limit)}",
+            field="file",
+            status=413,
         )
     _check_storage_quota(user, upload.size)
     same_name = Dataset.objects.filter(course=course, name=name)
@@ -90,5 +94,7 @@ def _check_storage_quota(user: User, adding: int) -> None:
     quota = settings.CORDON_QUOTA_STORAGE_BYTES
     if used + adding > quota:
         raise ServiceError(
-            "quota_exceeded", f"storage quota: {used} of {quota} bytes used; this needs {adding} more", status=413
+            "quota_exceeded",
+            f"storage quota: {size_words(used)} of {size_words(quota)} used; this needs {size_words(adding)} more",
+            status=413,
         )

@@ -61,6 +61,7 @@ from playground.services.runs import MAX_CODE_BYTES, check_egress, record_event
 from playground.storage import delete_with_folders
 from runner import bounded
 from runner.spec import Limits, Outcome
+from runner.units import size_words
 
 log = logging.getLogger(__name__)
 MAX_TRIES = 3  # grading runs of one test (or check) that ended in an infrastructure outcome
@@ -134,7 +135,7 @@ def attempts_used(*, assignment: Assignment, student: User) -> int:
 
 def submission_create(*, user: User, assignment: Assignment, code: str) -> Submission:
     if len(code.encode()) > MAX_CODE_BYTES:
-        raise ServiceError("code_too_large", f"code is over {MAX_CODE_BYTES} bytes", field="code", status=422)
+        raise ServiceError("code_too_large", f"code is over {size_words(MAX_CODE_BYTES)}", field="code", status=422)
     if not assignment_is_open(assignment):
         raise ServiceError("not_open", "this assignment is not open yet", status=422)
     late = assignment_past_due(assignment)

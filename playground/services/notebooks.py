@@ -33,6 +33,7 @@ from playground.selectors.notebooks import input_key, inputs_found
 from playground.services import runs as run_services
 from playground.services.errors import ServiceError
 from runner.spec import RUNTIMES
+from runner.units import size_words
 
 MAX_NOTEBOOKS = 100
 SAVE_TRIES = 3  # a save races a cell's run at most this often before it says "changed elsewhere"
@@ -125,7 +126,10 @@ def notebook_import(*, user: User, upload: UploadedFile) -> Notebook:
         )
     if upload.size is None or upload.size > IMPORT_MAX_BYTES:
         raise ServiceError(
-            "too_large", f"the file is {upload.size} bytes; at most {IMPORT_MAX_BYTES}", field="file", status=413
+            "too_large",
+            f"the file is {size_words(upload.size, exact=True)}; at most {size_words(IMPORT_MAX_BYTES)}",
+            field="file",
+            status=413,
         )
     data = upload.read()
     if suffix == ".ipynb":
@@ -216,8 +220,8 @@ def _check_markdown_total(cells: list[dict[str, Any]]) -> None:
     total = sum(len(str(c.get("source", "")).encode()) for c in cells if c.get("kind") == "markdown")
     if total > NOTEBOOK_MARKDOWN_MAX_BYTES:
         raise ServiceError(
-            "markdown_too_large", f"a notebook's markdown cells hold at most {NOTEBOOK_MARKDOWN_MAX_BYTES} bytes "
-            f"together (these hold {total})", field="cells", status=422,
+            "markdown_too_large", f"a notebook's markdown cells hold at most {size_words(NOTEBOOK_MARKDOWN_MAX_BYTES)} "
+            f"together (these hold {size_words(total, exact=True)})", field="cells", status=422,
         )  # fmt: skip
 
 
@@ -273,15 +277,15 @@ def _clean_cell(
     source = str(cell.get("source", ""))
     size = len(source.encode())
     if size > MAX_SOURCE_BYTES:
-        raise ServiceError("code_too_large", f"cell {index + 1}: source is over {MAX_SOURCE_BYTES} bytes",
+        raise ServiceError("code_too_large", f"cell {index + 1}: source is over {size_words(MAX_SOURCE_BYTES)}",
                            field=f"{where}.source", status=422)  # fmt: skip
     if "\0" in source:  # an imported notebook's cell may hold one; no text stored can
         raise ServiceError("invalid_cell", f"cell {index + 1}: source contains a NUL character",
                            field=f"{where}.source", status=422)  # fmt: skip
     if kind == "markdown" and size > MARKDOWN_MAX_BYTES:
         raise ServiceError(
-            "markdown_too_large", f"cell {index + 1}: a markdown cell is at most {MARKDOWN_MAX_BYTES} bytes (this one "
-            f"is {size})", field=f"{where}.source", status=422,
+            "markdown_too_large", f"cell {index + 1}: a markdown cell is at most {size_words(MARKDOWN_MAX_BYTES)} "
+            f"(this one is {size_words(size, exact=True)})", field=f"{where}.source", status=422,
         )  # fmt: skip
     # Only the limits set for the cell are kept (checked for range and type by the API's schema,
     # and against today's maxima when the cell runs); the others take their defaults then.

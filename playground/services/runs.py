@@ -34,6 +34,7 @@ from playground.services.errors import ServiceError
 from playground.services.logs import log_release, log_store
 from runner.registry import REQUESTABLE
 from runner.spec import RUNTIMES, Limits, Outcome, stdin_and_args_problem
+from runner.units import size_words
 
 MAX_CODE_BYTES = 256 * 1024
 
@@ -61,7 +62,7 @@ def run_create(
             "unknown_runtime", f"runtime must be one of {', '.join(RUNTIMES)}", field="runtime", status=422
         )
     if len(code.encode()) > MAX_CODE_BYTES:
-        raise ServiceError("code_too_large", f"code is over {MAX_CODE_BYTES} bytes", field="code", status=422)
+        raise ServiceError("code_too_large", f"code is over {size_words(MAX_CODE_BYTES)}", field="code", status=422)
     if engine not in REQUESTABLE:
         allowed = f"{', '.join(REQUESTABLE[:-1])} or {REQUESTABLE[-1]}"
         raise ServiceError("unknown_engine", f"engine must be {allowed}", field="engine", status=422)

@@ -459,7 +459,8 @@ const Cordon = (() => {
       if (generation !== this.generation) return;
       this.setActive(false);
       this.setState("finished");
-      this.badge.textContent = run.outcome;
+      this.badge.textContent = run.outcome_text || run.outcome;
+      this.badge.title = run.outcome || "";
       this.badge.className = `badge outcome-${run.outcome}`;
       this.reason.textContent = run.reason;
       this.figures.textContent = describe(run);

@@ -15,6 +15,7 @@ import pytest
 from django.contrib.auth.models import User
 
 from runner.config import paths_from_env
+from runner.spec import Outcome
 from tests.playground.conftest import serve_web
 
 CHROMIUM = shutil.which("chromium")
@@ -491,7 +492,7 @@ def _expect_outcome(cell: Any, outcome: str, timeout: int = RUN_S) -> None:
     view = cell.locator(".run-view")
     expect(view).to_have_attribute("data-state", "finished", timeout=timeout)
     expect(view).to_have_attribute("data-outcome", outcome, timeout=2_000)  # fails fast, showing the output
-    expect(cell.locator(".badge")).to_have_text(outcome)
+    expect(cell.locator(".badge")).to_have_text(Outcome(outcome).words)  # plain words, not the value
 
 
 def _expect_saved(page: Any) -> None:

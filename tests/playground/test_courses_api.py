@@ -518,7 +518,7 @@ def test_a_pattern_whose_match_outruns_its_cpu_bound_is_not_graded_and_says_whos
 
 
 def test_a_stored_pattern_re2_refuses_is_not_graded_not_a_crash() -> None:
-    for pattern, words in (("(?=a)a", "invalid perl operator"), ("a" * 20_000, "at most 16384 bytes")):
+    for pattern, words in (("(?=a)a", "invalid perl operator"), ("a" * 20_000, "at most 16 KiB")):
         verdict = compare("a", pattern, "regex")
         assert verdict.status == "not_graded" and words in verdict.detail, verdict
 

@@ -33,7 +33,7 @@ NOWHERE_REFUSED = {
 }  # fmt: skip
 API_ALLOWED = {
     "at": 1767225601.5, "method": "CONNECT", "host": "api.example.org", "port": 443, "allowed": True,
-    "reason": "cut: the run's egress cap (more than 262144 bytes in)", "address": "93.184.215.14",
+    "reason": "cut: the run's egress cap (more than 256 KiB in)", "address": "93.184.215.14",
     "bytes_out": 517, "bytes_in": 262_656, "seconds": 0.42,
 }  # fmt: skip
 RECORD = {
@@ -321,7 +321,7 @@ def test_the_run_page_lists_each_attempt_its_policy_totals_and_the_cap_passed() 
     html = client.get(f"/runs/{run.id}/").content.decode()
     assert "<code>api.example.org:443</code>, <code>nowhere.invalid:80</code>" in html
     assert "1 connected · 1 refused" in html and "517 bytes out · 262656 bytes in" in html
-    assert "stopped: the run passed its egress cap (more than 262144 bytes in)" in html
+    assert "stopped: the run passed its egress cap (more than 256 KiB in)" in html
     assert "2026-01-01 00:00:00" in html and "<code>nowhere.invalid:80</code>" in html
     assert "the name does not resolve ([Errno -2] Name or service not known)" in html
     assert '<tr class="egress-refused">' in html and '<tr class="egress-allowed">' in html

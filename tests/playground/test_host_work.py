@@ -47,7 +47,7 @@ def test_a_regex_test_over_the_pattern_cap_is_refused_at_save_naming_the_test_an
                                json.dumps(assignment_body(tests)), content_type="application/json")  # fmt: skip
     error = json_error(response, 422)
     assert error["field"] == "tests.1.expected_stdout"
-    assert "'huge pattern'" in error["message"] and "at most 16384 bytes" in error["message"]
+    assert "'huge pattern'" in error["message"] and "at most 16 KiB" in error["message"]
 
 
 def test_a_deeply_nested_pattern_is_no_500_and_matches_as_written() -> None:
@@ -112,7 +112,7 @@ def test_a_result_that_cannot_be_settled_is_not_graded_alone_and_other_courses_a
     assert done["state"] == "not_graded" and done["charged"] is False
     assert by_name["sound"]["status"] == "passed"
     assert by_name["old huge pattern"]["status"] == "not_graded"
-    assert "at most 16384 bytes" in by_name["old huge pattern"]["detail"]
+    assert "at most 16 KiB" in by_name["old huge pattern"]["detail"]
     assert "the instructor's to fix" in by_name["old huge pattern"]["detail"]
     assert by_name["broken expectation"]["status"] == "not_graded"
     detail = TestResult.objects.get(id=results["broken expectation"].id).detail
@@ -363,7 +363,7 @@ def test_a_markdown_cell_over_its_cap_is_refused_naming_the_cell(redis_server: A
     cells = [markdown_cell("m1", "# fine"), markdown_cell("m2", "[" * 254_000)]
     error = json_error(save_notebook(client, notebook, cells), 422)
     assert error["code"] == "markdown_too_large" and error["field"] == "cells.1.source"
-    assert "cell 2" in error["message"] and "at most 65536 bytes" in error["message"]
+    assert "cell 2" in error["message"] and "at most 64 KiB" in error["message"]
 
 
 def test_instructions_over_the_cap_are_refused_not_cut(redis_server: Any) -> None:
@@ -458,7 +458,7 @@ def test_two_hundred_cells_of_unclosed_brackets_are_refused_or_saved_in_bounded_
     monkeypatch.setattr(bounded, "call", call)
     tester = [markdown_cell(f"m{i}", "[" * 19_000 + f" {i}") for i in range(200)]
     error = json_error(save_notebook(client, notebook, tester), 422)
-    assert error["code"] == "markdown_too_large" and "at most 1048576 bytes together" in error["message"]
+    assert error["code"] == "markdown_too_large" and "at most 1 MiB together" in error["message"]
     assert renders == []
     cells = [markdown_cell(f"m{i}", "[" * 5_000 + f" {i}") for i in range(200)]
     started = time.monotonic()

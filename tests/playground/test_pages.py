@@ -107,3 +107,19 @@ def test_a_runs_engine_is_named_once_with_its_isolation_only_where_that_says_mor
     assert re.search(rf"engine\s+{re.escape(shown)} ·", detail), detail
     history = browser.get("/runs/").content.decode()
     assert f"<td>{shown}</td>" in history and "namespace namespace" not in detail + history
+
+
+def test_an_outcome_badge_says_the_outcome_in_words_keeping_its_value_for_the_api(browser: Client) -> None:
+    run = Run.objects.create(owner=browser.user, runtime="python", code="1", outcome="memory_limit",  # type: ignore[attr-defined]
+                             state=RunState.FINISHED)  # fmt: skip
+    history = browser.get("/runs/").content.decode()
+    assert '<span class="badge outcome-memory_limit" title="memory_limit">out of memory</span>' in history
+    answer = browser.get(f"/api/runs/{run.id}").json()
+    assert (answer["outcome"], answer["outcome_text"]) == ("memory_limit", "out of memory")
+
+
+def test_every_outcome_has_words_and_none_is_a_value_in_snake_case() -> None:
+    from runner.spec import Outcome
+
+    for outcome in Outcome:
+        assert outcome.words and "_" not in outcome.words, outcome

@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from playground.services.accounts import token_create
+from runner.units import size_words
 from tests.playground.conftest import serve_web
 from tests.playground.factories import UserFactory
 
@@ -65,7 +66,8 @@ def _assert_413(status: int, headers: dict[str, str], body: bytes, cap: int) -> 
     assert status == 413, (status, body[:200])
     assert headers["content-type"].startswith("application/json")
     error = json.loads(body)
-    assert error["code"] == "too_large" and str(cap) in error["message"]
+    assert error["code"] == "too_large" and f"over the {size_words(cap)} limit" in error["message"], error
+    assert str(cap) not in error["message"]  # a person reads "64.1 MiB", not 67174400
 
 
 def test_an_announced_body_over_the_cap_is_answered_413_before_any_of_it_is_sent(site: tuple[str, int]) -> None:

@@ -51,14 +51,14 @@ def test_output_files_over_cap_beat_oom() -> None:
 def test_an_output_file_over_the_byte_cap_is_named_and_beats_the_programs_own_failure() -> None:
     ev = Evidence(output_files_over_cap=True, oversize_output="big", oversize_output_bytes=2 << 30, exit_code=1)
     limits = Limits(output_max_bytes=1048576)
-    assert classify(ev, limits) == (Outcome.OUTPUT_LIMIT, "output file big is over the 1048576-byte cap")
+    assert classify(ev, limits) == (Outcome.OUTPUT_LIMIT, "output file big is over the cap of 1 MiB")
 
 
 def test_a_file_within_the_cap_that_takes_the_outputs_over_it_is_named_as_such() -> None:
     ev = Evidence(output_files_over_cap=True, oversize_output="sub/b.csv", oversize_output_bytes=600, exit_code=0)
     assert classify(ev, Limits(output_max_bytes=1000)) == (
         Outcome.OUTPUT_LIMIT,
-        "output file sub/b.csv takes the output files over their 1000-byte cap",
+        "output file sub/b.csv takes the output files over their cap of 1000 bytes",
     )
 
 
@@ -115,3 +115,13 @@ def test_an_egress_cap_beats_output_caps_and_the_programs_own_end_but_not_the_cp
     assert classify(Evidence(egress_limit=cut, exit_code=0), LIMITS)[0] is Outcome.EGRESS_LIMIT
     assert classify(Evidence(stopped_by="cpu", egress_limit=cut), LIMITS)[0] is Outcome.CPU_LIMIT
     assert Outcome.EGRESS_LIMIT.charged and Outcome.EGRESS_LIMIT.exit_status == 1
+
+
+def test_a_stream_cap_is_said_in_human_units() -> None:
+    ev = Evidence(stopped_by="stdout", stream_cap_hit="stdout", signal=9)
+    assert classify(ev, Limits(stdout_max_bytes=1 << 20)) == (
+        Outcome.OUTPUT_LIMIT,
+        "stopped when stdout passed its cap of 1 MiB",
+    )
+    ev = Evidence(output_area_full=True, exit_code=1)
+    assert classify(ev, Limits(output_max_bytes=64 << 20))[1] == "filled its output area of 64 MiB"

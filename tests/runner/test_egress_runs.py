@@ -205,7 +205,7 @@ time.sleep(30)
     started = time.monotonic()
     result = run(supervisor, script, ["allowed.test:8080"], egress_max_bytes_in=256 * 1024)
     assert result.outcome is Outcome.EGRESS_LIMIT, (result.reason, result.stderr[-1000:])
-    assert result.reason == f"stopped when its egress passed its cap (more than {256 * 1024} bytes in)"
+    assert result.reason == "stopped when its egress passed its cap (more than 256 KiB in)"
     assert result.evidence["stopped_by"] == "egress" and time.monotonic() - started < 20
     record = result.egress
     assert record is not None and record["limit"] == f"more than {256 * 1024} bytes in"

@@ -220,7 +220,7 @@ def test_an_output_file_over_the_cap_is_an_output_limit_naming_it(mode: str, mon
     limits = Limits(output_max_bytes=1024 * 1024)
     result = supervisor.run(RunSpec(runtime="python", script=b"pass", engine="smolvm", limits=limits))
     assert result.outcome is Outcome.OUTPUT_LIMIT, result.to_json()
-    assert result.reason == "output file big is over the 1048576-byte cap"
+    assert result.reason == "output file big is over the cap of 1 MiB"
     assert [r.name for r in result.rejected_outputs] == ["big"] and result.outputs == []
     assert result.cleanup_ok, result.cleanup
 

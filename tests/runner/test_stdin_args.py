@@ -146,11 +146,11 @@ def test_no_stdin_is_dev_null() -> None:
 @pytest.mark.parametrize(
     ("stdin", "args", "code", "words"),
     [
-        (b"x" * (2 * MIB), (), "stdin_too_large", "stdin is 2097152 bytes; the maximum is 1048576"),
+        (b"x" * (2 * MIB), (), "stdin_too_large", "stdin is 2 MiB; the maximum is 1 MiB"),
         (b"ok \xff\xfe", (), "stdin_not_utf8", "stdin must be valid UTF-8 text; byte 3 is not"),
         (b"", ("fine", "a\x00b"), "args_invalid", "argument 1 contains a NUL character"),
         (b"", ("a",) * (ARGS_MAX_ITEMS + 1), "args_invalid", "65 arguments; the maximum is 64"),
-        (b"", ("é" * ARG_MAX_BYTES,), "args_invalid", "argument 0 is 8192 bytes; the maximum is 4096"),
+        (b"", ("é" * ARG_MAX_BYTES,), "args_invalid", "argument 0 is 8 KiB; the maximum is 4 KiB"),
         (b"", ("\udcff",), "args_invalid", "argument 0 is not valid UTF-8 text"),
     ],
     ids=["2-mib-stdin", "non-utf8-stdin", "nul-in-arg", "65-args", "8-kib-arg", "lone-surrogate-arg"],
