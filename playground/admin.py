@@ -33,15 +33,18 @@ from playground.models import (
     CleanupCheck,
     Course,
     Dataset,
+    Invite,
     Membership,
     Run,
     RuntimeImage,
     StaffAccess,
     WorkerHost,
 )
+from playground.selectors.accounts import invite_status
 from playground.selectors.hosts import WORKER_LIVE_S, hosts_with_active_runs
 from playground.selectors.overview import Rate, overview
 from playground.selectors.runs import LIST_DEFERRED, run_egress_view, run_log_read
+from playground.services.accounts import tokens_revoke
 from playground.services.audit import record_staff_access
 from playground.services.errors import ServiceError
 from playground.services.hosts import hosts_drain
@@ -170,7 +173,8 @@ class ImageFilter(admin.SimpleListFilter):
     parameter_name = "image_digest"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        pairs = Run.objects.exclude(image_digest="").values_list("image_digest", "image_name").distinct()
+        # order_by(): Run's default ordering would put created_at in the DISTINCT (one row per run)
+        pairs = Run.objects.exclude(image_digest="").order_by().values_list("image_digest", "image_name").distinct()
         return sorted((digest, f"{name or '?'} {digest[:19]}") for digest, name in pairs)
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Run]) -> QuerySet[Run]:
@@ -478,6 +482,9 @@ class DatasetAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     # No file link: datasets are user data, and a download here would be a staff read not recorded.
     readonly_fields = ("id", "owner", "name", "size", "sha256", "sniffed_type", "created_at")
 
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # a dataset is a user's upload
+
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
@@ -520,8 +527,16 @@ class CourseAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
 @admin.register(RuntimeImage)
 class RuntimeImageAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """The runtime images `make images` built and pinned: a record, written by the build alone."""
+
     list_display = ("name", "digest", "built_at", "active")
     list_filter = ("name", "active")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
 
 
 @admin.register(WorkerHost)
@@ -535,6 +550,9 @@ class WorkerHostAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[WorkerHost]:
         return hosts_with_active_runs()
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # a host writes its own row when its worker starts
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
@@ -571,17 +589,64 @@ class WorkerHostAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 @admin.register(ApiToken)
 class ApiTokenAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     """Tokens are made only where the key can be shown once (the account page, or the
-    create_api_token command); here they are listed and revoked (deleted)."""
+    create_api_token command); here they are listed and revoked. A revoked token stops at once
+    and stays listed, with when and by whom; nothing deletes one here."""
 
-    list_display = ("prefix", "user", "name", "created_at", "last_used_at")
-    list_select_related = ("user",)
-    readonly_fields = ("prefix", "user", "name", "key_hash", "created_at", "last_used_at")
+    list_display = ("prefix", "user", "name", "created_at", "last_used_at", "status")
+    list_filter = (("revoked_at", admin.EmptyFieldListFilter),)
+    list_select_related = ("user", "revoked_by")
+    search_fields = ("prefix", "user__username", "name")
+    readonly_fields = ("prefix", "user", "name", "key_hash", "created_at", "last_used_at", "revoked_at", "revoked_by")
+    actions = ("revoke_tokens",)
+    ordering = ("-created_at",)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_revoke_permission(self, request: HttpRequest) -> bool:
+        return bool(request.user.has_perm("playground.change_apitoken"))
+
+    @admin.display(description="status", ordering="revoked_at")
+    def status(self, token: ApiToken) -> str:
+        if token.revoked_at is None:
+            return "in use"
+        return f"revoked {ms_time(token.revoked_at)} by {token.revoked_by or 'a deleted account'}"
+
+    @admin.action(description="Revoke: they stop at once (the records stay)", permissions=["revoke"])
+    def revoke_tokens(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
+        revoked = tokens_revoke(tokens=queryset, by=request.user)  # type: ignore[arg-type]
+        self.message_user(request, f"revoked {revoked} token(s); clients using them now get 401")
+
+
+@admin.register(Invite)
+class InviteAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """Sign-up invites: made on the account page, where the link is shown once; listed here with
+    their status. An unused one is revoked there."""
+
+    list_display = ("prefix", "note", "created_by", "created_at", "expires_at", "status", "used_by", "used_at")
+    list_select_related = ("created_by", "used_by")
+    search_fields = ("prefix", "note", "created_by__username", "used_by__username")
+    readonly_fields = ("prefix", "note", "created_by", "created_at", "expires_at", "used_by", "used_at")
+    exclude = ("key_hash",)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    @admin.display(description="status")
+    def status(self, invite: Invite) -> str:
+        return invite_status(invite)
 
 
 def _percent(part: float | None) -> str:

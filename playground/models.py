@@ -272,6 +272,11 @@ class ApiToken(models.Model):
     key_hash = models.CharField(max_length=64, unique=True)
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
+    # A revoked token stops at once and its row stays: the record of who revoked it, and when.
+    revoked_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    revoked_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="tokens_revoked"
+    )
 
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.user})"

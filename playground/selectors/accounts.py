@@ -13,7 +13,7 @@ from playground.models import ApiToken, Invite
 
 
 def token_list_for_user(*, user: User) -> QuerySet[ApiToken]:
-    return ApiToken.objects.filter(user=user).order_by("-created_at")
+    return ApiToken.objects.filter(user=user, revoked_at__isnull=True).order_by("-created_at")
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ import secrets
 from datetime import timedelta
 
 from django.contrib.auth.models import User
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from playground.models import ApiToken
@@ -26,7 +27,11 @@ def token_create(*, user: User, name: str = "") -> str:
 
 def token_user(*, token: str) -> User | None:
     digest = hashlib.sha256(token.encode()).hexdigest()
-    found = ApiToken.objects.select_related("user").filter(key_hash=digest, user__is_active=True).first()
+    found = (
+        ApiToken.objects.select_related("user")
+        .filter(key_hash=digest, user__is_active=True, revoked_at__isnull=True)
+        .first()
+    )
     if found is None:
         return None
     now = timezone.now()
@@ -36,6 +41,10 @@ def token_user(*, token: str) -> User | None:
 
 
 def token_revoke(*, user: User, token_id: int) -> bool:
-    """Delete one of the user's own tokens; False when they have none with that id."""
-    deleted, _ = ApiToken.objects.filter(user=user, id=token_id).delete()
-    return deleted > 0
+    """Revoke one of the user's own tokens; False when they have none with that id in use."""
+    return tokens_revoke(tokens=ApiToken.objects.filter(user=user, id=token_id), by=user) > 0
+
+
+def tokens_revoke(*, tokens: QuerySet[ApiToken], by: User) -> int:
+    """Revoke tokens (the next request with one is a 401); each row stays, saying when and by whom."""
+    return tokens.filter(revoked_at__isnull=True).update(revoked_at=timezone.now(), revoked_by=by)

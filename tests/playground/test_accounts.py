@@ -96,7 +96,10 @@ def test_a_revoked_token_gets_401() -> None:
     response = client.post(f"/account/tokens/{token.id}/revoke/", follow=True)
     assert "Token revoked" in response.content.decode()
     assert api.get("/api/runs").status_code == 401
-    assert not ApiToken.objects.filter(user=user).exists()
+    token.refresh_from_db()  # the row stays, the record of the revocation
+    assert token.revoked_at is not None and token.revoked_by == user
+    assert token.prefix not in client.get("/account/").content.decode()  # no longer listed as in use
+    assert client.post(f"/account/tokens/{token.id}/revoke/").status_code == 404  # once
 
 
 def test_only_your_own_tokens_can_be_revoked() -> None:

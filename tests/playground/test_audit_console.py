@@ -147,14 +147,52 @@ def test_staff_cannot_cancel_or_rerun_another_users_run(audited_run: Run, staff:
     assert Run.objects.count() == 1 and not Run.objects.get().cancel_requested
 
 
-def test_api_tokens_cannot_be_added_in_the_admin_but_can_be_revoked(owner: Any, staff: Any) -> None:
-    token = ApiToken.objects.create(user=owner, prefix="abc", key_hash="f" * 64)
+def test_api_tokens_cannot_be_added_in_the_admin_and_a_revoked_one_stops_at_once_and_stays_listed(
+    owner: Any, staff: Any
+) -> None:
+    from playground.services.accounts import token_create
+
+    key = token_create(user=owner, name="laptop")
+    token = ApiToken.objects.get()
+    bearer = Client(HTTP_AUTHORIZATION=f"Bearer {key}")
+    assert bearer.get("/api/runs").status_code == 200
     client = _client(staff)
     assert client.get("/admin/playground/apitoken/add/").status_code == 403
     listing = client.get("/admin/playground/apitoken/").content.decode()
-    assert "abc" in listing and "Add api token" not in listing
-    client.post(f"/admin/playground/apitoken/{token.id}/delete/", {"post": "yes"})
-    assert not ApiToken.objects.exists()
+    assert token.prefix in listing and "Add api token" not in listing and "in use" in listing
+    assert "Delete selected" not in listing and "revoke_tokens" in listing
+    assert client.post(f"/admin/playground/apitoken/{token.id}/delete/", {"post": "yes"}).status_code == 403
+    answer = client.post("/admin/playground/apitoken/", {"action": "revoke_tokens", "_selected_action": [token.id]})
+    assert answer.status_code == 302
+    assert bearer.get("/api/runs").status_code == 401
+    token.refresh_from_db()
+    assert token.revoked_by == staff and token.revoked_at is not None
+    listing = client.get("/admin/playground/apitoken/").content.decode()
+    assert f"revoked {token.revoked_at:%Y}" in listing and staff.username in listing
+
+
+def test_the_console_offers_no_add_for_what_only_the_system_writes_and_lists_invites(staff: Any) -> None:
+    from datetime import timedelta as days
+
+    from playground.models import Invite
+
+    client = _client(staff)
+    for model in ("workerhost", "dataset", "runtimeimage", "apitoken", "invite"):
+        assert client.get(f"/admin/playground/{model}/add/").status_code == 403, model
+    index = client.get("/admin/").content.decode()
+    assert "/admin/playground/invite/" in index and "/admin/playground/workerhost/add/" not in index
+    Invite.objects.create(prefix="inv_abc", key_hash="e" * 64, note="for Ana", created_by=staff,
+                          expires_at=timezone.now() + days(days=7))  # fmt: skip
+    listing = client.get("/admin/playground/invite/").content.decode()
+    assert "inv_abc" in listing and "for Ana" in listing and "unused" in listing and "e" * 64 not in listing
+
+
+def test_the_image_filter_lists_each_image_once(owner: Any, staff: Any) -> None:
+    for _ in range(5):
+        _run(owner)
+    _run(owner, image_name="node", image_digest="sha256:" + "cd" * 32)
+    listing = _client(staff).get("/admin/playground/run/").content.decode()
+    assert listing.count("?image_digest=sha256%3Aabab") == 1 and listing.count("?image_digest=sha256%3Acdcd") == 1
 
 
 def test_the_overview_shows_rates_percentiles_top_users_and_images(owner: Any, staff: Any) -> None:
