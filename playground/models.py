@@ -176,7 +176,7 @@ class Run(models.Model):
         try:
             return Outcome(self.outcome).words if self.outcome else ""
         except ValueError:  # not one of today's outcomes: said as it is
-            return self.outcome.replace("_", " ")
+            return str(self.outcome).replace("_", " ")
 
     @property
     def engine_shown(self) -> str:

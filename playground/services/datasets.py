@@ -31,7 +31,7 @@ def dataset_create(*, user: User, upload: UploadedFile, course: Course | None = 
     if upload.size is None or upload.size > limit:
         raise ServiceError(
             "too_large",
-            f"the file is {size_words(upload.size, exact=True)}; the maximum is {size_words(limit)}",
+            f"the file is {_upload_size(upload.size)}; the maximum is {size_words(limit)}",
             field="file",
             status=413,
         )
@@ -98,3 +98,7 @@ def _check_storage_quota(user: User, adding: int) -> None:
             f"storage quota: {size_words(used)} of {size_words(quota)} used; this needs {size_words(adding)} more",
             status=413,
         )
+
+
+def _upload_size(size: int | None) -> str:
+    return "of unknown size" if size is None else size_words(size, exact=True)

@@ -127,7 +127,7 @@ def notebook_import(*, user: User, upload: UploadedFile) -> Notebook:
     if upload.size is None or upload.size > IMPORT_MAX_BYTES:
         raise ServiceError(
             "too_large",
-            f"the file is {size_words(upload.size, exact=True)}; at most {size_words(IMPORT_MAX_BYTES)}",
+            f"the file is {_upload_size(upload.size)}; at most {size_words(IMPORT_MAX_BYTES)}",
             field="file",
             status=413,
         )
@@ -356,3 +356,7 @@ def _purged_output(user: User, ref: dict[str, Any]) -> RunOutputFile | None:
     if ref["kind"] != "output":
         return None
     return RunOutputFile.objects.filter(run__in=Run.objects.own(user), id=int(ref["id"]), file="").first()
+
+
+def _upload_size(size: int | None) -> str:
+    return "of unknown size" if size is None else size_words(size, exact=True)
