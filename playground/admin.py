@@ -25,9 +25,10 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, HttpR
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, URLResolver, path, reverse
 from django.utils import timezone
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 
 from playground.csvcells import csv_cell
+from playground.limits import limit_pairs, limits_from_record
 from playground.models import (
     ApiToken,
     CleanupCheck,
@@ -50,6 +51,7 @@ from playground.services.errors import ServiceError
 from playground.services.hosts import hosts_drain
 from playground.services.retention import purge_user_data
 from playground.services.runs import run_cancel, run_rerun
+from runner.units import seconds_words
 
 admin.site.site_header = "Cordon audit console"
 admin.site.site_title = "Cordon"
@@ -103,6 +105,33 @@ def ms_time(moment: datetime | None) -> str:
         return NOT_APPLICABLE
     local = timezone.localtime(moment)
     return f"{local:%Y-%m-%d %H:%M:%S}.{local.microsecond // 1000:03d}"
+
+
+def pairs_table(pairs: list[tuple[str, str]]) -> str:
+    """A small two-column table (a record's facts as a person reads them, not its JSON)."""
+    if not pairs:
+        return NOT_APPLICABLE
+    rows = format_html_join("", "<tr><th>{}</th><td>{}</td></tr>", pairs)
+    return format_html('<table class="audit-pairs">{}</table>', rows)
+
+
+def value_words(value: Any) -> str:
+    """A value from a JSON record in words: a list as its items, a dict as "key: value", nothing as "-"."""
+    if value is None or value == "" or value == [] or value == {}:
+        return NOT_APPLICABLE
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, list):
+        return ", ".join(value_words(v) for v in value)
+    if isinstance(value, dict):
+        return "; ".join(f"{k.replace('_', ' ')}: {value_words(v)}" for k, v in value.items())
+    return str(value)
+
+
+def timing_pairs(timings: dict[str, Any]) -> list[tuple[str, str]]:
+    """A run's timings ({"start_s": 0.2, ...}) as ("start", "200 ms") rows."""
+    return [(name.removesuffix("_s").replace("_", " "), seconds_words(float(value)) if isinstance(value, int | float)
+             else value_words(value)) for name, value in timings.items()]  # fmt: skip
 
 
 class _Echo:
@@ -205,8 +234,8 @@ class RunAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     fieldsets = (
         ("Run", {"fields": ("id", "owner", "kind", "course", "runtime", "state", "outcome", "reason", "charged",
                             "cancel_requested", "exit_code", "signal", "error_code", "error_message")}),
-        ("Figures", {"fields": ("wall", "cpu", "peak_memory", "peak_files", "stdout", "stderr", "limits",
-                                "timings")}),
+        ("Figures", {"fields": ("wall", "cpu", "peak_memory", "peak_files", "stdout", "stderr", "limits_shown",
+                                "timings_shown")}),
         ("Network", {"fields": ("egress_policy", "egress_totals")}),
         ("Where it ran", {"fields": ("image", "engine", "isolation", "vm_start", "host", "cleanup_ok",
                                      "engine_requested", "engine_version", "engine_note", "queue", "sandbox_id")}),
@@ -229,6 +258,14 @@ class RunAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     @admin.display(description="image")
     def image(self, run: Run) -> str:
         return f"{run.image_name or '?'} {run.image_digest[:19]}" if run.image_digest else NOT_APPLICABLE
+
+    @admin.display(description="limits")
+    def limits_shown(self, run: Run) -> str:
+        return pairs_table(limit_pairs(limits_from_record(run.limits)))
+
+    @admin.display(description="timings")
+    def timings_shown(self, run: Run) -> str:
+        return pairs_table(timing_pairs(run.timings or {}))
 
     @admin.display(description="worker host")
     def host(self, run: Run) -> str:
@@ -442,7 +479,7 @@ def _timeline(run: Run) -> list[dict[str, Any]]:
             "state": event.state, "at": ms_time(event.at), "phase": f"{previous[0]} → {event.state}",
             "since_previous": human_seconds(max(0.0, (event.at - previous[1]).total_seconds())),
             "since_created": human_seconds(max(0.0, (event.at - run.created_at).total_seconds())),
-            "detail": event.detail or "",
+            "detail": value_words(event.detail) if event.detail else "",
         })  # fmt: skip
         previous = (event.state, event.at)
     return rows
@@ -544,8 +581,9 @@ class WorkerHostAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     """Worker hosts, live or not, what each holds now; drain one (it finishes its runs and takes no
     new ones: services/hosts.py) or resume it. Rows are written by the hosts, never edited here."""
 
-    list_display = ("name", "engines", "status", "active_runs", "heartbeat_at", "started_at")
-    readonly_fields = ("name", "engines", "doctor", "heartbeat_at", "started_at", "draining", "drain_requested_at")
+    list_display = ("name", "engines_shown", "status", "active_runs", "heartbeat_at", "started_at")
+    fields = readonly_fields = ("name", "engines_shown", "doctor_shown", "heartbeat_at", "started_at", "draining",
+                                "drain_requested_at")  # fmt: skip
     actions = ("drain_hosts", "resume_hosts")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[WorkerHost]:
@@ -559,6 +597,22 @@ class WorkerHostAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     def has_drain_permission(self, request: HttpRequest) -> bool:
         return bool(request.user.has_perm("playground.change_workerhost"))
+
+    @admin.display(description="engines")
+    def engines_shown(self, host: WorkerHost) -> str:
+        return ", ".join(host.engines) or "none"
+
+    @admin.display(description="doctor's checks")
+    def doctor_shown(self, host: WorkerHost) -> str:
+        """What the host found when its worker started: each check and its answer, the smolvm
+        canary boot's record in full (a run's engine note says it in one sentence)."""
+        rows = []
+        for name, value in (host.doctor or {}).items():
+            if isinstance(value, dict) and value:
+                rows += [(f"{name.replace('_', ' ')}: {k.replace('_', ' ')}", value_words(v)) for k, v in value.items()]
+            else:
+                rows.append((name.replace("_", " "), value_words(value)))
+        return pairs_table(rows)
 
     @admin.display(description="status")
     def status(self, host: WorkerHost) -> str:

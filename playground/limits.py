@@ -17,7 +17,8 @@ from ninja import Schema
 from pydantic import BeforeValidator, ConfigDict, Field, create_model
 
 from playground.bodies import JSON_INT_MAX, BodyIn
-from runner.spec import Limits
+from runner.spec import MIB, Limits
+from runner.units import seconds_words, size_words
 
 LIMIT_FIELDS = tuple(fields(Limits))
 _DEFAULTS = Limits()
@@ -174,3 +175,27 @@ def describe_validation_error(error: dict[str, Any], field: str) -> tuple[str, s
     if kind in ("json_object", "model_attributes_type", "model_type", "dict_type") and name in LIMITS_OBJECTS:
         return "invalid_limit", f"{field} must be an object of limits"
     return None
+
+
+def limit_words(name: str, value: float) -> str:
+    """One limit's value as a person reads it, in its unit: "10 s", "256 MiB", "1 MiB", "64 processes"."""
+    unit = next(f.metadata["unit"] for f in LIMIT_FIELDS if f.name == name)
+    if unit == "s":
+        return seconds_words(value)
+    if unit in ("bytes", "MiB"):
+        return size_words(int(value * (MIB if unit == "MiB" else 1)))
+    return f"{value:g} {unit[:-1] if value <= 1 and unit.endswith('s') else unit}"
+
+
+def limit_pairs(limits: Limits) -> list[tuple[str, str]]:
+    """("wall timeout", "10 s"), ... for every limit: a run's limits as rows a person reads."""
+    return [(LIMIT_LABELS.get(f.name, f.name), limit_words(f.name, getattr(limits, f.name))) for f in LIMIT_FIELDS]
+
+
+LIMIT_LABELS = {
+    "wall_timeout_s": "wall-clock deadline", "cpu_time_s": "CPU time", "memory_mib": "memory", "cpus": "CPUs",
+    "max_processes": "processes at once", "stdout_max_bytes": "stdout kept", "stderr_max_bytes": "stderr kept",
+    "output_max_files": "output files", "output_max_bytes": "output files' size", "disk_mib": "disk",
+    "input_max_files": "input files", "input_max_bytes": "input files' size", "egress_max_bytes_out": "network out",
+    "egress_max_bytes_in": "network in", "egress_max_connections": "network connections",
+}  # fmt: skip

@@ -309,3 +309,31 @@ def test_a_runs_page_links_its_host_whose_doctor_result_says_what_the_engine_not
     link = f'<a href="/admin/playground/workerhost/{host.pk}/change/">host-a</a>'
     assert link in html and "its doctor result" in html and note in html
     assert "Agent error" in _client(staff).get(f"/admin/playground/workerhost/{host.pk}/change/").content.decode()
+
+
+def test_a_runs_limits_timings_and_event_details_read_as_words_not_json(owner: Any, staff: Any) -> None:
+    run = _run(owner, limits={"wall_timeout_s": 2.5, "memory_mib": 128}, timings={"start_s": 0.2, "boot_s": 9.1})
+    event = RunEvent.objects.create(run=run, state="claimed", detail={"worker": "vm", "queue": "smolvm"})
+    html = _client(staff).get(f"/admin/playground/run/{run.id}/change/").content.decode()
+    assert "<th>wall-clock deadline</th><td>2.5 s</td>" in html and "<th>memory</th><td>128 MiB</td>" in html
+    assert "<th>stdout kept</th><td>1 MiB</td>" in html  # a limit left out: its default, in its unit
+    assert "<th>start</th><td>200 ms</td>" in html and "<th>boot</th><td>9.1 s</td>" in html
+    assert "worker: vm; queue: smolvm" in html
+    for raw in ("wall_timeout_s", "&quot;start_s&quot;", "{&#x27;worker&#x27;", "{'worker'"):
+        assert raw not in html, raw
+    assert event.detail == {"worker": "vm", "queue": "smolvm"}  # the record itself keeps its shape
+
+
+def test_a_hosts_page_says_its_engines_and_doctor_checks_as_words(staff: Any) -> None:
+    from playground.models import WorkerHost
+
+    canary = {"ok": False, "reason": "boot_failed: no boot progress", "at": "2026-12-01T10:00:00Z"}
+    doctor = {"namespace": "bubblewrap and cgroups v1 usable", "require_vm": False, "smolvm_canary": canary}
+    host = WorkerHost.objects.create(name="h1", engines=["namespace", "smolvm"], heartbeat_at=timezone.now(),
+                                     doctor=doctor)  # fmt: skip
+    client = _client(staff)
+    listing = client.get("/admin/playground/workerhost/").content.decode()
+    assert "namespace, smolvm" in listing and "[&quot;namespace&quot;" not in listing
+    page = client.get(f"/admin/playground/workerhost/{host.pk}/change/").content.decode()
+    assert "<th>smolvm canary: reason</th><td>boot_failed: no boot progress</td>" in page
+    assert "<th>require vm</th><td>no</td>" in page and "&quot;smolvm_canary&quot;" not in page
