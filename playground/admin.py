@@ -589,6 +589,9 @@ class WorkerHostAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def get_queryset(self, request: HttpRequest) -> QuerySet[WorkerHost]:
         return hosts_with_active_runs()
 
+    class Media:
+        css = {"all": ("css/audit.css",)}
+
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # a host writes its own row when its worker starts
 
