@@ -220,14 +220,19 @@ class RunChangeList(ChangeList):
 
 @admin.register(Run)
 class RunAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    class Media:
+        css = {"all": ("css/audit.css",)}
+
+    # Fits 1400 px: a short id (the whole one on hover and on the run's page), the engine once.
     list_display = (
-        "id", "owner", "kind", "runtime", "engine", "isolation", "state", "outcome", "wall", "cpu", "peak_memory",
+        "short_id", "owner", "kind", "runtime", "engine_shown", "state", "outcome", "wall", "cpu", "peak_memory",
         "image", "cleanup_ok", "created_at",
     )  # fmt: skip
     list_filter = ("outcome", "engine", "isolation", "runtime", "state", "kind", NetworkFilter, CleanupIncomplete,
                    ImageFilter, "created_at")  # fmt: skip
     list_select_related = ("owner",)
-    search_fields = ("id", "owner__username", "image_digest", "sandbox_id")
+    # A run by its id, owner, image or sandbox; and by its code, reason or error message.
+    search_fields = ("id", "owner__username", "image_digest", "sandbox_id", "code", "reason", "error_message")
     date_hierarchy = "created_at"
     inlines = (CleanupInline,)
     actions = ("cancel_runs", "rerun_runs", "purge_owner_data")
@@ -254,6 +259,14 @@ class RunAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+    @admin.display(description="id", ordering="id")
+    def short_id(self, run: Run) -> str:
+        return format_html('<span class="audit-mono" title="{}">{}</span>', run.id, str(run.id)[:8])
+
+    @admin.display(description="engine", ordering="engine")
+    def engine_shown(self, run: Run) -> str:
+        return run.engine_shown
 
     @admin.display(description="image")
     def image(self, run: Run) -> str:

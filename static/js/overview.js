@@ -1,4 +1,4 @@
-// The audit console's overview: runs per hour by outcome as stacked areas (uPlot), from the
+// The audit console's overview: runs per hour by outcome as stacked bars (uPlot), from the
 // JSON block #overview-data the page carries ({last_24h, last_7d}: {hours: [unix s], series:
 // {outcome: [count per hour]}}). The tables beside each chart hold the same figures.
 "use strict";
@@ -12,40 +12,39 @@
     unfinished: "#3182ce",
   };
 
-  function withAlpha(hex, alpha) {
-    const n = parseInt(hex.slice(1), 16);
-    return `rgba(${n >> 16}, ${(n >> 8) & 255}, ${n & 255}, ${alpha})`;
-  }
-
   function draw(element, chart) {
     const outcomes = Object.keys(chart.series);
     if (!outcomes.length) { element.textContent = "No runs in this period."; return; }
     const raw = outcomes.map((outcome) => chart.series[outcome]);
-    // Stacked: each series is drawn at the sum of itself and those below; a band fills between
-    // neighbours, and the legend shows each outcome's own count.
+    // Stacked: each series is drawn at the sum of itself and those below; the legend shows each
+    // outcome's own count.
     let sums = chart.hours.map(() => 0);
     const stacked = raw.map((counts) => (sums = sums.map((sum, i) => sum + counts[i])));
+    // One bar per hour that has runs (the current hour's too), from the hour's start to its end;
+    // the outcomes stacked in it. uPlot draws series in order, so the tallest (the total) goes
+    // first and each lower sum over it: the legend reads from the top of the stack down.
+    const bars = uPlot.paths.bars({ size: [1, Infinity], align: 1, gap: 1 });
+    const order = outcomes.map((_, index) => index).reverse();
     const series = [{ label: "hour" }];
-    const bands = [];
-    outcomes.forEach((outcome, index) => {
-      const colour = COLOURS[outcome] || "#333";
+    for (const index of order) {
+      const colour = COLOURS[outcomes[index]] || "#333";
       series.push({
-        // Each hour's count holds until the next hour starts.
-        label: outcome, stroke: colour, width: 1, points: { show: false }, paths: uPlot.paths.stepped({ align: 1 }),
-        fill: index === 0 ? withAlpha(colour, 0.35) : undefined,
-        value: (u, value, seriesIndex, dataIndex) => (dataIndex === null ? "–" : raw[seriesIndex - 1][dataIndex]),
+        label: outcomes[index], stroke: colour, width: 0, fill: colour, paths: bars,
+        points: { show: false },
+        value: (u, value, seriesIndex, dataIndex) => (dataIndex === null ? "–" : raw[index][dataIndex]),
       });
-      if (index > 0) bands.push({ series: [index + 1, index], fill: withAlpha(colour, 0.35) });
-    });
+    }
+    const hour = 3600;
     const options = {
       width: Math.max(320, Math.min(element.clientWidth || 700, 1000)),
       height: 240,
       series,
-      bands,
-      scales: { y: { range: (u, min, max) => [0, Math.max(1, max) * 1.1] } },
+      // The x axis runs to the end of the last hour, so that its bar has its full width.
+      scales: { x: { time: true, range: (u, min, max) => [min, max + hour] },
+                y: { range: (u, min, max) => [0, Math.max(1, max) * 1.1] } },
       axes: [{}, { label: "runs per hour", size: 60 }],
     };
-    new uPlot(options, [chart.hours, ...stacked], element);
+    new uPlot(options, [chart.hours, ...order.map((index) => stacked[index])], element);
   }
 
   const data = JSON.parse(document.getElementById("overview-data").textContent);

@@ -337,3 +337,17 @@ def test_a_hosts_page_says_its_engines_and_doctor_checks_as_words(staff: Any) ->
     page = client.get(f"/admin/playground/workerhost/{host.pk}/change/").content.decode()
     assert "<th>smolvm canary: reason</th><td>boot_failed: no boot progress</td>" in page
     assert "<th>require vm</th><td>no</td>" in page and "&quot;smolvm_canary&quot;" not in page
+
+
+def test_the_run_list_shows_short_ids_and_finds_runs_by_their_code_and_error(owner: Any, staff: Any) -> None:
+    wanted = _run(owner, code="import pandas  # the needle", outcome="failed", reason="exit status 1")
+    errored = _run(owner, outcome="sandbox_error", error_code="boot_failed", error_message="no boot progress here")
+    _run(owner)
+    client = _client(staff)
+    listing = client.get("/admin/playground/run/").content.decode()
+    assert f'title="{wanted.id}">{str(wanted.id)[:8]}</span>' in listing
+    assert "namespace namespace" not in listing and '<th scope="col" class="column-isolation' not in listing
+    found = client.get("/admin/playground/run/?q=the+needle").content.decode()
+    assert str(wanted.id)[:8] in found and str(errored.id)[:8] not in found and "1 result" in found
+    found = client.get("/admin/playground/run/?q=boot+progress").content.decode()
+    assert str(errored.id)[:8] in found and str(wanted.id)[:8] not in found

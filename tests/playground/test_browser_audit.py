@@ -73,12 +73,30 @@ def test_an_admin_audits_a_run_reads_the_overview_and_exports_csv(
     expect(page.locator("#chart-24h canvas")).to_have_count(1)
     expect(page.locator("#chart-7d canvas")).to_have_count(1)
     expect(page.locator("#totals-24h")).to_contain_text("failed")
+    # The one run is of the current hour: its bar is drawn with the hour's width, not as a line.
+    red = page.evaluate("""() => {
+        const canvas = document.querySelector("#chart-24h canvas");
+        const data = canvas.getContext("2d").getImageData(0, 0, canvas.width, canvas.height).data;
+        let count = 0;
+        for (let i = 0; i < data.length; i += 4) {
+            if (data[i] > 150 && data[i + 1] < 90 && data[i + 2] < 90 && data[i + 3] > 200) count += 1;
+        }
+        return count;
+    }""")
+    assert red > 1500, f"the current hour's bar of failed runs covers {red} pixels"
     expect(page.locator("#percentiles")).to_contain_text("1.300 s")
     expect(page.locator("#images")).to_contain_text("python")
     page.screenshot(path=str(shots / "audit-overview.png"), full_page=True)
 
     # The CSV export of the filtered list.
+    page.set_viewport_size({"width": 1400, "height": 900})
     page.goto(f"{site}/admin/playground/run/?outcome__exact=failed")
+    # At 1400 px every column of the list is in view, ids on one line.
+    fits = page.evaluate("() => document.querySelector('#result_list').getBoundingClientRect().right <= innerWidth")
+    assert fits, "the run list is wider than a 1400 px window"
+    id_cell = page.locator("#result_list tbody tr").first.locator("th, td").nth(1)
+    assert id_cell.evaluate("(cell) => cell.getClientRects().length && cell.offsetHeight < 40"), "the id wraps"
+    page.screenshot(path=str(shots / "audit-run-list-1400.png"), full_page=True)
     with page.expect_download() as download_info:
         page.click("#export-csv")
     saved = tmp_path / "runs.csv"
