@@ -232,7 +232,7 @@ class DatasetOut(Schema):
 
 class PreviewColumnOut(Schema):
     name: str
-    type: Literal["integer", "number", "boolean", "string", "empty"]
+    type: Literal["integer", "number", "boolean", "date", "datetime", "string", "empty"]
 
 
 class PreviewOut(Schema):

@@ -9,12 +9,13 @@ import json
 import math
 import re
 from collections.abc import Iterator
+from datetime import date
 from pathlib import PurePosixPath
 from typing import Any, BinaryIO, Literal, Protocol
 
 from playground.services.errors import ServiceError
 
-ColumnType = Literal["integer", "number", "boolean", "string", "empty"]
+ColumnType = Literal["integer", "number", "boolean", "date", "datetime", "string", "empty"]
 
 MIB = 1024 * 1024
 MAX_COLUMNS = 100
@@ -45,6 +46,12 @@ TABLE_SUFFIXES = (*DELIMITERS, ".json")
 _INTEGER = re.compile(r"[+-]?(?:0|[1-9][0-9]*)")
 _NUMBER = re.compile(r"[+-]?(?:(?:0|[1-9][0-9]*)(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 _BOOLEANS = {"true": True, "false": False}
+# ISO 8601 as files write it: a date, or a date and a time (T or a space; seconds, fractions and a
+# zone optional). A value is kept as its text; its column says which it is, for sorting and display.
+_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+_DATETIME = re.compile(
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}(?::[0-9]{2}(?:\.[0-9]{1,9})?)?(?:Z|[+-][0-9]{2}:?[0-9]{2})?"
+)
 _LINE_BREAK = re.compile(r"(?<=\n)|(?<=\r)(?!\n)")  # after \n, or after a \r not followed by \n
 # Integers JavaScript cannot hold exactly are shown as numbers, which they are.
 _SAFE_INTEGER = 2**53 - 1
@@ -188,7 +195,23 @@ def _text_column(values: list[str]) -> ColumnType:
         return "number"
     if all(v.lower() in _BOOLEANS for v in present):
         return "boolean"
+    return _dated(present)
+
+
+def _dated(values: list[str]) -> ColumnType:
+    """"date" or "datetime" when every value is one (and a real one: no 2026-02-30), else "string"."""
+    for kind, pattern in (("date", _DATE), ("datetime", _DATETIME)):
+        if all(pattern.fullmatch(v) and _real_date(v[:10]) for v in values):
+            return kind  # type: ignore[return-value]
     return "string"
+
+
+def _real_date(text: str) -> bool:
+    try:
+        date.fromisoformat(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _is_integer(text: str) -> bool:
@@ -256,6 +279,9 @@ def _json_column(values: list[Any]) -> ColumnType:
     kinds = {_json_kind(v) for v in values if v is not None}
     if not kinds:
         return "empty"
+    present = [v for v in values if v is not None]
+    if all(isinstance(v, str) for v in present):
+        return _dated([v.strip() for v in present])
     if len(kinds) == 1:
         return kinds.pop()
     return "number" if kinds == {"integer", "number"} else "string"
@@ -272,7 +298,7 @@ def _json_kind(value: Any) -> ColumnType:
 
 
 def _json_value(column_type: ColumnType, value: Any) -> Any:
-    if value is None or column_type != "string":
+    if value is None or column_type not in ("string", "date", "datetime"):
         return value
     # Mixed columns, objects and arrays are shown as their JSON text.
     return _truncate(value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))

@@ -50,6 +50,20 @@ def test_one_odd_cell_makes_a_column_a_string_column():
     assert [row[1] for row in result["rows"]] == ["1", "x", None]
 
 
+def test_iso_dates_and_datetimes_are_typed_as_such_and_kept_as_their_text():
+    data = ("day,at,zoned,not_a_day,mixed\n"
+            "2026-12-01,2026-12-01T09:30:00,2026-12-01 09:30:00.123+01:00,2026-02-30,2026-12-01\n"
+            "2025-01-31,2025-01-31T23:59,2025-01-31T23:59:59Z,2026-01-01,2026-12-01T10:00\n")  # fmt: skip
+    result = preview(data, "t.csv")
+    assert types_of(result) == {"day": "date", "at": "datetime", "zoned": "datetime", "not_a_day": "string",
+                                "mixed": "string"}  # fmt: skip
+    assert result["rows"][0][:2] == ["2026-12-01", "2026-12-01T09:30:00"]
+    json_rows = preview(
+        '[{"d": "2026-12-01", "t": "2026-12-01T09:30:00Z", "n": 1}, {"d": null, "t": "2026-12-02T01:00:00Z"}]', "t.json"
+    )
+    assert types_of(json_rows) == {"d": "date", "t": "datetime", "n": "integer"}
+
+
 def test_integers_with_leading_zeros_stay_strings_and_huge_ones_are_numbers():
     result = preview(f"zip,big\n02139,{2**60}\n10001,1\n", "t.csv")
     assert types_of(result) == {"zip": "string", "big": "number"}
