@@ -1,15 +1,19 @@
 // The editor Cordon's notebook uses: CodeMirror 6 with Python and JavaScript modes (markdown cells
 // are plain text). Ctrl/Cmd-Enter calls onRun, Shift-Enter onRunNext; both win over basicSetup's
-// own bindings of those keys (insert a blank line, a newline).
+// own bindings of those keys (insert a blank line, a newline). Tab and Shift-Tab indent and
+// dedent (Esc then Tab leaves the editor, CodeMirror's accessible convention); an indent is four
+// spaces in Python, two in JavaScript.
 import { EditorView, basicSetup } from "codemirror";
+import { indentWithTab } from "@codemirror/commands";
+import { indentUnit } from "@codemirror/language";
 import { keymap } from "@codemirror/view";
 import { Prec } from "@codemirror/state";
 import { python } from "@codemirror/lang-python";
 import { javascript } from "@codemirror/lang-javascript";
 
 function language(name) {
-  if (name === "node") return [javascript()];
-  if (name === "python") return [python()];
+  if (name === "node") return [javascript(), indentUnit.of("  ")];
+  if (name === "python") return [python(), indentUnit.of("    ")];
   return [];
 }
 
@@ -24,6 +28,7 @@ export function create(parent, { doc, language: name, label, onRun, onRunNext, o
     extensions: [
       keys,
       basicSetup,
+      keymap.of([indentWithTab]),
       ...language(name),
       EditorView.lineWrapping,
       EditorView.contentAttributes.of(label ? { "aria-label": label } : {}),

@@ -219,14 +219,18 @@ const Cordon = (() => {
 
   const NUMERIC = new Set(["integer", "number"]);
 
-  // Typed order: numbers as numbers, booleans false first, text by the user's locale; an empty
-  // cell sorts last either way.
+  // Typed order: numbers as numbers, booleans false first, dates and times in time (ISO 8601 text,
+  // its zone taken into account), text by the user's locale; an empty cell sorts last either way.
   function compareCells(a, b, type) {
     const emptyA = a === null || a === undefined || a === "";
     const emptyB = b === null || b === undefined || b === "";
     if (emptyA || emptyB) return emptyA === emptyB ? 0 : emptyA ? 1 : -1;
     if (NUMERIC.has(type)) return Number(a) - Number(b);
     if (type === "boolean") return Number(a === true || a === "true") - Number(b === true || b === "true");
+    if (type === "date" || type === "datetime") {
+      const [timeA, timeB] = [Date.parse(String(a).replace(" ", "T")), Date.parse(String(b).replace(" ", "T"))];
+      if (!Number.isNaN(timeA) && !Number.isNaN(timeB) && timeA !== timeB) return timeA - timeB;
+    }
     return String(a).localeCompare(String(b), undefined, { numeric: true });
   }
 
@@ -256,6 +260,7 @@ const Cordon = (() => {
     }
     function sortBy(position, th) {
       order = { position, direction: order.position === position ? -order.direction : 1 };
+      if (partial) captionNode.textContent = `${caption}; sorted: these ${shown} rows only, not the whole file`;
       const type = columns[position].type;
       rows.sort((a, b) => compareCells(a.row[position], b.row[position], type) * order.direction || a.index - b.index);
       for (const other of headers) other.setAttribute("aria-sort", "none");
@@ -265,11 +270,13 @@ const Cordon = (() => {
     fill();
     const shown = rows.length;
     const total = preview.total_rows;
+    const partial = known(total) && total > shown;
     // A large file's rows are counted by line; a very large one's no further than its first 16 MiB.
     const about = preview.total_rows_at_least ? "at least " : preview.total_rows_exact === false ? "about " : "";
-    const caption = known(total) && total > shown ? `first ${shown} of ${about}${total} rows` : `${shown} row${shown === 1 ? "" : "s"}`;
+    const caption = partial ? `first ${shown} of ${about}${total} rows` : `${shown} row${shown === 1 ? "" : "s"}`;
+    const captionNode = el("caption", {}, caption);
     return el("div", { class: "table-preview" },
-      el("table", { class: "table preview" }, el("caption", {}, caption), el("thead", {}, el("tr", {}, ...headers)), body));
+      el("table", { class: "table preview" }, captionNode, el("thead", {}, el("tr", {}, ...headers)), body));
   }
 
   // --- one run, live ------------------------------------------------------------------------
@@ -283,11 +290,24 @@ const Cordon = (() => {
   // outcome and figures, outputs (images inline, tables previewed, every one downloadable).
   // Its socket's messages (chunk, state, final) are described in playground/live.py. follow()
   // works the same for a finished run (it shows the stored record) and for a live one.
+  // The requests a run's egress proxy refused, each with its reason (a private address, a name
+  // outside the policy...), said where the run's output is: the first few, and how many more.
+  const REFUSED_SHOWN = 5;
+  function refusedItems(record) {
+    const refused = ((record && record.attempts) || []).filter((attempt) => !attempt.allowed);
+    const items = refused.slice(0, REFUSED_SHOWN).map((attempt) =>
+      el("li", {}, `refused ${attempt.method} ${attempt.host}:${attempt.port}: ${attempt.reason}`));
+    if (refused.length > REFUSED_SHOWN) items.push(el("li", { class: "muted" }, `and ${refused.length - REFUSED_SHOWN} more (on the run page)`));
+    return items;
+  }
+
   class RunView {
-    // canStop: false where the viewer may not cancel the run (staff on another user's run page).
-    constructor(root, { onOutputs, onActive, canStop = true } = {}) {
+    // canStop: false where the viewer may not cancel the run (staff on another user's run page);
+    // runPage: false on the run's own page (elsewhere a finished run links to it).
+    constructor(root, { onOutputs, onActive, canStop = true, runPage = true } = {}) {
       this.root = root;
       this.canStop = canStop;
+      this.runPage = runPage;
       this.onOutputs = onOutputs;
       this.onActive = onActive;
       this.generation = 0;
@@ -302,8 +322,10 @@ const Cordon = (() => {
       this.figures = el("p", { class: "figures" }, "");
       this.timings = el("p", { class: "figures timings" }, "");
       this.outputs = el("ul", { class: "outputs", "aria-label": "output files" });
+      this.refused = el("ul", { class: "egress-refused", "aria-label": "network requests refused" });
+      this.links = el("p", { class: "small run-links" });
       root.replaceChildren(this.progress, el("p", { class: "run-status" }, this.stop, this.badge, " ", this.reason),
-        this.out, this.err, this.figures, this.timings, this.outputs);
+        this.out, this.err, this.refused, this.figures, this.timings, this.outputs, this.links);
       root.hidden = true;
     }
 
@@ -328,11 +350,15 @@ const Cordon = (() => {
       this.runId = null;
       this.offsets = { stdout: 0, stderr: 0 };
       this.ansi = { stdout: { fg: null, bold: false }, stderr: { fg: null, bold: false } };
+      if (this.stderrToggle) { this.stderrToggle.remove(); this.stderrToggle = null; }
+      this.err.classList.remove("whole");
       this.finished = false;
       this.retryMs = 500;
       for (const node of [this.out, this.err, this.badge, this.reason, this.figures, this.timings]) node.textContent = "";
       this.badge.className = "badge";
       this.outputs.replaceChildren();
+      this.refused.replaceChildren();
+      this.links.replaceChildren();
       delete this.root.dataset.outcome;
       delete this.root.dataset.state;
       this.setActive(false);
@@ -467,7 +493,30 @@ const Cordon = (() => {
       this.timings.textContent = describeTimings(run.timings);
       this.outputs.replaceChildren(...run.outputs.map((output) => this.outputItem(output)));
       this.root.dataset.outcome = run.outcome;
+      this.refused.replaceChildren(...refusedItems(run.egress_record));
+      if (this.runPage) {
+        this.links.replaceChildren(el("a", { href: `/runs/${this.runId}/` }, "Run page"),
+          " (timeline, memory and CPU chart, network record)");
+      }
+      if (run.outcome !== "succeeded") this.showEndOfStderr();
       this.settle(run);
+    }
+
+    // A failed run's point is at the end of its stderr (the exception under its traceback): the
+    // pane shows its end, and the whole of it is a click away.
+    showEndOfStderr() {
+      const pane = this.err;
+      if (!pane.textContent) return;
+      pane.scrollTop = pane.scrollHeight;
+      if (pane.scrollHeight <= pane.clientHeight || this.stderrToggle) return;
+      this.stderrToggle = el("button", { type: "button", class: "link stderr-toggle", "aria-expanded": "false",
+        onclick: () => {
+          const whole = pane.classList.toggle("whole");
+          this.stderrToggle.setAttribute("aria-expanded", String(whole));
+          this.stderrToggle.textContent = whole ? "Show the end of stderr" : "Show all of stderr";
+          if (!whole) pane.scrollTop = pane.scrollHeight;
+        } }, "Show all of stderr");
+      pane.before(this.stderrToggle);
     }
 
     settle(run) {

@@ -543,7 +543,7 @@
         message(`Run all: cell ${cell.number}…`);
         const run = await runCell(cell);
         if (run.outcome !== "succeeded") {
-          const why = run.outcome ? `${run.outcome}${run.reason ? ` (${run.reason})` : ""}` : run.reason;
+          const why = run.outcome ? `${run.outcome_text || run.outcome}${run.reason ? ` (${run.reason})` : ""}` : run.reason;
           message(`Run all stopped at cell ${cell.number}: ${why}`);
           cell.node.scrollIntoView({ block: "nearest" });
           return;

@@ -112,7 +112,7 @@
   }
 
   const root = document.getElementById("run");
-  const view = new RunView(document.getElementById("run-view"), { canStop: root.dataset.owned === "true" });
+  const view = new RunView(document.getElementById("run-view"), { canStop: root.dataset.owned === "true", runPage: false });
   const run = await view.follow(root.dataset.runId);
   const chart = document.getElementById("chart");
   if (run.outcome === null) { chart.textContent = "This run is no longer stored."; return; }

@@ -335,7 +335,7 @@ def test_a_run_reattaches_after_a_reload_stops_on_request_and_run_all_stops_at_t
     _type_code(page, _cell(page, 2), "print('never')")
     page.click("#run-all")
     expect(page.locator("#message")).to_have_text(
-        "Run all stopped at cell 2: timed_out (stopped after the 2 s wall-clock limit)", timeout=RUN_S
+        "Run all stopped at cell 2: timed out (stopped after the 2 s wall-clock limit)", timeout=RUN_S
     )
     _expect_outcome(_cell(page, 0), "succeeded")
     expect(_cell(page, 1).locator(".reason")).to_have_text("stopped after the 2 s wall-clock limit")
@@ -343,7 +343,7 @@ def test_a_run_reattaches_after_a_reload_stops_on_request_and_run_all_stops_at_t
     page.screenshot(path=shots / "notebook-run-all-1280.png", full_page=True)
 
     page.goto(f"{site}/runs/")
-    expect(page.locator("table")).to_contain_text("timed_out")
+    expect(page.locator("table")).to_contain_text("timed out")
     page.locator("table a").first.click()
     expect(page.locator("#run-view")).to_have_attribute("data-outcome", "timed_out", timeout=30_000)
     expect(page.locator("#chart canvas, #chart")).not_to_have_count(0)
@@ -472,6 +472,50 @@ def _expect_image_shown(page: Any, cell: Any, name: str) -> None:
     image = cell.locator(f"img.output-image[alt='{name}']")
     expect(image).to_be_visible()
     page.wait_for_function("img => img.complete && img.naturalWidth > 0", arg=image.element_handle())
+
+
+def test_a_failed_runs_stderr_shows_its_end_with_the_whole_a_click_away(chromium: Browser, shots: Path) -> None:
+    from playwright.sync_api import expect
+
+    page = chromium.logged_in()
+    cell = _cell(page, 0)
+    code = "import sys\nfor i in range(300):\n    print('noise', i, file=sys.stderr)\nraise ValueError('the point')"
+    _type_code(page, cell, code)
+    cell.get_by_role("button", name="run this cell").click()
+    _expect_outcome(cell, "failed")
+    stderr = cell.locator("pre.stderr")
+    expect(stderr).to_contain_text("ValueError: the point")
+    at_end = "(pane) => pane.scrollTop + pane.clientHeight >= pane.scrollHeight - 2"
+    assert stderr.evaluate(at_end), "the pane shows the top of the traceback, not its end"
+    expect(stderr.get_by_text("ValueError: the point")).to_be_in_viewport()
+    whole = cell.get_by_role("button", name="Show all of stderr")
+    whole.click()
+    assert stderr.evaluate("(pane) => pane.scrollHeight <= pane.clientHeight + 2"), "the whole of stderr is shown"
+    expect(cell.get_by_role("button", name="Show the end of stderr")).to_have_attribute("aria-expanded", "true")
+    page.screenshot(path=shots / "stderr-whole-1280.png", full_page=True)
+
+
+def test_the_editor_indents_with_tab_four_spaces_in_python_two_in_javascript(chromium: Browser) -> None:
+    page = chromium.logged_in()
+
+    def typed(cell: Any, keys: list[str]) -> str:
+        cell.locator(".cm-content").click()
+        page.keyboard.press("Control+A")
+        page.keyboard.press("Delete")
+        for key in keys:
+            page.keyboard.press(key) if key in ("Enter", "Tab", "Shift+Tab", "Home") else page.keyboard.type(key)
+        lines = cell.locator(".cm-content .cm-line").all_text_contents()
+        return "\n".join(line.replace("\u00a0", " ") for line in lines)
+
+    cell = _cell(page, 0)
+    assert typed(cell, ["if True:", "Enter", "x = 1"]) == "if True:\n    x = 1"  # Python: four spaces
+    assert typed(cell, ["x = 1", "Home", "Tab"]) == "    x = 1"  # Tab indents, in the editor
+    assert typed(cell, ["    x = 1", "Shift+Tab"]) == "x = 1"  # Shift-Tab dedents
+    page.keyboard.press("Escape")
+    page.keyboard.press("Tab")  # Esc then Tab: focus leaves the editor
+    assert page.evaluate("document.activeElement.closest('.cm-editor') === null")
+    cell.locator("select.cell-type").select_option("node")
+    assert typed(cell, ["if (x) {", "Enter", "y();"]).startswith("if (x) {\n  y();")  # JavaScript: two
 
 
 def _cell(page: Any, index: int) -> Any:

@@ -62,3 +62,46 @@ def test_a_run_page_shows_a_log_longer_than_the_sockets_replay_whole(
     assert hashlib.sha256(shown[0].encode()).hexdigest() == hashlib.sha256(LOG).hexdigest()
     assert shown[1] == "done\n"
     assert any("stream=stdout&offset=0" in url for url in log_reads), log_reads  # the refill, from the start
+
+
+@pytest.fixture
+def refused_run(site: str) -> Run:
+    """A notebook whose cell last ran a run that the egress proxy refused twice (made before the
+    browser starts, as above)."""
+    from playground.models import Notebook
+
+    owner = User.objects.create_user("noor", password=PASSWORD)
+    attempt = {"at": 1.0, "method": "CONNECT", "port": 443, "allowed": False, "address": "", "bytes_out": 0,
+               "bytes_in": 0, "seconds": 0.01}  # fmt: skip
+    record = {"policy": ["pypi.org:443"], "connections": 0, "refused": 2, "bytes_out": 0, "bytes_in": 0, "limit": "",
+              "attempts": [{**attempt, "host": "pypi.org", "reason": "pypi.org resolves to 203.0.113.80, a private "
+                            "address"}, {**attempt, "host": "example.com", "reason": "not in the policy"}]}  # fmt: skip
+    run = Run.objects.create(owner=owner, runtime="python", code="...", state="finished", outcome="failed",
+                             reason="exit status 1", egress=["pypi.org:443"], egress_record=record,
+                             stderr_bytes=6)  # fmt: skip
+    stored_logs(run.id, stdout=b"", stderr=b"boom!\n")
+    cell = {"id": "c1", "kind": "code", "runtime": "python", "source": "...", "inputs": [], "limits": {},
+            "egress": ["pypi.org:443"], "last_run_id": str(run.id)}  # fmt: skip
+    Notebook.objects.create(owner=owner, name="net", cells=[cell], cell_count=1)
+    return run
+
+
+def test_a_cell_says_which_requests_its_run_was_refused_and_links_the_run_page(
+    refused_run: Run,
+    chromium: Browser,  # noqa: F811 - the fixture imported above
+    site: str,
+) -> None:
+    from playwright.sync_api import expect
+
+    page = chromium.logged_in("noor")
+    cell = page.locator("section.cell").first
+    expect(cell.locator(".run-view")).to_have_attribute("data-outcome", "failed", timeout=30_000)
+    refused = cell.locator(".egress-refused li")
+    expect(refused).to_have_text([
+        "refused CONNECT pypi.org:443: pypi.org resolves to 203.0.113.80, a private address",
+        "refused CONNECT example.com:443: not in the policy",
+    ])  # fmt: skip
+    expect(cell.get_by_role("link", name="Run page")).to_have_attribute("href", f"/runs/{refused_run.id}/")
+    page.goto(f"{site}/runs/{refused_run.id}/")  # its own page does not link itself
+    expect(page.locator("#run-view")).to_have_attribute("data-outcome", "failed", timeout=30_000)
+    expect(page.locator("#run-view").get_by_role("link", name="Run page")).to_have_count(0)
