@@ -23,6 +23,7 @@ from tests.vm.harness import (
     Console,
     done_entries,
     passes_left,
+    restart_helps,
     summarise,
 )
 
@@ -224,3 +225,20 @@ def test_the_plugin_records_the_pass_and_the_cordon_properties(monkeypatch: pyte
         "test": "t.py::test_a[smolvm]", "pass": "cold", "status": "passed", "when": "call",
         "cordon_case": {"case": "a.py"}, "cordon_freshness": fresh,
     }  # fmt: skip
+
+
+def test_an_emulated_host_that_hangs_before_its_doctor_reports_is_restarted_and_is_no_verdict_on_cordon() -> None:
+    hung = Boot(1)
+    hung.infra = "no sign of life from the emulated host for 150 s (hung)"
+    assert restart_helps(hung)
+    code, _ = summarise([hung], "v", 5.0, 60.0)
+    assert code == EXIT_INFRA  # QEMU's software CPU failed: nothing proven either way
+
+    said_no = Boot(2, doctor=[{"try": 3, "report": {"engines": {"smolvm": False}}}])
+    said_no.infra = "the emulated host stopped before the end (QEMU exit 0)"
+    assert not restart_helps(said_no)  # the canary cannot boot: a restart would say so again
+    code, _ = summarise([hung, said_no], "v", 5.0, 60.0)
+    assert code == EXIT_FAILED
+
+    finished = _boot(_case("a.py"))
+    assert not restart_helps(finished)

@@ -623,6 +623,19 @@ def start_warnings(passes: dict[str, dict[str, Any]]) -> list[str]:
     return warnings
 
 
+def doctor_said_no(boot: Boot) -> bool:
+    """Whether this boot's doctor reported, last, that the canary microVM cannot boot."""
+    reports = [d["report"] for d in boot.doctor if d.get("report")]
+    return bool(reports) and not reports[-1].get("engines", {}).get("smolvm")
+
+
+def restart_helps(boot: Boot) -> bool:
+    """Whether a fresh boot may do what this one did not: the emulated host failed (hung, or QEMU
+    ended early), which a fresh boot need not repeat; not when its doctor said the canary cannot
+    boot (Cordon's answer, which a restart would give again) nor when it finished."""
+    return not boot.done and boot.infra is not None and not doctor_said_no(boot)
+
+
 def summarise(
     boots: list[Boot], version: str, build_s: float, total_s: float, passes: tuple[str, ...] = tuple(PASSES)
 ) -> tuple[int, dict[str, Any]]:
@@ -678,8 +691,10 @@ def summarise(
         verdict, code = "FAILED: a case was misclassified or left something behind", EXIT_FAILED
     elif stale:
         verdict, code = "FAILED: a freshness check found branched VMs that were not fresh", EXIT_FAILED
-    elif not canary_ok:
+    elif not canary_ok and any(doctor_said_no(b) for b in boots):
         verdict, code = "FAILED: the canary microVM did not boot in the emulated host", EXIT_FAILED
+    elif not canary_ok:  # every boot failed before its doctor could report: QEMU's, proving nothing
+        verdict, code = "INFRASTRUCTURE FAILURE: the emulated host failed before its doctor reported", EXIT_INFRA
     elif not finished or not cases:
         verdict, code = (
             f"INFRASTRUCTURE FAILURE: the emulated host did not finish the {'/'.join(passes)} passes",
@@ -800,9 +815,8 @@ def main(argv: list[str] | None = None) -> int:
                 break
             log(f"boot {boot.number} failed ({boot.infra}) before the script finished; running it again")
             continue
-        battery_started = any(d.get("report") for d in boot.doctor)
-        if boot.done or not boot.infra or not battery_started or not passes_left(boots, passes):
-            break  # finished, or failed before the battery started: a restart would not help
+        if not restart_helps(boot) or not passes_left(boots, passes):
+            break  # finished, or the doctor said no: a restart would say it again
         log(f"boot {boot.number} failed ({boot.infra}); restarting with the passes and cases not yet reported")
     if args.script is not None:
         return script_summary(boots, args.script, work, build_s, time.monotonic() - started)
