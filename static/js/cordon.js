@@ -286,10 +286,6 @@ const Cordon = (() => {
   const STATES = ["queued", "claimed", "admitted", "starting", "running", "exporting", "finished"];
   const GONE = 4404;  // the socket's close code for a run this user cannot see (or that is gone)
 
-  // The live view of one run: state progress, a Stop button while it is active, output panes,
-  // outcome and figures, outputs (images inline, tables previewed, every one downloadable).
-  // Its socket's messages (chunk, state, final) are described in playground/live.py. follow()
-  // works the same for a finished run (it shows the stored record) and for a live one.
   // The requests a run's egress proxy refused, each with its reason (a private address, a name
   // outside the policy...), said where the run's output is: the first few, and how many more.
   const REFUSED_SHOWN = 5;
@@ -301,6 +297,10 @@ const Cordon = (() => {
     return items;
   }
 
+  // The live view of one run: state progress, a Stop button while it is active, output panes,
+  // outcome and figures, outputs (images inline, tables previewed, every one downloadable).
+  // Its socket's messages (chunk, state, final) are described in playground/live.py. follow()
+  // works the same for a finished run (it shows the stored record) and for a live one.
   class RunView {
     // canStop: false where the viewer may not cancel the run (staff on another user's run page);
     // runPage: false on the run's own page (elsewhere a finished run links to it).

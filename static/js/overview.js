@@ -36,7 +36,7 @@
     }
     const hour = 3600;
     const options = {
-      width: Math.max(320, Math.min(element.clientWidth || 700, 1000)),
+      width: Math.max(240, Math.min(element.clientWidth || 700, 1000)),
       height: 240,
       series,
       // The x axis runs to the end of the last hour, so that its bar has its full width.

@@ -95,7 +95,7 @@ def test_a_long_log_is_cut_and_says_so(owner: Any, staff: Any) -> None:
 
 def test_the_run_list_shows_peak_memory_and_image_names(audited_run: Run, staff: Any) -> None:
     html = _client(staff).get("/admin/playground/run/").content.decode()
-    assert "50.0 MiB" in html and "python sha256:abababab" in html
+    assert "50.0 MiB" in html and f'title="sha256:{"ab" * 32}">python abababab</span>' in html
     assert "Export CSV" in html
 
 
