@@ -199,7 +199,7 @@ def _text_column(values: list[str]) -> ColumnType:
 
 
 def _dated(values: list[str]) -> ColumnType:
-    """"date" or "datetime" when every value is one (and a real one: no 2026-02-30), else "string"."""
+    """The type "date" or "datetime" when every value is one (a real one: no 2026-02-30), else "string"."""
     for kind, pattern in (("date", _DATE), ("datetime", _DATETIME)):
         if all(pattern.fullmatch(v) and _real_date(v[:10]) for v in values):
             return kind  # type: ignore[return-value]
