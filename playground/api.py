@@ -430,11 +430,22 @@ def uploaded_file(request: HttpRequest, file: UploadedFile | None, what: str) ->
 
 # --- datasets ---------------------------------------------------------------------------
 
+REPLACE_DOC = (
+    "when a dataset of this name exists: true makes this upload the dataset of that name (new runs, notebook "
+    "cells and assignments that named the earlier one read this one; runs made before keep theirs); false "
+    "(the default) refuses it, 409 duplicate_name"
+)
+
 
 @api.post("/datasets", response=_answers({201: DatasetOut}, 409, 422), tags=["datasets"])
-def dataset_upload(request: HttpRequest, file: UploadedFile | None = File(None)) -> Status[Any]:  # type: ignore[type-arg]  # noqa: B008
+def dataset_upload(
+    request: HttpRequest,
+    file: UploadedFile | None = File(None),  # type: ignore[type-arg]  # noqa: B008
+    replace: bool = Query(False, description=REPLACE_DOC),
+) -> Status[Any]:
     upload = uploaded_file(request, file, "dataset")
-    return Status(201, dataset_services.dataset_create(user=request.user, upload=upload))  # type: ignore[arg-type]
+    made = dataset_services.dataset_create(user=request.user, upload=upload, replace=replace)  # type: ignore[arg-type]
+    return Status(201, made)
 
 
 @api.get("/datasets", response=_answers({200: list[DatasetOut]}), tags=["datasets"])

@@ -18,10 +18,12 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.utils.http import content_disposition_header
 from ninja import Field, File, Router, Schema, Status
 from ninja.files import UploadedFile
+from ninja.params.functions import Query
 
 from playground import throttle
 from playground.api import (
     MAX_IDS,
+    REPLACE_DOC,
     STAFF_POLL_RECORD_WINDOW,
     DatasetOut,
     RunOut,
@@ -571,7 +573,7 @@ def course_dataset_list(request: HttpRequest, course_id: UUID) -> Any:
     course, membership = course_selectors.course_for_member(user=request.user, course_id=course_id)
     return [
         {**DatasetOut.model_validate(d).model_dump(), "can_delete": _may_delete(membership, d, request.user)}
-        for d in Dataset.objects.filter(course=course)
+        for d in Dataset.objects.filter(course=course, replaced_at=None)
     ]
 
 
@@ -580,10 +582,16 @@ def _may_delete(membership: Membership, dataset: Dataset, user: Any) -> bool:
 
 
 @router.post("/courses/{course_id}/datasets", response=_answers({201: DatasetOut}, 404, 409, 422))
-def course_dataset_upload(request: HttpRequest, course_id: UUID, file: UploadedFile | None = File(None)) -> Status[Any]:  # type: ignore[type-arg]  # noqa: B008
+def course_dataset_upload(
+    request: HttpRequest,
+    course_id: UUID,
+    file: UploadedFile | None = File(None),  # type: ignore[type-arg]  # noqa: B008
+    replace: bool = Query(False, description=REPLACE_DOC),
+) -> Status[Any]:
     course, _ = course_selectors.course_for_staff(user=request.user, course_id=course_id)
     upload = uploaded_file(request, file, "dataset")
-    return Status(201, dataset_services.dataset_create(user=request.user, upload=upload, course=course))  # type: ignore[arg-type]
+    made = dataset_services.dataset_create(user=request.user, upload=upload, course=course, replace=replace)  # type: ignore[arg-type]
+    return Status(201, made)
 
 
 @router.delete("/courses/{course_id}/datasets/{dataset_id}", response=_answers({204: None}, 404, 422))

@@ -27,17 +27,26 @@ class Dataset(models.Model):
     sha256 = models.CharField(max_length=64)
     sniffed_type = models.CharField(max_length=32)
     created_at = models.DateTimeField(auto_now_add=True)
+    # An upload of the same name that replaced this one: new runs read it instead (a notebook
+    # cell's input, a run's or an assignment's dataset_ids naming this one); runs made before
+    # keep this version, which stays stored until the dataset is deleted. Always the newest.
+    replaced_by = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="earlier_versions"
+    )
+    replaced_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
         constraints = [
             models.UniqueConstraint(
-                fields=["owner", "name"], condition=models.Q(course=None), name="dataset_name_per_owner"
+                fields=["owner", "name"], condition=models.Q(course=None, replaced_at=None),
+                name="dataset_name_per_owner_current",
             ),
             models.UniqueConstraint(
-                fields=["course", "name"], condition=~models.Q(course=None), name="dataset_name_per_course"
+                fields=["course", "name"], condition=~models.Q(course=None) & models.Q(replaced_at=None),
+                name="dataset_name_per_course_current",
             ),
-        ]
+        ]  # fmt: skip
 
     def __str__(self) -> str:
         return self.name

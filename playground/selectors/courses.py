@@ -105,7 +105,7 @@ def submission_for_viewer(*, user: Any, submission_id: Any) -> tuple[Submission,
 
 def course_dataset_for_member(*, user: Any, course_id: Any, dataset_id: Any) -> Dataset:
     course_for_member(user=user, course_id=course_id)
-    dataset = Dataset.objects.filter(course_id=course_id, id=dataset_id).first()
+    dataset = Dataset.objects.filter(course_id=course_id, replaced_at=None, id=dataset_id).first()
     if dataset is None:
         raise Http404("no such dataset")
     return dataset

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from django.contrib.auth.models import User
@@ -14,14 +15,23 @@ from playground.services.errors import ServiceError
 
 
 def dataset_list_for_user(*, user: User) -> QuerySet[Dataset]:
-    return Dataset.objects.filter(owner=user, course=None)
+    return Dataset.objects.filter(owner=user, course=None, replaced_at=None)
 
 
 def dataset_get_for_user(*, user: User, dataset_id: Any) -> Dataset:
-    dataset = Dataset.objects.filter(owner=user, course=None, id=dataset_id).first()
+    dataset = Dataset.objects.filter(owner=user, course=None, replaced_at=None, id=dataset_id).first()
     if dataset is None:
         raise Http404("no such dataset")
     return dataset
+
+
+def current_versions(datasets: Iterable[Dataset]) -> dict[str, Dataset]:
+    """Each dataset by its id (as text): itself, or, once replaced, the upload that replaced it
+    (what a new run reads where the earlier one is named)."""
+    found = list(datasets)
+    newer_ids = {d.replaced_by_id for d in found if d.replaced_by_id}
+    newer = {d.id: d for d in Dataset.objects.filter(id__in=newer_ids)} if newer_ids else {}
+    return {str(d.id): newer.get(d.replaced_by_id, d) if d.replaced_by_id else d for d in found}
 
 
 def dataset_preview(*, dataset: Dataset, rows: int = 50, limit: int = 4096) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from django.db.models import QuerySet
 from django.http import Http404
 
 from playground.models import Dataset, Notebook, Run, RunOutputFile
+from playground.selectors.datasets import current_versions
 
 
 def notebook_list_for_user(*, user: User) -> QuerySet[Notebook]:
@@ -36,8 +37,8 @@ def inputs_found(*, user: User, refs: list[dict[str, Any]]) -> Found:
     """The user's own datasets and still stored outputs that input references name, by their key."""
     dataset_ids = [str(ref["id"]) for ref in refs if ref["kind"] == "dataset"]
     output_ids = [int(ref["id"]) for ref in refs if ref["kind"] == "output"]
-    datasets = Dataset.objects.filter(owner=user, course=None, id__in=dataset_ids)
-    found: Found = {("dataset", str(d.id)): d for d in datasets}
+    datasets = current_versions(Dataset.objects.filter(owner=user, course=None, id__in=dataset_ids))
+    found: Found = {("dataset", old_id): d for old_id, d in datasets.items()}  # a replaced one: its replacement
     outputs = RunOutputFile.objects.filter(run__in=Run.objects.own(user), id__in=output_ids).exclude(file="")
     found.update({("output", str(o.id)): o for o in outputs})
     return found
@@ -51,7 +52,8 @@ def notebook_view(*, notebook: Notebook) -> dict[str, Any]:
         return input_key(ref) not in found
 
     broken_names = {ref["name"] for ref in refs if is_broken(ref)}
-    by_name = {d.name: d for d in Dataset.objects.filter(owner=notebook.owner, course=None, name__in=broken_names)}
+    by_name = {d.name: d for d in Dataset.objects.filter(owner=notebook.owner, course=None, replaced_at=None,
+                                                          name__in=broken_names)}  # fmt: skip
 
     def input_view(ref: dict[str, Any]) -> dict[str, Any]:
         fix = by_name.get(ref["name"]) if is_broken(ref) else None

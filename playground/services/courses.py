@@ -35,6 +35,7 @@ from playground.models import (
     Visibility,
 )
 from playground.selectors.courses import course_by_join_code
+from playground.selectors.datasets import current_versions
 from playground.services.errors import ServiceError
 from playground.services.runs import check_egress, check_program_input
 from runner.spec import RUNTIMES, Limits
@@ -296,8 +297,9 @@ def assignment_save(*, course: Course, data: dict[str, Any], assignment: Assignm
     if opens_at and due_at and due_at <= opens_at:
         raise ServiceError("invalid_dates", "due_at must be after opens_at", field="due_at", status=422)
     dataset_ids = [str(i) for i in data.get("dataset_ids") or []]
-    datasets = list(Dataset.objects.filter(course=course, id__in=dataset_ids))
-    if len(datasets) != len(set(dataset_ids)):
+    found = current_versions(Dataset.objects.filter(course=course, id__in=dataset_ids))
+    datasets = list({d.id: d for d in found.values()}.values())  # a replaced one: its replacement
+    if len(found) != len(set(dataset_ids)):
         raise ServiceError(
             "dataset_not_found", "a dataset in dataset_ids is not one of this course's", field="dataset_ids",
             status=404,

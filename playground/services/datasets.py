@@ -1,5 +1,5 @@
 """Datasets: upload (name, size and storage quota checked; the content hashed and sniffed, never
-parsed) and deletion."""
+parsed), replacement by an upload of the same name, and deletion."""
 
 from __future__ import annotations
 
@@ -11,17 +11,20 @@ from django.contrib.auth.models import User
 from django.core.files import File
 from django.core.files.uploadedfile import UploadedFile
 from django.db import IntegrityError, transaction
-from django.db.models import Sum
+from django.db.models import Q, Sum
+from django.utils import timezone
 
-from playground.models import Course, Dataset, RunOutputFile
+from playground.models import Assignment, Course, Dataset, RunOutputFile
 from playground.services.errors import ServiceError
 from runner.files import SAFE_NAME
 from runner.units import size_words
 
 
-def dataset_create(*, user: User, upload: UploadedFile, course: Course | None = None) -> Dataset:
+def dataset_create(*, user: User, upload: UploadedFile, course: Course | None = None, replace: bool = False) -> Dataset:
     """A dataset of the user's own, or (with `course`) of a course, uploaded by its staff member
-    `user` (who owns the file for the storage quota) for the course's runs to read."""
+    `user` (who owns the file for the storage quota) for the course's runs to read. A name that
+    is taken is refused (409) unless `replace`: then this upload becomes the dataset of that name,
+    which new runs read wherever the earlier one was named; runs made before keep what they read."""
     name = upload.name or ""
     if "/" in name or "\\" in name or not SAFE_NAME.fullmatch(name):
         raise ServiceError(
@@ -36,8 +39,9 @@ def dataset_create(*, user: User, upload: UploadedFile, course: Course | None = 
             status=413,
         )
     _check_storage_quota(user, upload.size)
-    same_name = Dataset.objects.filter(course=course, name=name)
-    if (same_name if course is not None else same_name.filter(owner=user)).exists():
+    same_name = Dataset.objects.filter(course=course, name=name, replaced_at=None)
+    same_name = same_name if course is not None else same_name.filter(owner=user)
+    if not replace and same_name.exists():
         raise ServiceError("duplicate_name", _duplicate(name, course), field="file", status=409)
     digest = hashlib.sha256()
     head = b""
@@ -52,15 +56,31 @@ def dataset_create(*, user: User, upload: UploadedFile, course: Course | None = 
     dataset.file.save(secrets.token_hex(16), File(upload), save=False)
     try:
         with transaction.atomic():
+            earlier = list(same_name.select_for_update()) if replace else []
+            for old in earlier:  # the current one of that name, before the new one takes the name
+                Dataset.objects.filter(id=old.id).update(replaced_at=timezone.now())
             dataset.save()
+            for old in earlier:
+                _replaced(old, by=dataset)
     except IntegrityError:  # a parallel upload of the same name won the constraint
         dataset.file.delete(save=False)
         raise ServiceError("duplicate_name", _duplicate(name, course), field="file", status=409) from None
     return dataset
 
 
+def _replaced(old: Dataset, *, by: Dataset) -> None:
+    """`by` stands for `old` and its own earlier versions from now on (one hop to the newest), in
+    the assignments that named it too; the runs that read them keep them."""
+    Dataset.objects.filter(Q(id=old.id) | Q(replaced_by=old)).update(replaced_by=by)
+    links = Assignment.datasets.through.objects.filter(dataset=old)
+    for link in links:
+        Assignment.datasets.through.objects.get_or_create(assignment_id=link.assignment_id, dataset=by)
+    links.delete()
+
+
 def _duplicate(name: str, course: Course | None) -> str:
-    return f"{'the course has' if course else 'you already have'} a dataset named {name!r}"
+    where = "the course has" if course else "you already have"
+    return f"{where} a dataset named {name!r}: upload it with replace=true to replace it (runs made before keep theirs)"
 
 
 def sniff(head: bytes) -> str:
@@ -83,8 +103,11 @@ def sniff(head: bytes) -> str:
 
 
 def dataset_delete(*, dataset: Dataset) -> None:
-    dataset.file.delete(save=False)
-    dataset.delete()
+    """The dataset and the versions it replaced (the runs that read them lose the link, as they
+    do to any deleted dataset)."""
+    for version in [*dataset.earlier_versions.all(), dataset]:
+        version.file.delete(save=False)
+        version.delete()
 
 
 def _check_storage_quota(user: User, adding: int) -> None:

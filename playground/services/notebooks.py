@@ -157,7 +157,7 @@ def cell_run(*, notebook: Notebook, cell_id: str, engine: str = "auto") -> Run:
                 )  # fmt: skip
         run = run_services.run_create(
             user=current.owner, runtime=cell["runtime"], code=cell["source"],
-            dataset_ids=[ref["id"] for ref in cell["inputs"] if ref["kind"] == "dataset"],
+            dataset_ids=[found[input_key(ref)].id for ref in cell["inputs"] if ref["kind"] == "dataset"],
             output_ids=[ref["id"] for ref in cell["inputs"] if ref["kind"] == "output"],
             limits=limits_from_record(cell["limits"]), engine=engine,
             egress=cell.get("egress") or (),  # checked against today's ceiling, as any run's

@@ -28,6 +28,7 @@ from playground.models import (
     RunOutputFile,
     RunState,
 )
+from playground.selectors.datasets import current_versions
 from playground.selectors.hosts import live_engines
 from playground.services.dispatch import choose_queue, enqueue, requeue_stale
 from playground.services.errors import ServiceError
@@ -75,8 +76,9 @@ def run_create(
         raise ServiceError("runtime_not_allowed", f"this course allows {allowed}", field="runtime", status=422)
     check_program_input(stdin, args or [])
     policy = check_egress(egress, course=course)
-    own = list(Dataset.objects.filter(owner=user, course=None, id__in=dataset_ids))
-    if len(own) != len(set(map(str, dataset_ids))):
+    found = current_versions(Dataset.objects.filter(owner=user, course=None, id__in=dataset_ids))
+    own = list({d.id: d for d in found.values()}.values())  # a replaced one: its replacement
+    if len(found) != len(set(map(str, dataset_ids))):
         raise ServiceError(
             "dataset_not_found", "a dataset in dataset_ids does not exist", field="dataset_ids", status=404
         )

@@ -296,19 +296,34 @@
     function setUpDatasetUpload() {
       const picker = document.getElementById("dataset-file");
       const status = document.getElementById("dataset-status");
-      picker.addEventListener("change", async () => {
-        const files = [...picker.files];
-        picker.value = "";
+      // A name the course has already is refused; the status then offers to replace it (the
+      // assignments that use it read the new file; runs made before keep theirs).
+      async function send(files, replace) {
+        const taken = [];
         for (const file of files) {
           const data = new FormData();
           data.append("file", file);
           status.textContent = `uploading ${file.name}…`;
           try {
-            await api("POST", `${base}/datasets`, data);
-            status.textContent = `uploaded ${file.name}`;
-          } catch (error) { status.textContent = `${file.name}: ${error.message}`; }
+            await api("POST", `${base}/datasets${replace ? "?replace=true" : ""}`, data);
+            status.textContent = `${replace ? "replaced" : "uploaded"} ${file.name}`;
+          } catch (error) {
+            if (error.data && error.data.code === "duplicate_name") taken.push(file);
+            else status.textContent = `${file.name}: ${error.message}`;
+          }
+        }
+        if (taken.length) {
+          const names = taken.map((file) => file.name).join(", ");
+          status.replaceChildren(`The course has ${names} already. `,
+            el("button", { type: "button", onclick: () => send(taken, true) }, `Replace ${names}`),
+            " (its assignments read the new file; runs made before keep theirs)");
         }
         loadDatasets();
+      }
+      picker.addEventListener("change", () => {
+        const files = [...picker.files];
+        picker.value = "";
+        send(files, false);
       });
     }
 

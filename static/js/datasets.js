@@ -41,14 +41,26 @@
     refresh();
   }
 
-  async function upload(files) {
+  // A name already taken is refused; the message then offers to replace that dataset with this
+  // file (new runs and notebook cells that use it read the new one; runs made before keep theirs).
+  async function upload(files, { replace = false } = {}) {
+    const taken = [];
     for (const file of files) {
       const form = new FormData();
       form.append("file", file);
       try {
-        await api("POST", "/datasets", form);
-        message.textContent = `uploaded ${file.name}`;
-      } catch (error) { message.textContent = `${file.name}: ${error.message}`; }
+        await api("POST", `/datasets${replace ? "?replace=true" : ""}`, form);
+        message.replaceChildren(`${replace ? "replaced" : "uploaded"} ${file.name}`);
+      } catch (error) {
+        if (error.data && error.data.code === "duplicate_name") taken.push(file);
+        else message.replaceChildren(`${file.name}: ${error.message}`);
+      }
+    }
+    if (taken.length) {
+      const names = taken.map((file) => file.name).join(", ");
+      message.replaceChildren(`You already have ${names}. `,
+        el("button", { type: "button", onclick: () => upload(taken, { replace: true }) }, `Replace ${names}`),
+        " (new runs and cells that use it read the new file; runs made before keep theirs)");
     }
     refresh();
   }

@@ -495,6 +495,29 @@ def test_a_failed_runs_stderr_shows_its_end_with_the_whole_a_click_away(chromium
     page.screenshot(path=shots / "stderr-whole-1280.png", full_page=True)
 
 
+def test_an_upload_of_a_name_taken_offers_to_replace_that_dataset(chromium: Browser, site: str, tmp_path: Path) -> None:
+    from playwright.sync_api import expect
+
+    page = chromium.logged_in()
+    page.goto(f"{site}/datasets/")
+    first, second = tmp_path / "one", tmp_path / "two"
+    for folder, text in ((first, "name\nada\n"), (second, "name\ngrace\n")):
+        folder.mkdir()
+        (folder / "people.csv").write_text(text)
+    page.set_input_files("#file", str(first / "people.csv"))
+    expect(page.locator("#upload-status")).to_have_text("uploaded people.csv")
+    page.set_input_files("#file", str(second / "people.csv"))
+    expect(page.locator("#upload-status")).to_contain_text("You already have people.csv.")
+    page.get_by_role("button", name="Replace people.csv").click()
+    expect(page.locator("#upload-status")).to_have_text("replaced people.csv")
+    expect(page.locator("#dataset-list tr")).to_have_count(1)
+    page.get_by_role("button", name="preview people.csv").click()
+    expect(page.locator("#preview")).to_contain_text("grace")
+    # The refusal the page answered with its offer is the one console error expected.
+    assert [e for e in chromium.errors if "status of 409" in e[1]], chromium.errors
+    chromium.errors = [e for e in chromium.errors if "status of 409" not in e[1]]
+
+
 def test_the_editor_indents_with_tab_four_spaces_in_python_two_in_javascript(chromium: Browser) -> None:
     page = chromium.logged_in()
 

@@ -561,3 +561,24 @@ def test_a_roster_line_with_a_nul_character_is_reported_invalid_not_stored() -> 
     assert response.status_code == 200, response.content
     assert response.json()["invalid"] == ["al\0@example.org", "bo\0b"] and response.json()["invited"] == 1
     assert list(CourseInvitation.objects.values_list("identifier", flat=True)) == ["ann"]
+
+
+def test_a_course_dataset_replaced_by_an_upload_of_its_name_is_what_its_assignments_read_from_then_on() -> None:
+    instructor = api(person("teacher"))
+    course = new_course(instructor)
+    where = f"/api/courses/{course['id']}/datasets"
+
+    def send(data: bytes, query: str = "") -> Any:
+        return instructor.post(where + query, {"file": SimpleUploadedFile("people.csv", data, content_type="text/csv")})
+
+    old = send(b"name\nada\n").json()
+    body = {"title": "Read it", "runtime": "python", "dataset_ids": [old["id"]]}
+    assignment = call(instructor, "POST", f"/api/courses/{course['id']}/assignments", body, 201)
+    assert json_error(send(b"name\ngrace\n"), 409)["code"] == "duplicate_name"
+    new = send(b"name\ngrace\n", "?replace=true").json()
+    assert [d["id"] for d in call(instructor, "GET", where)] == [new["id"]]
+    read = call(instructor, "GET", f"/api/assignments/{assignment['id']}")
+    assert [d["id"] for d in read["datasets"]] == [new["id"]]
+    # an assignment saved again with the id it read before reads the new file too
+    again = call(instructor, "PUT", f"/api/assignments/{assignment['id']}", {**body, "dataset_ids": [old["id"]]})
+    assert [d["id"] for d in again["datasets"]] == [new["id"]]

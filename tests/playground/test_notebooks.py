@@ -13,7 +13,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.http import Http404
 from django.test import Client
 
-from playground.models import Notebook, Run, RunOutputFile
+from playground.models import Dataset, Notebook, Run, RunOutputFile
 from playground.services import notebooks as notebook_services
 from tests.playground.conftest import api, json_error
 from tests.playground.factories import UserFactory
@@ -184,6 +184,44 @@ def test_an_input_whose_dataset_was_deleted_shows_as_broken_with_a_fix_and_is_re
     fixed = save(client, kept.json(), [{**stored["cells"][0], "inputs": [{"kind": "dataset", "id": new["id"]}]}])
     assert fixed.json()["cells"][0]["inputs"][0]["broken"] is False
     assert client.post(f"/api/notebooks/{notebook['id']}/cells/c1/run").status_code == 201
+
+
+def test_a_dataset_replaced_by_an_upload_of_its_name_is_read_by_new_runs_and_old_runs_keep_theirs(
+    redis_server: Any,
+) -> None:
+    client = api(UserFactory())
+    old = upload(client, "people.csv", b"name,age\nada,36\n")
+    notebook = create(client, cells=[code_cell("c1", "print(open('/input/people.csv').read())",
+                                               inputs=[{"kind": "dataset", "id": old["id"]}])])  # fmt: skip
+    before = client.post(f"/api/notebooks/{notebook['id']}/cells/c1/run")
+    assert before.status_code == 201, before.content
+
+    taken = client.post("/api/datasets", {"file": SimpleUploadedFile("people.csv", b"name,age\ngrace,85\n")})
+    error = json_error(taken, 409)
+    assert error["code"] == "duplicate_name" and "replace=true" in error["message"], error
+    replaced = client.post("/api/datasets?replace=true",
+                           {"file": SimpleUploadedFile("people.csv", b"name,age\ngrace,85\n")})  # fmt: skip
+    assert replaced.status_code == 201, replaced.content
+    new = replaced.json()
+    assert [(d["id"], d["name"]) for d in client.get("/api/datasets").json()] == [(new["id"], "people.csv")]
+    assert client.get(f"/api/datasets/{old['id']}").status_code == 404  # no longer one of your datasets
+
+    # The cell still names the old id, and is not broken: a new run reads the new file.
+    stored = client.get(f"/api/notebooks/{notebook['id']}").json()
+    assert stored["cells"][0]["inputs"][0]["broken"] is False
+    after = client.post(f"/api/notebooks/{notebook['id']}/cells/c1/run")
+    assert after.status_code == 201, after.content
+    assert [str(d.id) for d in Run.objects.get(id=after.json()["id"]).datasets.all()] == [new["id"]]
+    by_api = client.post("/api/runs", {"runtime": "python", "code": "1", "dataset_ids": [old["id"]]},
+                         content_type="application/json")  # fmt: skip
+    assert [str(d.id) for d in Run.objects.get(id=by_api.json()["id"]).datasets.all()] == [new["id"]]
+    # The run made before keeps the version it read, still stored.
+    kept = Run.objects.get(id=before.json()["id"]).datasets.get()
+    assert str(kept.id) == old["id"] and kept.file.read() == b"name,age\nada,36\n"
+
+    # Deleting the dataset deletes the versions it replaced.
+    assert client.delete(f"/api/datasets/{new['id']}").status_code == 204
+    assert not Dataset.objects.exists()
 
 
 def test_an_output_purged_before_the_save_is_kept_as_broken_not_refused(redis_server: Any) -> None:
