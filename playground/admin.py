@@ -51,7 +51,7 @@ from playground.services.errors import ServiceError
 from playground.services.hosts import hosts_drain
 from playground.services.retention import purge_user_data
 from playground.services.runs import run_cancel, run_rerun
-from runner.units import seconds_words
+from runner.units import seconds_words, size_words
 
 admin.site.site_header = "Cordon audit console"
 admin.site.site_title = "Cordon"
@@ -343,8 +343,8 @@ class RunAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         record = run.egress_record
         if record is None:
             return NOT_APPLICABLE
-        said = (f"{record['connections']} connected, {record['refused']} refused, {record['bytes_out']} bytes out, "
-                f"{record['bytes_in']} bytes in")  # fmt: skip
+        said = (f"{record['connections']} connected, {record['refused']} refused, "
+                f"{size_words(record['bytes_out'])} out, {size_words(record['bytes_in'])} in")  # fmt: skip
         return f"{said}; stopped: passed its cap ({record['limit']})" if record.get("limit") else said
 
     @admin.display(description="created")

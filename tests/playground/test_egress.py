@@ -38,7 +38,7 @@ API_ALLOWED = {
 }  # fmt: skip
 RECORD = {
     "policy": ["api.example.org:443", "nowhere.invalid:80"], "attempts": [NOWHERE_REFUSED, API_ALLOWED],
-    "connections": 1, "refused": 1, "bytes_out": 517, "bytes_in": 262_656, "limit": "more than 262144 bytes in",
+    "connections": 1, "refused": 1, "bytes_out": 517, "bytes_in": 262_656, "limit": "more than 256 KiB in",
 }  # fmt: skip
 
 
@@ -320,7 +320,7 @@ def test_the_run_page_lists_each_attempt_its_policy_totals_and_the_cap_passed() 
     client.force_login(owner)
     html = client.get(f"/runs/{run.id}/").content.decode()
     assert "<code>api.example.org:443</code>, <code>nowhere.invalid:80</code>" in html
-    assert "1 connected · 1 refused" in html and "517 bytes out · 262656 bytes in" in html
+    assert "1 connected · 1 refused" in html and "517 bytes out · 256.5 KiB in" in html
     assert "stopped: the run passed its egress cap (more than 256 KiB in)" in html
     assert "2026-01-01 00:00:00" in html and "<code>nowhere.invalid:80</code>" in html
     assert "the name does not resolve ([Errno -2] Name or service not known)" in html
@@ -344,7 +344,7 @@ def test_the_audit_console_shows_the_attempts_filters_by_network_and_exports_the
     client.force_login(staff)
     html = client.get(f"/admin/playground/run/{run.id}/change/").content.decode()
     assert 'id="audit-egress"' in html and "api.example.org:443, nowhere.invalid:80" in html
-    assert "1 connected, 1 refused, 517 bytes out, 262656 bytes in" in html
+    assert "1 connected, 1 refused, 517 bytes out, 256.5 KiB in" in html
     assert "2026-01-01 00:00:00.250" in html and "2026-01-01 00:00:01.500" in html  # to the millisecond
     assert "the name does not resolve" in html and "93.184.215.14" in html
     assert (
@@ -367,7 +367,7 @@ def test_the_audit_console_shows_the_attempts_filters_by_network_and_exports_the
     egress = {name: row[header.index(name)] for name in header if name.startswith("egress")}
     assert egress == {
         "egress": "api.example.org:443 nowhere.invalid:80", "egress_connections": "1", "egress_refused": "1",
-        "egress_bytes_out": "517", "egress_bytes_in": "262656", "egress_limit": "more than 262144 bytes in",
+        "egress_bytes_out": "517", "egress_bytes_in": "262656", "egress_limit": "more than 256 KiB in",
     }  # fmt: skip
     row = next(r for r in rows[1:] if r[0] == str(quiet.id))
     assert [row[header.index(name)] for name in egress] == [""] * 6  # no record: unknown, not 0
@@ -420,3 +420,10 @@ def test_a_run_with_a_policy_reaches_its_proxy_and_the_refusal_is_recorded(
         False,
     )
     assert attempt["reason"] == "not in the run's egress policy" and attempt["address"] == ""
+
+
+def test_network_figures_on_the_pages_are_in_units_not_raw_bytes() -> None:
+    from django.template import Context, Template
+
+    said = Template("{{ n|size }} · {{ s|seconds }} · {{ none|size }}").render(Context({"n": 262_656, "s": 0.25}))
+    assert said == "256.5 KiB · 250 ms · -"
