@@ -64,7 +64,7 @@ def test_the_storage_quota_counts_existing_data(redis_server: Any) -> None:
     dataset_services.dataset_create(user=user, upload=SimpleUploadedFile("a.csv", b"12345678"))
     with pytest.raises(ServiceError) as refused:
         dataset_services.dataset_create(user=user, upload=SimpleUploadedFile("b.csv", b"12345"))
-    assert refused.value.status == 413 and "8 of 10 bytes used" in refused.value.message
+    assert refused.value.status == 413 and "8 bytes of 10 bytes used" in refused.value.message
     assert Dataset.objects.filter(owner=user).count() == 1
 
 
