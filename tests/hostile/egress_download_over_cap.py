@@ -1,4 +1,4 @@
-# cordon: {"outcome": "egress_limit", "egress": ["allowed.test:8080"], "limits": {"egress_max_bytes_in": 262144}, "reason_has": ["more than 262144 bytes in"], "egress_refused": 0, "egress_allowed": 1, "max_wall_s": 8}
+# cordon: {"outcome": "egress_limit", "egress": ["allowed.test:8080"], "limits": {"egress_max_bytes_in": 262144}, "reason_has": ["more than 256 KiB in"], "egress_refused": 0, "egress_allowed": 1, "max_wall_s": 8}
 # A download past the run's egress cap (256 KiB in): the proxy cuts the connection at the cap
 # and the supervisor stops the run at once as egress_limit, although the program would wait.
 import time

@@ -122,7 +122,7 @@ def test_a_logged_in_browser_without_its_csrf_token_gets_a_json_403(redis_server
 def test_a_json_body_over_the_cap_is_a_json_413(redis_server: Any) -> None:
     body = json.dumps({"runtime": "python", "code": "x" * 4096})
     error = _error(_post_json(api(UserFactory()), "/api/runs", body), 413)
-    assert error["code"] == "too_large" and "2048" in error["message"]
+    assert error["code"] == "too_large" and "over the 2 KiB limit" in error["message"]
 
 
 def test_a_malformed_multipart_body_is_a_json_400(redis_server: Any) -> None:

@@ -137,12 +137,16 @@ def test_a_killed_worker_is_reaped_as_a_sandbox_error_and_nothing_is_left(worker
 def _assert_nothing_left(run_key: str) -> None:
     from runner import hostfs
     from runner.cgroups import CgroupLayout
-    from runner.supervisor import Supervisor
+    from runner.supervisor import Supervisor, SupervisorSettings
 
     supervisor = Supervisor()
     deadline = time.monotonic() + 20
     while True:
-        left = [p for p in CgroupLayout.detect().parents("cordon") if (p / run_key).exists()]
+        left = [
+            p
+            for p in CgroupLayout.detect().parents(SupervisorSettings.from_env().cgroup_parent)
+            if (p / run_key).exists()
+        ]
         left += [d for d in (supervisor.runs_dir / run_key, supervisor.views_dir / run_key) if d.exists()]
         left += hostfs.mounts_under(supervisor.views_dir / run_key)
         if not left or time.monotonic() > deadline:

@@ -17,6 +17,7 @@ from runner import hostfs
 from runner.cgroups import CgroupLayout
 from runner.config import paths_from_env
 from runner.images import read_lock
+from runner.supervisor import SupervisorSettings
 from tests.conftest import child_env
 
 pytestmark = pytest.mark.images
@@ -157,7 +158,7 @@ def test_a_sigkilled_supervisor_leaves_debris_that_the_sweep_removes(project_roo
     proc.wait()
     runs = paths_from_env().data_dir / "runs"
     layout = CgroupLayout.detect()
-    leaves = [parent / run_id for parent in layout.parents("cordon")]
+    leaves = [parent / run_id for parent in layout.parents(SupervisorSettings.from_env().cgroup_parent)]
     assert (runs / run_id).exists() and any(leaf.exists() for leaf in leaves), "expected debris after a crash"
     time.sleep(1.5)  # bwrap's --die-with-parent takes the sandbox down with its supervisor
     sweep = subprocess.run([sys.executable, "-m", "runner", "sweep"], cwd=project_root, env=child_env(),
