@@ -13,7 +13,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.core.files.uploadedfile import SimpleUploadedFile
 
-from playground.models import RunKind
+from playground.models import Course, RunKind
 from playground.services import datasets as dataset_services
 from playground.services.accounts import token_create
 from playground.services.invites import invite_create
@@ -91,17 +91,21 @@ def personas(site: str) -> dict[str, list[str]]:
     invite_create(by=admin, note="for a new analyst in the finance team")
     ids = world.ids
     course, assignment, submission = ids["course"], ids["assignment"], ids["submission"]
+    join_code = Course.objects.get(id=course).join_code
     return {
         "ada": ["/", "/playground/", "/datasets/", "/runs/", f"/runs/{run.id}/", "/images/", "/account/",
-                "/courses/"],
+                "/courses/", f"/courses/join/{join_code}/", "/api/docs"],
         "student": ["/courses/", f"/courses/{course}/", f"/assignments/{assignment}/", f"/submissions/{submission}/",
-                    "/runs/", f"/runs/{ids['try_run']}/", "/account/"],
+                    "/runs/", f"/runs/{ids['try_run']}/", "/account/", "/datasets/"],
         "instructor": ["/courses/", f"/courses/{course}/", f"/courses/{course}/assignments/new/",
                        f"/assignments/{assignment}/", f"/assignments/{assignment}/edit/",
                        f"/submissions/{submission}/", f"/runs/{ids['test_run']}/", "/datasets/"],
         "root": ["/account/invites/", "/admin/", "/admin/overview/", "/admin/playground/run/",
                  f"/admin/playground/run/{run.id}/change/", "/admin/playground/invite/",
-                 "/admin/playground/apitoken/", "/admin/playground/course/"],
+                 "/admin/playground/apitoken/", "/admin/playground/course/",
+                 f"/admin/playground/course/{course}/change/", "/admin/playground/dataset/",
+                 "/admin/playground/staffaccess/", "/admin/playground/workerhost/", "/admin/playground/runtimeimage/",
+                 "/admin/auth/user/", "/account/"],
     }  # fmt: skip
 
 
