@@ -144,6 +144,20 @@ class _Echo:
         return value
 
 
+class RecordAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """Records the system writes (runs, staff reads, datasets, tokens, invites): listed and read
+    here, never added, edited or deleted by hand (an action may still act on them: revoke, purge)."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
 class ReadOnlyInline(admin.TabularInline):  # type: ignore[type-arg]
     extra = 0
     can_delete = False
@@ -222,7 +236,7 @@ class RunChangeList(ChangeList):
 
 
 @admin.register(Run)
-class RunAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class RunAdmin(RecordAdmin):
     class Media:
         css = {"all": ("css/audit.css",)}
 
@@ -253,15 +267,7 @@ class RunAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     )  # fmt: skip
     readonly_fields = tuple(name for _, options in fieldsets for name in options["fields"])  # type: ignore[misc]
 
-    # Run records are written by the workers alone: the audit page is a view, with no Save.
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
+    # Run records are written by the workers alone (RecordAdmin): the audit page is a view, with no Save.
 
     @admin.display(description="id", ordering="id")
     def short_id(self, run: Run) -> str:
@@ -519,7 +525,7 @@ def _timeline(run: Run) -> list[dict[str, Any]]:
 
 
 @admin.register(StaffAccess)
-class StaffAccessAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class StaffAccessAdmin(RecordAdmin):
     """Staff reads of other users' code, logs and outputs: a record nobody edits or deletes here."""
 
     list_display = ("when", "staff_username", "what", "owner_username", "run", "detail", "path")
@@ -529,37 +535,20 @@ class StaffAccessAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     date_hierarchy = "at"
     ordering = ("-at", "-id")
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
     @admin.display(description="when", ordering="at")
     def when(self, access: StaffAccess) -> str:
         return ms_time(access.at)
 
 
 @admin.register(Dataset)
-class DatasetAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class DatasetAdmin(RecordAdmin):
+    # No delete one by one: a user's data goes with the audited purge action on runs.
     list_display = ("name", "owner", "size_shown", "sniffed_type", "sha256", "created_at")
     list_select_related = ("owner",)
     list_filter = ("sniffed_type", "created_at")
     search_fields = ("name", "owner__username", "sha256")
     # No file link: datasets are user data, and a download here would be a staff read not recorded.
     readonly_fields = ("id", "owner", "name", "size", "sha256", "sniffed_type", "created_at")
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False  # a dataset is a user's upload
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False  # a user's data goes with the audited purge action on runs, not one by one here
 
     @admin.display(description="size", ordering="size")
     def size_shown(self, dataset: Dataset) -> str:
@@ -677,7 +666,7 @@ class WorkerHostAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
 
 @admin.register(ApiToken)
-class ApiTokenAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class ApiTokenAdmin(RecordAdmin):
     """Tokens are made only where the key can be shown once (the account page, or the
     create_api_token command); here they are listed and revoked. A revoked token stops at once
     and stays listed, with when and by whom; nothing deletes one here."""
@@ -689,15 +678,6 @@ class ApiTokenAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     readonly_fields = ("prefix", "user", "name", "key_hash", "created_at", "last_used_at", "revoked_at", "revoked_by")
     actions = ("revoke_tokens",)
     ordering = ("-created_at",)
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     def has_revoke_permission(self, request: HttpRequest) -> bool:
         return bool(request.user.has_perm("playground.change_apitoken"))
@@ -715,7 +695,7 @@ class ApiTokenAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
 
 @admin.register(Invite)
-class InviteAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class InviteAdmin(RecordAdmin):
     """Sign-up invites: made on the account page, where the link is shown once; listed here with
     their status. An unused one is revoked there."""
 
@@ -724,15 +704,6 @@ class InviteAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     search_fields = ("prefix", "note", "created_by__username", "used_by__username")
     readonly_fields = ("prefix", "note", "created_by", "created_at", "expires_at", "used_by", "used_at")
     exclude = ("key_hash",)
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     @admin.display(description="status")
     def status(self, invite: Invite) -> str:

@@ -19,6 +19,11 @@ def size_words(count: int, *, exact: bool = False) -> str:
     return f"{said} ({count:,} bytes)" if exact and count % whole else said
 
 
+def size_words_or_unknown(count: int | None) -> str:
+    """A size set against a cap (as size_words(exact=True)), or "of unknown size" when none was given."""
+    return "of unknown size" if count is None else size_words(count, exact=True)
+
+
 def seconds_words(seconds: float) -> str:
     """ "250 ms", "2.5 s", "90 s", "2 min 30 s"."""
     if seconds < 1:

@@ -17,7 +17,7 @@ from django.utils import timezone
 from playground.models import Assignment, Course, Dataset, RunOutputFile
 from playground.services.errors import ServiceError
 from runner.files import SAFE_NAME
-from runner.units import size_words
+from runner.units import size_words, size_words_or_unknown
 
 
 def dataset_create(*, user: User, upload: UploadedFile, course: Course | None = None, replace: bool = False) -> Dataset:
@@ -34,7 +34,7 @@ def dataset_create(*, user: User, upload: UploadedFile, course: Course | None = 
     if upload.size is None or upload.size > limit:
         raise ServiceError(
             "too_large",
-            f"the file is {_upload_size(upload.size)}; the maximum is {size_words(limit)}",
+            f"the file is {size_words_or_unknown(upload.size)}; the maximum is {size_words(limit)}",
             field="file",
             status=413,
         )
@@ -121,7 +121,3 @@ def _check_storage_quota(user: User, adding: int) -> None:
             f"storage quota: {size_words(used)} of {size_words(quota)} used; this needs {size_words(adding)} more",
             status=413,
         )
-
-
-def _upload_size(size: int | None) -> str:
-    return "of unknown size" if size is None else size_words(size, exact=True)

@@ -33,7 +33,7 @@ from playground.selectors.notebooks import input_key, inputs_found
 from playground.services import runs as run_services
 from playground.services.errors import ServiceError
 from runner.spec import RUNTIMES
-from runner.units import size_words
+from runner.units import size_words, size_words_or_unknown
 
 MAX_NOTEBOOKS = 100
 SAVE_TRIES = 3  # a save races a cell's run at most this often before it says "changed elsewhere"
@@ -127,7 +127,7 @@ def notebook_import(*, user: User, upload: UploadedFile) -> Notebook:
     if upload.size is None or upload.size > IMPORT_MAX_BYTES:
         raise ServiceError(
             "too_large",
-            f"the file is {_upload_size(upload.size)}; at most {size_words(IMPORT_MAX_BYTES)}",
+            f"the file is {size_words_or_unknown(upload.size)}; at most {size_words(IMPORT_MAX_BYTES)}",
             field="file",
             status=413,
         )
@@ -356,7 +356,3 @@ def _purged_output(user: User, ref: dict[str, Any]) -> RunOutputFile | None:
     if ref["kind"] != "output":
         return None
     return RunOutputFile.objects.filter(run__in=Run.objects.own(user), id=int(ref["id"]), file="").first()
-
-
-def _upload_size(size: int | None) -> str:
-    return "of unknown size" if size is None else size_words(size, exact=True)

@@ -105,6 +105,19 @@ class Assignment:
     assignment_id: str
 
 
+def api_call(port: int, token: str, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+    """One API call to the stack on `port` as the token's user; its JSON answer, or RuntimeError."""
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}{path}", method=method, data=json.dumps(body).encode() if body is not None else None,
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+    )  # fmt: skip
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:  # noqa: S310 - our own http URL
+            return json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        raise RuntimeError(f"{method} {path}: {exc.code} {exc.read()[:300]!r}") from exc
+
+
 class Classroom:
     """The stack's user `bench` as instructor, and students with API tokens of their own."""
 
@@ -114,16 +127,7 @@ class Classroom:
         self.tokens: dict[str, str] = json.loads(_last_line(stack._manage("shell", "-c", USERS.format(count=count))))
 
     def api(self, token: str, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-        request = urllib.request.Request(
-            f"http://127.0.0.1:{self.stack.port}{path}", method=method,
-            data=json.dumps(body).encode() if body is not None else None,
-            headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
-        )  # fmt: skip
-        try:
-            with urllib.request.urlopen(request, timeout=60) as response:  # noqa: S310 - our own http URL
-                return json.loads(response.read())
-        except urllib.error.HTTPError as exc:
-            raise RuntimeError(f"{method} {path}: {exc.code} {exc.read()[:300]!r}") from exc
+        return api_call(self.stack.port, token, method, path, body)
 
     def assignment(self, title: str, students: list[str]) -> Assignment:
         """A course whose `students` joined by its code, with one python assignment of three tests."""

@@ -19,14 +19,12 @@ import multiprocessing
 import os
 import threading
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from tests.bench import Row, p50, percentile, targeted
-from tests.bench.bench_classroom import Classroom
+from tests.bench.bench_classroom import Classroom, api_call
 from tests.bench.bench_web import Stack
 
 ALONE = 30  # the bystander's runs before each round's load
@@ -73,18 +71,6 @@ def hello(stack: Stack) -> Hello:
     return Hello(total, (claimed - created).total_seconds(), (ended - claimed).total_seconds(), supervised)
 
 
-def _call(port: int, token: str, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{port}{path}", method=method, data=json.dumps(body).encode() if body is not None else None,
-        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
-    )  # fmt: skip
-    try:
-        with urllib.request.urlopen(request, timeout=60) as response:  # noqa: S310 - our own http URL
-            return json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        raise RuntimeError(f"{method} {path}: {exc.code} {exc.read()[:300]!r}") from exc
-
-
 def _client(port: int, teacher: str, student: str, notebook: dict[str, Any], assignment: str,
             stop: Any, results: Any) -> None:  # fmt: skip
     """The other course's client (a process of its own): the saves and the reads, each in a
@@ -102,7 +88,7 @@ def _client(port: int, teacher: str, student: str, notebook: dict[str, Any], ass
             save += 1
             started = time.monotonic()
             try:
-                saved = _call(port, teacher, "PUT", f"/api/notebooks/{notebook['id']}",
+                saved = api_call(port, teacher, "PUT", f"/api/notebooks/{notebook['id']}",
                               {"name": "hostile", "version": version, "cells": _cells(save)})  # fmt: skip
             except (OSError, RuntimeError) as exc:
                 errors.append(f"save: {exc}"[:300])
@@ -114,7 +100,7 @@ def _client(port: int, teacher: str, student: str, notebook: dict[str, Any], ass
         while not stop.is_set():
             started = time.monotonic()
             try:
-                _call(port, student, "GET", f"/api/assignments/{assignment}")
+                api_call(port, student, "GET", f"/api/assignments/{assignment}")
             except (OSError, RuntimeError) as exc:
                 errors.append(f"read: {exc}"[:300])
                 return

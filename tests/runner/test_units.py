@@ -2,7 +2,7 @@
 
 import pytest
 
-from runner.units import seconds_words, size_words
+from runner.units import seconds_words, size_words, size_words_or_unknown
 
 
 @pytest.mark.parametrize(
@@ -24,3 +24,7 @@ def test_a_size_set_against_a_cap_says_its_bytes_when_its_unit_would_round_it_on
 )
 def test_a_duration_is_said_in_the_unit_that_reads_best(seconds: float, said: str) -> None:
     assert seconds_words(seconds) == said
+
+
+def test_a_size_not_given_is_said_to_be_unknown() -> None:
+    assert size_words_or_unknown(None) == "of unknown size" and size_words_or_unknown(16385) == "16 KiB (16,385 bytes)"
