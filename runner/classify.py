@@ -5,7 +5,8 @@ strongest evidence of a limit, then the program's own exit status:
 
     cancelled > sandbox_error > timed_out > cpu_limit > egress_limit (the egress proxy's
     bytes, connections or refused-requests cap) > output_limit (stream cap, output files
-    over their caps or in folders nested too deep) > memory_limit (OOM kill)
+    over their caps or in folders nested too deep, a notebook cell's state over its cap)
+    > memory_limit (OOM kill)
     > process_limit > disk_limit > failed / succeeded
 
 An egress cap counts whenever it was passed, like a stream cap: the proxy cut the connection
@@ -45,6 +46,10 @@ class Evidence:
     oversize_output_bytes: int = 0
     output_too_deep: str | None = None  # the first output folder export refused for its depth
     output_area_full: bool = False
+    # A notebook cell's state passed state_max_bytes (its size as found), or the cell program's
+    # marker said the program ended while restoring the state it started from (runner.cells).
+    state_oversize: int | None = None
+    restoring_state: bool = False
     oom_kills: int = 0
     runtime_heap_exhausted: bool = False  # e.g. V8's "JavaScript heap out of memory" abort
     # In a VM nothing on the host sends the program SIGKILL: the guest kernel's OOM killer does.
@@ -76,6 +81,11 @@ def classify(ev: Evidence, limits: Limits) -> tuple[Outcome, str]:
         return Outcome.OUTPUT_LIMIT, f"stopped when {ev.stream_cap_hit} passed its cap of {size_words(cap)}"
     if ev.output_files_over_cap or ev.oversize_output is not None or ev.output_too_deep is not None:
         return Outcome.OUTPUT_LIMIT, _output_files_reason(ev, limits)
+    if ev.state_oversize is not None:
+        return Outcome.OUTPUT_LIMIT, (
+            f"its state for the next cell is over state_max_bytes ({size_words(limits.state_max_bytes)}); "
+            "the next cell starts from the state before it"
+        )
     if not succeeded and ev.output_area_full:
         return Outcome.OUTPUT_LIMIT, f"filled its output area of {size_words(limits.output_max_bytes)}"
     if ev.stopped_by == "oom" or ev.oom_kills > 0 or ev.runtime_heap_exhausted or ev.guest_oom_kill:
@@ -94,6 +104,11 @@ def classify(ev: Evidence, limits: Limits) -> tuple[Outcome, str]:
 def _memory_reason(ev: Evidence, limits: Limits) -> str:
     """Say so when files held a good part of the memory (1/8 or more): the program alone looks small."""
     reason = f"ran out of its {limits.memory_mib} MiB of memory"
+    if ev.restoring_state:
+        return reason + (
+            " while restoring the state it starts from (the names the cells above left): raise memory_mib, "
+            "or restart from nothing"
+        )
     files = ev.memory_file_bytes or 0
     if files * 8 >= limits.memory_mib * MIB:
         reason += f", {files / MIB:.1f} MiB of it held by its files in /tmp and /output"

@@ -32,12 +32,12 @@ OUTPUT_MAX_DEPTH = 16
 # record of an output (RunOutputFile.name, 300 characters) keeps.
 OUTPUT_NAME_MAX = 255
 _CHUNK = 1 << 16
-_OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 TOO_DEEP = f"folder nested more than {OUTPUT_MAX_DEPTH} deep; nothing in it is exported"
 
 
-def _refuse(code: str, message: str) -> RunnerError:
+def refused(code: str, message: str) -> RunnerError:
     return RunnerError(code, message, outcome=Outcome.REJECTED_INPUT)
 
 
@@ -46,7 +46,7 @@ def stage_inputs(inputs: tuple[Path, ...], dest: Path, limits: Limits, names: tu
     `names`, when given, are the names they appear under (a dataset's name, not its storage name;
     "a/b" stages b in a folder a, which the program may read but not change)."""
     if len(inputs) > limits.input_max_files:
-        raise _refuse("too_many_inputs", f"{len(inputs)} input files; at most {limits.input_max_files} are allowed")
+        raise refused("too_many_inputs", f"{len(inputs)} input files; at most {limits.input_max_files} are allowed")
     staged: list[OutputFile] = []
     seen: set[str] = set()
     made: list[str] = []  # folders made for names with a "/" (a check program's outputs/...)
@@ -55,36 +55,36 @@ def stage_inputs(inputs: tuple[Path, ...], dest: Path, limits: Limits, names: tu
         name = names[index] if index < len(names) else source.name
         parts = name.split("/")
         if len(parts) > INPUT_MAX_DEPTH or not all(SAFE_NAME.fullmatch(part) for part in parts):
-            raise _refuse(
+            raise refused(
                 "unsafe_input_name", f"input name {name!r} is not allowed (letters, digits, ._+- only, "
                 f"in at most {INPUT_MAX_DEPTH - 1} folders)",
             )  # fmt: skip
         folders = ["/".join(parts[:depth]) for depth in range(1, len(parts))]
         if name in seen or name in made or any(folder in seen for folder in folders):
-            raise _refuse("duplicate_input_name", f"two inputs are named {name!r} (or one is a folder of another)")
+            raise refused("duplicate_input_name", f"two inputs are named {name!r} (or one is a folder of another)")
         seen.add(name)
         for folder in folders:
             if folder not in made:
                 (dest / folder).mkdir(mode=0o700)
                 made.append(folder)
         try:
-            fd = os.open(source, _OPEN_FLAGS)
+            fd = os.open(source, OPEN_FLAGS)
         except OSError as exc:
             what = "is a symbolic link" if exc.errno == 40 else f"cannot be opened ({exc.strerror})"
-            raise _refuse("input_refused", f"input {name!r} {what}") from None
+            raise refused("input_refused", f"input {name!r} {what}") from None
         with os.fdopen(fd, "rb") as handle:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
-                raise _refuse("input_refused", f"input {name!r} is not a regular file ({_kind(st.st_mode)})")
+                raise refused("input_refused", f"input {name!r} is not a regular file ({_kind(st.st_mode)})")
             if st.st_nlink > 1:
-                raise _refuse("input_refused", f"input {name!r} has hard links; copy it first")
+                raise refused("input_refused", f"input {name!r} has hard links; copy it first")
             if st.st_size > budget:
-                raise _refuse(
+                raise refused(
                     "inputs_too_large", f"inputs exceed the cap of {size_words(limits.input_max_bytes)} at {name!r}"
                 )
-            copied = _copy(handle, dest, name, budget, mode=0o444)
+            copied = copy_capped(handle, dest, name, budget, mode=0o444)
             if copied is None:
-                raise _refuse(
+                raise refused(
                     "inputs_too_large", f"inputs exceed the cap of {size_words(limits.input_max_bytes)} at {name!r}"
                 )
         size, digest = copied
@@ -111,13 +111,16 @@ class ExportReport:
         return self.too_many or self.oversize is not None or self.too_deep is not None
 
 
-def export_outputs(area: Path, dest: Path | None, limits: Limits) -> ExportReport:
-    """Inspect the output area after exit; copy approved regular files to `dest` (if given)."""
+def export_outputs(area: Path, dest: Path | None, limits: Limits, *, skip: str | None = None) -> ExportReport:
+    """Inspect the output area after exit; copy approved regular files to `dest` (if given).
+    `skip` names a top-level folder that is not the user's (a cell's session files: runner.cells)."""
     report = ExportReport()
     budget = limits.output_max_bytes
-    root_fd = os.open(area, _DIR_FLAGS)
+    root_fd = os.open(area, DIR_FLAGS)
     try:
         for relative, entry_stat, parent_fd in _walk(root_fd):
+            if skip is not None and relative == skip:
+                continue
             reason = _reject_reason(relative, entry_stat)
             if reason == TOO_DEEP:
                 report.too_deep = report.too_deep or relative
@@ -159,7 +162,7 @@ def _walk(root_fd: int) -> Iterator[tuple[str, os.stat_result, int]]:
             st = os.stat(entry, dir_fd=dir_fd, follow_symlinks=False)
             # The stack holds the root and the folders above this entry: len(stack) is its depth.
             if stat.S_ISDIR(st.st_mode) and SAFE_NAME.fullmatch(entry) and len(stack) <= OUTPUT_MAX_DEPTH:
-                child = os.open(entry, _DIR_FLAGS, dir_fd=dir_fd)
+                child = os.open(entry, DIR_FLAGS, dir_fd=dir_fd)
                 try:
                     names = sorted(os.listdir(child))
                 except BaseException:
@@ -191,7 +194,7 @@ def _reject_reason(relative: str, st: os.stat_result) -> str | None:
 def _export_one(parent_fd: int, relative: str, st: os.stat_result, dest: Path | None) -> OutputFile | str:
     base = relative.rsplit("/", 1)[-1]
     try:
-        fd = os.open(base, _OPEN_FLAGS, dir_fd=parent_fd)
+        fd = os.open(base, OPEN_FLAGS, dir_fd=parent_fd)
     except OSError as exc:
         return f"cannot be opened ({exc.strerror})"
     with os.fdopen(fd, "rb") as handle:
@@ -202,13 +205,13 @@ def _export_one(parent_fd: int, relative: str, st: os.stat_result, dest: Path | 
         if dest is not None:
             target_dir = dest / relative.rsplit("/", 1)[0] if "/" in relative else dest
             target_dir.mkdir(parents=True, exist_ok=True)
-        copied = _copy(handle, target_dir, base, now.st_size, mode=0o644)
+        copied = copy_capped(handle, target_dir, base, now.st_size, mode=0o644)
     if copied is None:
         return "grew while being exported"
     return OutputFile(relative, copied[0], copied[1])
 
 
-def _copy(handle, dest: Path | None, name: str, max_bytes: int, *, mode: int) -> tuple[int, str] | None:  # type: ignore[no-untyped-def]
+def copy_capped(handle, dest: Path | None, name: str, max_bytes: int, *, mode: int) -> tuple[int, str] | None:  # type: ignore[no-untyped-def]
     """Copy at most `max_bytes` from `handle` to dest/name (new file); None if there was more."""
     digest = hashlib.sha256()
     size = 0

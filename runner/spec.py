@@ -131,6 +131,11 @@ class Limits:
     egress_max_connections: int = _limit(
         32, "connections", "connections the egress proxy opens for the run; the run is stopped at the next one"
     )
+    # Counted only for a notebook cell's run (RunSpec.cell): the snapshot of its names it leaves.
+    state_max_bytes: int = _limit(
+        256 * MIB, "bytes", "a notebook cell's state (the snapshot of its names) kept for the next cell; "
+        "the run ends output_limit when it passes this",
+    )  # fmt: skip
 
     def over(self, maxima: Limits) -> list[tuple[str, str]]:
         """(field, message) for every limit that is out of range or over the operator's maximum."""
@@ -174,6 +179,7 @@ DEFAULT_MAXIMA = Limits(
     egress_max_bytes_out=256 * MIB,
     egress_max_bytes_in=1024 * MIB,
     egress_max_connections=1024,
+    state_max_bytes=1024 * MIB,
 )
 
 
@@ -221,10 +227,17 @@ class RunSpec:
     # cpu.shares in proportion). Work nobody waits for at a screen (grading) gets less
     # (BACKGROUND_CPU_WEIGHT), so a person's run beside it keeps nearly all it needs.
     cpu_weight: int = DEFAULT_CPU_WEIGHT
+    # A notebook cell (runner.cells): the image's cell program runs the script, displays its last
+    # expression and leaves a snapshot of its names in /output/.cordon; `state`, a snapshot an
+    # earlier cell left, is restored inside this sandbox before the script runs. Never on the host.
+    cell: bool = False
+    state: Path | None = None
 
     def __post_init__(self) -> None:
         if not 1 <= self.cpu_weight <= 10_000:
             raise ValueError(f"cpu_weight is 1 to 10000, not {self.cpu_weight}")
+        if self.state is not None and not self.cell:
+            raise ValueError("only a notebook cell's run starts from a state")
 
     @property
     def image_name(self) -> str:
@@ -325,6 +338,9 @@ class RunResult:
     stdout: bytes = b""
     stderr: bytes = b""
     outputs: list[OutputFile] = field(default_factory=list)
+    # A notebook cell's session files, named within runner.cells.SESSION_DIR: its state, its
+    # manifest (cell.json), the images it displayed. Exported beside the outputs, under .cordon/.
+    session: list[OutputFile] = field(default_factory=list)
     rejected_outputs: list[RejectedOutput] = field(default_factory=list)
     engine: str | None = None
     engine_version: str | None = None
@@ -367,6 +383,7 @@ class RunResult:
             "stdout": self.stdout.decode("utf-8", errors="replace"),
             "stderr": self.stderr.decode("utf-8", errors="replace"),
             "outputs": [asdict(o) for o in self.outputs],
+            "session": [asdict(o) for o in self.session],
             "rejected_outputs": [asdict(r) for r in self.rejected_outputs],
             "engine": self.engine,
             "engine_version": self.engine_version,

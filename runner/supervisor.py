@@ -21,6 +21,7 @@ from typing import Any
 
 from runner import hostfs
 from runner.admission import Admission, Capacity
+from runner.cells import CELL_PROGRAMS, SESSION_DIR, export_session, stage_state
 from runner.classify import Evidence, classify
 from runner.config import PROJECT_ROOT, Paths, paths_from_env
 from runner.egress import Caps, EgressSettings, Policy, RunEgress, policy_problem
@@ -199,7 +200,7 @@ class Supervisor:
                 )
             image = self._image(spec.image_name)
             result.image = ImageInfo(image.name, image.digest)
-            need = engine.reservation(spec.limits)
+            need = engine.reservation(spec.limits, cell=spec.cell)
             # Streams kept for the result are this process's memory, on top of the sandbox's.
             kept_mib = -(-(spec.limits.stdout_max_bytes + spec.limits.stderr_max_bytes) // MIB) if keep_output else 0
             reservation = self.admission.acquire(
@@ -241,8 +242,12 @@ class Supervisor:
             evidence.guest_oom_kill = (
                 engine.sigkill_means_guest_oom and collected.signal == 9 and evidence.stopped_by is None
             )
-            export = export_outputs(ctx.output_dir, output_dir, spec.limits)
+            export = export_outputs(ctx.output_dir, output_dir, spec.limits, skip=SESSION_DIR if spec.cell else None)
             result.outputs, result.rejected_outputs = export.outputs, export.rejected
+            if spec.cell:
+                session = export_session(ctx.output_dir, output_dir / SESSION_DIR if output_dir else None, spec.limits)
+                result.session, result.rejected_outputs = session.files, [*export.rejected, *session.rejected]
+                evidence.state_oversize, evidence.restoring_state = session.state_oversize, session.restoring
             evidence.output_files_over_cap, evidence.output_too_deep = export.over_cap, export.too_deep
             if export.oversize is not None:
                 evidence.oversize_output, evidence.oversize_output_bytes = export.oversize
@@ -320,6 +325,8 @@ class Supervisor:
         )
         try:
             stage_inputs(spec.inputs, input_dir, spec.limits, spec.input_names)
+            if spec.state is not None:
+                stage_state(spec.state, input_dir, spec.limits)
         except RunnerError:
             shutil.rmtree(run_dir)
             raise
@@ -580,10 +587,11 @@ def program_argv(spec: RunSpec, script_dir: str = "/tmp") -> list[str]:
     """The program's argv: interpreter, its options, the script, then the run's own arguments
     (sys.argv[1:] in Python, process.argv.slice(2) in Node), each one element, never parsed."""
     script = f"{script_dir}/{SCRIPT_NAMES[spec.runtime]}"
+    program = [CELL_PROGRAMS[spec.runtime], script] if spec.cell else [script]  # a cell's: runner.cells
     if spec.runtime == "python":
-        return ["/usr/bin/python3", script, *spec.args]
+        return ["/usr/bin/python3", *program, *spec.args]
     heap_mib = max(16, int(spec.limits.memory_mib * 0.6))
-    return ["/usr/bin/node", f"--max-old-space-size={heap_mib}", script, *spec.args]
+    return ["/usr/bin/node", f"--max-old-space-size={heap_mib}", *program, *spec.args]
 
 
 def _announce(emit: EventSink, phase: Phase, **detail: Any) -> None:
@@ -609,6 +617,8 @@ def _evidence_dict(ev: Evidence, streams: dict[str, _Stream]) -> dict[str, Any]:
     }
     if ev.egress_limit:
         out["egress_limit"] = ev.egress_limit
+    if ev.state_oversize is not None or ev.restoring_state:
+        out.update(state_oversize=ev.state_oversize, restoring_state=ev.restoring_state)
     if ev.stop_latency_s is not None:
         out["stop_latency_s"] = round(ev.stop_latency_s, 4)
         out["kill_method"] = ev.kill_method

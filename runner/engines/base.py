@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, ClassVar, Protocol
 
+from runner.cells import cell_env
 from runner.egress import RunEgress
 from runner.images import ImageRef
 from runner.spec import MIB, CleanupCheck, Limits, RunnerError, RunSpec
@@ -43,8 +44,10 @@ def guest_env(limits: Limits) -> dict[str, str]:
 
 
 def run_env(ctx: RunContext) -> dict[str, str]:
-    """A run's program environment: guest_env, and for a run with egress its proxy's names."""
-    return {**guest_env(ctx.limits), **(ctx.egress.env if ctx.egress is not None else {})}
+    """A run's program environment: guest_env, for a run with egress its proxy's names, and for
+    a notebook cell what its cell program needs to know."""
+    cell = cell_env(ctx.limits, has_state=ctx.spec.state is not None) if ctx.spec.cell else {}
+    return {**guest_env(ctx.limits), **(ctx.egress.env if ctx.egress is not None else {}), **cell}
 
 
 # Host memory a run costs outside its cgroups (mounts, namespaces, pipes, the supervisor's
@@ -168,13 +171,14 @@ class Engine(ABC):
     scoped_egress: ClassVar[bool] = False
 
     @abstractmethod
-    def cgroup_limits(self, limits: Limits) -> CgroupLimits:
-        """The caps `prepare` gives the run's cgroups: everything the run may take from the host."""
+    def cgroup_limits(self, limits: Limits, *, cell: bool = False) -> CgroupLimits:
+        """The caps `prepare` gives the run's cgroups: everything the run may take from the host
+        (a notebook cell's output area also holds its session files: runner.cells)."""
 
-    def reservation(self, limits: Limits) -> Footprint:
+    def reservation(self, limits: Limits, *, cell: bool = False) -> Footprint:
         """What admission must reserve: all that the run's cgroups allow (derived from the very
         caps `prepare` writes, so the two cannot drift), plus the run's cost outside them."""
-        caps = self.cgroup_limits(limits)
+        caps = self.cgroup_limits(limits, cell=cell)
         return Footprint(memory_mib=-(-caps.memory_bytes // MIB) + HOST_OVERHEAD_MIB, cpus=caps.cpus)
 
     def view_root(self, default: Path) -> Path:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import ClassVar, Generic, TypeVar
 
 from runner import hostfs
+from runner.cells import session_area_bytes
 from runner.cgroups import CgroupLayout, RunCgroup, run_names
 from runner.engines.base import Collected, Engine, Process, RunContext, RunState, Sample
 from runner.spawner import Spawner, Steps, join_cgroups
@@ -158,7 +159,7 @@ class CgroupEngine(Engine, Generic[StateT]):
 
     def prepare(self, ctx: RunContext) -> None:
         state = self.state(ctx)
-        caps = self.cgroup_limits(ctx.limits)
+        caps = self.cgroup_limits(ctx.limits, cell=ctx.spec.cell)
         state.cgroup.create(
             memory_bytes=caps.memory_bytes, pids_max=caps.pids_max, cpus=caps.cpus, cpu_weight=ctx.spec.cpu_weight
         )
@@ -328,9 +329,10 @@ def decode_exit_status(code: int | None) -> tuple[int | None, int | None]:
     return code, None
 
 
-def output_area_bytes(limits: Limits) -> int:
-    """The size of a run's output area (a tmpfs, so also memory its cgroup must allow)."""
-    return limits.output_max_bytes + OUTPUT_AREA_SLACK_BYTES
+def output_area_bytes(limits: Limits, *, cell: bool = False) -> int:
+    """The size of a run's output area (a tmpfs, so also memory its cgroup must allow); a notebook
+    cell's also holds its session files (runner.cells)."""
+    return limits.output_max_bytes + OUTPUT_AREA_SLACK_BYTES + (session_area_bytes(limits) if cell else 0)
 
 
 def mount_output_area(ctx: RunContext, *, uid: int, gid: int | None = None, mode: int = 0o700) -> None:
@@ -340,7 +342,12 @@ def mount_output_area(ctx: RunContext, *, uid: int, gid: int | None = None, mode
     # Room for a few times the file cap, so "too many files" is seen and refused at export.
     inodes = ctx.limits.output_max_files * 4 + 64
     hostfs.mount_tmpfs(
-        ctx.output_dir, size_bytes=output_area_bytes(ctx.limits), uid=uid, gid=gid, mode=mode, max_inodes=inodes
+        ctx.output_dir,
+        size_bytes=output_area_bytes(ctx.limits, cell=ctx.spec.cell),
+        uid=uid,
+        gid=gid,
+        mode=mode,
+        max_inodes=inodes,
     )
 
 

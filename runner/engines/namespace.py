@@ -66,7 +66,7 @@ class NamespaceEngine(CgroupEngine[NamespaceState]):
             return "bubblewrap (unknown version)"
         return _bwrap_version(self.bwrap, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
-    def cgroup_limits(self, limits: Limits) -> CgroupLimits:
+    def cgroup_limits(self, limits: Limits, *, cell: bool = False) -> CgroupLimits:
         # The limit holds everything the run keeps in memory: the program, and the files in its
         # tmpfs areas (/tmp, /output, /dev/shm), whose pages are charged to the same cgroup. With
         # the areas' sizes added on top, a program whose areas were empty had their room too (a

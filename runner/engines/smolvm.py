@@ -323,11 +323,11 @@ class SmolvmEngine(CgroupEngine[SmolvmState]):
     def version(self) -> str:
         return engine_version()
 
-    def cgroup_limits(self, limits: Limits) -> CgroupLimits:
+    def cgroup_limits(self, limits: Limits, *, cell: bool = False) -> CgroupLimits:
         # The VMM's cgroup holds the guest's memory, smolvm's own allowance, and the output area's
         # tmpfs pages, which the VMM writes on the guest's behalf.
         return CgroupLimits(
-            memory_bytes=(limits.memory_mib + VMM_OVERHEAD_MIB) * MIB + output_area_bytes(limits),
+            memory_bytes=(limits.memory_mib + VMM_OVERHEAD_MIB) * MIB + output_area_bytes(limits, cell=cell),
             pids_max=4096,  # host threads of the child and the VMM; guest processes are capped inside
             cpus=limits.cpus + 1.0,  # the vCPUs plus the VMM's own I/O threads
         )

@@ -10,30 +10,13 @@ from typing import Any
 
 import pytest
 
-from runner.admission import Admission, Capacity
-from runner.config import paths_from_env
 from runner.spec import Limits, Outcome, RunResult, RunSpec
 from runner.supervisor import Supervisor
-from tests.runner.test_hostile import assert_nothing_left, engines_here
+from tests.runner.test_hostile import assert_nothing_left
 
 pytestmark = pytest.mark.images
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
-
-@pytest.fixture(scope="module")
-def supervisor() -> Supervisor:
-    paths = paths_from_env()
-    capacity = Capacity(slots=4, memory_mib=4096, cpus=16.0, wait_s=120.0)
-    return Supervisor(paths=paths, admission=Admission(paths.host_state_dir / "admission", capacity))
-
-
-@pytest.fixture(params=engines_here())
-def engine(request: pytest.FixtureRequest, canary: dict[str, Any]) -> str:
-    name: str = request.param
-    if name == "smolvm" and not canary.get("ok"):
-        pytest.skip(f"needs a host whose KVM boots microVMs; this host's canary boot failed: {canary.get('reason')}")
-    return name
 
 
 class Runs:

@@ -11,9 +11,9 @@ and smolvm boots real microVMs on that (12-22 s a boot, measured). This harness:
 2. boots it with QEMU (`-accel tcg,thread=multi -cpu EPYC`); its init (tests/vm/l1-init)
    loads kvm_amd, runs `python -m runner doctor` (the canary must boot), then the
    engine-parametrised hostile battery with `--engine smolvm` in two passes: "warm" (warm
-   starts on: runs branch a frozen base VM) runs the whole battery and the freshness checks
-   of tests/runner/test_warm.py; "cold" (warm starts off) runs a few single cases (COLD_SELECT)
-   for the cold boot's time;
+   starts on: runs branch a frozen base VM) runs the whole battery, the freshness checks
+   of tests/runner/test_warm.py and the notebook-state cases (STATE_CASES); "cold" (warm
+   starts off) runs a few single cases (COLD_SELECT) for the cold boot's time;
 3. reads the results from the console (`@@` markers), with a watchdog: a silent emulated
    host is stopped after its vCPU state is dumped, and reported as an infrastructure failure;
    a restart carries on with the passes not finished and, in each, the cases not yet reported;
@@ -85,6 +85,25 @@ COLD_SELECT = (
     "test_hostile_case_is_classified and (transform_csv.py or transform_json.js or infinite_loop.py"
     " or memory_bomb.py or stdout_flood.py or daemon_double_fork.py)"
 )
+# Notebook cells through microVMs, in the warm pass: state saved in one VM and restored in the
+# next (a data frame among it), what does not carry, a failed cell, the caps, a malicious
+# snapshot that runs only in its own VM; in both runtimes. Node ids (the files have more cases,
+# which the namespace engine runs in `make test`).
+STATE_CASES = (
+    *(f"tests/runner/test_cells.py::{name}" for name in (
+        "test_a_chain_of_cells_reads_a_csv_counts_it_and_prints_from_the_count",
+        "test_functions_and_classes_a_cell_defines_work_in_the_next_and_see_its_names",
+        "test_an_open_file_is_not_carried_and_the_other_names_still_are",
+        "test_a_failing_cell_leaves_no_state_and_records_its_error_without_the_cell_programs_frames",
+        "test_a_state_over_state_max_bytes_ends_output_limit_and_names_the_state",
+        "test_restoring_a_state_bigger_than_the_memory_limit_ends_memory_limit_and_says_so",
+        "test_a_malicious_snapshot_runs_only_inside_the_sandbox",
+    )),
+    *(f"tests/runner/test_cells_node.py::{name}" for name in (
+        "test_a_let_binding_reaches_the_next_cell",
+        "test_a_function_is_listed_as_not_carried_while_the_other_names_carry",
+    )),
+)  # fmt: skip
 # pytest's exit status when nothing was selected: a pass whose selection is empty, or whose
 # cases an earlier boot all reported.
 PYTEST_NO_TESTS = 5
@@ -802,6 +821,7 @@ def main(argv: list[str] | None = None) -> int:
                 "CORDON_VM_CASE_TIMEOUT_S": "900",
                 "CORDON_VM_PASSES": " ".join(passes_left(boots, passes)),
                 "CORDON_VM_SELECT": args.select,
+                "CORDON_VM_STATE_CASES": " ".join(STATE_CASES),
                 "CORDON_VM_COLD_SELECT": cold_select,
                 "CORDON_VM_PER_VM_UIDS": "1" if args.per_vm_uids else "0",
             },
