@@ -10,6 +10,7 @@ from uuid import UUID
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
+from django.core.files.storage import default_storage
 from django.http import Http404, HttpRequest, HttpResponse
 from django.http.multipartparser import MultiPartParserError
 from django.utils.http import content_disposition_header
@@ -52,6 +53,7 @@ from playground.limits import (
 from playground.models import Dataset, Notebook, Run, RunOutputFile
 from playground.openapi import DocumentedApi
 from playground.previews import image_content_type, output_kind, table_preview
+from playground.selectors import cells as cell_selectors
 from playground.selectors import datasets as dataset_selectors
 from playground.selectors import notebooks as notebook_selectors
 from playground.selectors import runs as run_selectors
@@ -71,7 +73,6 @@ LOG_READ_MAX = 1 << 20
 # Offsets into a run's log: far beyond any cap, and within what a file seek takes.
 LOG_OFFSET_MAX = 1 << 48
 MAX_IDS = 64
-EXPORT_STDOUT_MAX = 8 << 20  # the stdout a notebook's export carries, all cells together
 
 
 class BearerToken(HttpBearer):
@@ -298,6 +299,56 @@ class EventOut(Schema):
     detail: dict[str, Any]
 
 
+class DisplayOut(Schema):
+    """One thing a notebook cell displayed, as it is shown: `text` (text/plain, application/json,
+    text/latex; text/html sanitised on the server), `html` (text/markdown rendered), `table`
+    (a data frame: {"columns": [{"name", "type"}], "rows", "total_rows", "total_columns"}) or `url`
+    (an image, served like a figure). `plain` is its text/plain form."""
+
+    mime: str
+    text: str | None = None
+    html: str | None = None
+    table: dict[str, Any] | None = None
+    url: str | None = None
+    plain: str = ""
+
+
+class VariableOut(Schema):
+    name: str
+    type: str
+    module: str | None = None
+    shape: list[int] | None = None
+    length: int | None = None
+    bytes: int | None = Field(None, description="its size in memory, as the cell program measured it")
+    table: dict[str, Any] | None = Field(None, description="a data frame's first rows, as a display's table")
+
+
+class NotCarriedOut(Schema):
+    name: str
+    type: str
+    why: str = Field(description='why it did not carry to the next cell ("open file", "socket", ...)')
+
+
+class StartsFromOut(Schema):
+    cell_id: str
+    cell_number: int
+    run_id: UUID
+    finished_at: datetime | None
+
+
+class CellRunOut(Schema):
+    notebook_id: UUID | None
+    cell_id: str
+    state_from: UUID | None = Field(description="the run whose state this cell started from (null: from nothing)")
+    state_bytes: int | None = Field(description="the state it left for the next cell (null: none kept)")
+    variables: list[VariableOut]
+    not_carried: list[NotCarriedOut]
+    modules: dict[str, str]
+    restored: dict[str, Any] | None = Field(description="what of the state it started from was restored")
+    error: dict[str, Any] | None = Field(description="an uncaught exception: ename, evalue, traceback")
+    displays_dropped: int
+
+
 class RunOut(Schema):
     id: UUID
     state: str
@@ -332,6 +383,10 @@ class RunOut(Schema):
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    displays: list[DisplayOut] = Field(
+        [], description="a notebook cell's displays in order (its last expression, display() calls); on GET /runs/{id}"
+    )
+    cell: CellRunOut | None = Field(None, description="a notebook cell's run: its state; on GET /runs/{id}")
 
 
 class TimingsOut(Schema):
@@ -393,6 +448,7 @@ def _run_out(run: Run, *, detail: bool = False) -> dict[str, Any]:
         "started_at": run.started_at, "finished_at": run.finished_at,
     }  # fmt: skip
     if detail:
+        out.update(_cell_out(run))
         out["code"] = run.code
         out["events"] = [{"state": e.state, "at": e.at, "detail": e.detail} for e in run.events.all()]
         out["cleanup"] = [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in run.cleanup_checks.all()]
@@ -400,6 +456,26 @@ def _run_out(run: Run, *, detail: bool = False) -> dict[str, Any]:
         out["timings"] = run.timings
         out["egress_record"] = run.egress_record
     return out
+
+
+def _cell_out(run: Run) -> dict[str, Any]:
+    record = cell_selectors.run_cell(run=run)
+    if record is None:
+        return {"displays": [], "cell": None}
+    displays = [
+        {**{k: v for k, v in d.items() if k not in ("path", "size", "sha256")},
+         **({"url": f"/api/runs/{run.id}/displays/{n}"} if "path" in d else {})}
+        for n, d in enumerate(record.displays)
+    ]  # fmt: skip
+    manifest = record.manifest
+    cell = {
+        "notebook_id": record.notebook_id, "cell_id": record.cell_id, "state_from": record.state_from_id,
+        "state_bytes": record.state_bytes if record.state_file else None,
+        "variables": manifest.get("variables", []), "not_carried": manifest.get("not_carried", []),
+        "modules": manifest.get("modules", {}), "restored": manifest.get("restored"), "error": manifest.get("error"),
+        "displays_dropped": manifest.get("displays_dropped", 0),
+    }  # fmt: skip
+    return {"displays": displays, "cell": cell}
 
 
 def _output_out(output: RunOutputFile) -> dict[str, Any]:
@@ -609,6 +685,24 @@ def run_output_image(request: HttpRequest, run_id: UUID, name: str) -> FileStrea
     return response
 
 
+@api.get(
+    "/runs/{run_id}/displays/{index}",
+    response=_answers({200: None}, 404, 422),
+    tags=["runs"],
+    openapi_extra={"responses": {200: {"description": "an image a notebook cell displayed (PNG, JPEG or SVG), inline",
+                                         "content": {"image/*": {"schema": {"type": "string", "format": "binary"}}}}}},
+)  # fmt: skip
+def run_display_image(request: HttpRequest, run_id: UUID, index: int) -> FileStream:
+    run = run_selectors.run_get_for_viewer(user=request.user, run_id=run_id)  # type: ignore[arg-type]
+    display = cell_selectors.displayed_image(run=run, index=index)
+    _record_staff_read(request, run, "displayed image", detail=str(index))
+    response = FileStream(default_storage.open(display["path"], "rb"), content_type=display["mime"])
+    response["Content-Disposition"] = "inline"
+    for header, value in IMAGE_HEADERS.items():
+        response[header] = value
+    return response
+
+
 # --- notebooks --------------------------------------------------------------------------
 
 
@@ -647,12 +741,19 @@ Cells = Annotated[list[CellIn], Field(max_length=notebook_services.MAX_CELLS)]
 class NotebookCreateIn(BodyIn):
     name: NotebookName
     cells: Cells | None = None
+    dataset_ids: list[UUID] | None = Field(
+        None, max_length=notebook_services.MAX_INPUTS, description="the notebook's own inputs (see PUT)"
+    )
 
 
 class NotebookPutIn(BodyIn):
     name: NotebookName
     version: Int = Field(ge=1, le=JSON_INT_MAX, description="the version this page read; a stale one is refused (409)")
     cells: Cells
+    dataset_ids: list[UUID] | None = Field(
+        None, max_length=notebook_services.MAX_INPUTS,
+        description="the notebook's own inputs (every code cell sees them under /input); omitted: unchanged",
+    )  # fmt: skip
 
 
 class InputFixOut(Schema):
@@ -679,6 +780,35 @@ class CellOut(Schema):
     egress: list[str] = Field(description="the destinations the cell's runs may reach (empty: no network)")
     last_run_id: UUID | None
     html: str | None = Field(description="a markdown cell, rendered and sanitised on the server")
+    stale: bool = Field(description="its run is out of date: its code, or the state it started from, changed since")
+    stale_why: str = Field(description="why it is stale, in words")
+    starts_from: StartsFromOut | None = Field(
+        description="the run whose state it starts from if run now (null: nothing)"
+    )
+    imported: list[ImportedOutputOut] = Field(
+        [], description="outputs an imported .ipynb had for this cell, shown until the cell runs"
+    )
+    fresh_start: str = Field(
+        description="why it starts from nothing although a cell above has state (a runtime change)"
+    )
+
+
+class ImportedOutputOut(Schema):
+    mime: str
+    text: str | None = None
+    html: str | None = None
+    url: str | None = None
+    plain: str = ""
+    stream: str | None = Field(None, description='"stdout" or "stderr" for a stream')
+    error: dict[str, str] | None = Field(None, description="an error's ename and evalue (its traceback is `text`)")
+
+
+class NotebookStateOut(Schema):
+    starts_from: StartsFromOut | None = Field(description="the run a new cell at the end would start from")
+    variables: list[VariableOut]
+    not_carried: list[NotCarriedOut]
+    modules: dict[str, str]
+    bytes: int | None
 
 
 class NotebookOut(Schema):
@@ -688,6 +818,9 @@ class NotebookOut(Schema):
     created_at: datetime
     updated_at: datetime
     cells: list[CellOut]
+    inputs: list[InputOut] = Field(description="the notebook's own inputs: every code cell sees them under /input")
+    restarted_at: datetime | None = Field(description="the last Restart: runs before it pass no state down")
+    state: NotebookStateOut = Field(description="the variables a new cell at the end would start with")
 
 
 class NotebookSummaryOut(Schema):
@@ -716,7 +849,10 @@ def notebook_list(request: HttpRequest) -> list[dict[str, Any]]:
 @api.post("/notebooks", response=_answers({201: NotebookOut}, 404, 409, 422), tags=["notebooks"])
 def notebook_create(request: HttpRequest, payload: NotebookCreateIn) -> Status[Any]:
     cells = None if payload.cells is None else _cells(payload.cells)
-    notebook = notebook_services.notebook_create(user=request.user, name=payload.name, cells=cells)  # type: ignore[arg-type]
+    notebook = notebook_services.notebook_create(
+        user=request.user,  # type: ignore[arg-type]
+        name=payload.name, cells=cells, dataset_ids=payload.dataset_ids,
+    )  # fmt: skip
     return Status(201, notebook_selectors.notebook_view(notebook=notebook))
 
 
@@ -739,7 +875,7 @@ def notebook_put(request: HttpRequest, notebook_id: UUID, payload: NotebookPutIn
     """Replace the name and cells (the page's autosave). `last_run_id` is not changed by a save."""
     notebook = notebook_services.notebook_save(
         notebook=_notebook(request, notebook_id), name=payload.name, version=payload.version,
-        cells=_cells(payload.cells),
+        cells=_cells(payload.cells), dataset_ids=payload.dataset_ids,
     )  # fmt: skip
     return notebook_selectors.notebook_view(notebook=notebook)
 
@@ -765,6 +901,29 @@ def notebook_cell_run(request: HttpRequest, notebook_id: UUID, cell_id: CellId) 
     return Status(201, _run_out(run))
 
 
+@api.get(
+    "/notebooks/{notebook_id}/cells/{cell_id}/imported/{index}",
+    response=_answers({200: None}, 404, 422),
+    tags=["notebooks"],
+    openapi_extra={"responses": {200: {"description": "an image an imported cell's outputs kept (PNG or JPEG), inline",
+                                         "content": {"image/*": {"schema": {"type": "string", "format": "binary"}}}}}},
+)  # fmt: skip
+def notebook_imported_image(request: HttpRequest, notebook_id: UUID, cell_id: CellId, index: int) -> FileStream:
+    output = notebook_selectors.imported_image(notebook=_notebook(request, notebook_id), cell_id=cell_id, index=index)
+    response = FileStream(default_storage.open(output["path"], "rb"), content_type=output["mime"])
+    response["Content-Disposition"] = "inline"
+    for header, value in IMAGE_HEADERS.items():
+        response[header] = value
+    return response
+
+
+@api.post("/notebooks/{notebook_id}/restart", response=_answers({200: NotebookOut}, 404, 422), tags=["notebooks"])
+def notebook_restart(request: HttpRequest, notebook_id: UUID) -> dict[str, Any]:
+    """Restart (clear state): every run so far passes no state down; cells run again start from nothing."""
+    notebook = notebook_services.notebook_restart(notebook=_notebook(request, notebook_id))
+    return notebook_selectors.notebook_view(notebook=notebook)
+
+
 @api.post("/notebooks/{notebook_id}/cells/{cell_id}/clear", response=_answers({200: NotebookOut}, 404, 422),
           tags=["notebooks"])  # fmt: skip
 def notebook_cell_clear(request: HttpRequest, notebook_id: UUID, cell_id: CellId) -> dict[str, Any]:
@@ -781,14 +940,12 @@ def notebook_cell_clear(request: HttpRequest, notebook_id: UUID, cell_id: CellId
 )  # fmt: skip
 def notebook_export(request: HttpRequest, notebook_id: UUID) -> HttpResponse:
     notebook = _notebook(request, notebook_id)
-    budget = [EXPORT_STDOUT_MAX]  # every cell's stdout together, so an export's size is bounded
+    budget = cell_selectors.ExportBudget()  # every cell's outputs together, so an export's size is bounded
 
-    def stdout_for(run_id: str) -> str | None:
-        text = run_selectors.run_stdout_text(user=notebook.owner, run_id=run_id, limit=min(1 << 20, max(0, budget[0])))
-        budget[0] -= len(text.encode()) if text else 0
-        return text
+    def outputs_for(run_id: str) -> list[dict[str, Any]]:
+        return cell_selectors.run_outputs_for_export(user=notebook.owner, run_id=run_id, budget=budget)
 
-    document = ipynb_from_cells(notebook.name, notebook.cells, stdout_for)
+    document = ipynb_from_cells(notebook.name, notebook.cells, outputs_for, notebook.inputs)
     response = HttpResponse(document, content_type="application/x-ipynb+json")
     response["Content-Disposition"] = content_disposition_header(True, f"{notebook.name}.ipynb") or "attachment"
     return response

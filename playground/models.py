@@ -229,6 +229,29 @@ class RunOutputFile(models.Model):
         return f"{self.name} ({self.size} bytes)"
 
 
+class RunCell(models.Model):
+    """A notebook cell's run (runner.cells): the run whose state it started from, and what its cell
+    program left: the snapshot of its names (a file the host stores and never reads, staged into
+    the same user's next cell), the manifest of those names and what did not carry, its displays
+    (text sanitised at finish, images as stored files). Purged with the run's outputs."""
+
+    run = models.OneToOneField(Run, primary_key=True, on_delete=models.CASCADE, related_name="cell")
+    notebook = models.ForeignKey("Notebook", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    cell_id = models.CharField(max_length=64, blank=True)
+    state_from = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    state_file = models.FileField(upload_to="states/%Y/%m/", max_length=300, blank=True)
+    state_bytes = models.BigIntegerField(null=True, blank=True)
+    state_sha256 = models.CharField(max_length=64, blank=True)
+    # cell.json's facts, checked: {"variables", "not_carried", "modules", "restored", "error", "state", ...}
+    manifest = models.JSONField(default=dict, blank=True)
+    # In order: {"mime", "text"} | {"mime": "image/...", "path", "size", "sha256"} | {"mime": TABLE, "table"},
+    # each with "plain" (its text/plain form), as services/cells.py made them.
+    displays = models.JSONField(default=list, blank=True)
+
+    def __str__(self) -> str:
+        return f"cell {self.cell_id} of run {self.run_id}"
+
+
 class CleanupCheck(models.Model):
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="cleanup_checks")
     name = models.CharField(max_length=64)
@@ -304,6 +327,11 @@ class Notebook(models.Model):
     # Raised by a cell's run or clear (which set a cell's last run, not a new version): a save that
     # read the cells before one merges them again.
     runs_version = models.PositiveIntegerField(default=0)
+    # The notebook's own inputs, staged for every code cell: [{"kind": "dataset", "id", "name"}].
+    inputs = models.JSONField(default=list, blank=True)
+    # "Restart (clear state)": a cell's run before this passes no state down (the cells below
+    # start from nothing until the cells above run again).
+    restarted_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True, db_index=True)
 

@@ -128,15 +128,6 @@ def run_log_replay_span(*, run: Run, stream: str, offset: int, tail: int) -> tup
     return start, size
 
 
-def run_stdout_text(*, user: User, run_id: Any, limit: int = 1 << 20) -> str | None:
-    """The first `limit` bytes of a run's stdout as text (a notebook's export), None for no such run."""
-    run = Run.objects.own(user).filter(id=run_id).first()
-    if run is None:
-        return None
-    data, _, _ = run_log_read(run=run, stream="stdout", offset=0, limit=limit)
-    return data.decode("utf-8", errors="replace")
-
-
 def run_egress_view(*, run: Run) -> dict[str, Any] | None:
     """A run's egress as its pages show it: the policy asked, whether the run has ended, and its
     proxy's record (each attempt with its time as a datetime and its destination as host:port);

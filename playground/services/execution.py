@@ -21,7 +21,8 @@ from django.utils import timezone
 from playground.egress import egress_problem, record_for_storage
 from playground.limits import limits_from_record
 from playground.live import ChunkBatcher, LivePublisher, final_message, state_message
-from playground.models import WORKER_STATES, CleanupCheck, Run, RunKind, RunOutputFile, RunState
+from playground.models import WORKER_STATES, CleanupCheck, Run, RunCell, RunKind, RunOutputFile, RunState
+from playground.services.cells import cell_finish_read, cell_finish_store
 from playground.services.logs import log_append, log_release, log_store
 from playground.services.runs import record_event, retry_once
 from playground.storage import StorageIntegrityError, fetch_verified, save_verified
@@ -89,6 +90,11 @@ def run_spec(*, run: Run, staging: Path) -> RunSpec:
         fetch_verified(default_storage, stored, sha256, staging / str(i))
         for i, (stored, sha256, _) in enumerate(wanted)
     ]
+    cell = RunCell.objects.filter(run=run).select_related("state_from__cell").first()
+    source = cell.state_from.cell if cell is not None and cell.state_from is not None else None
+    state = None
+    if source is not None and source.state_file:  # purged since the run was asked for: it says so
+        state = fetch_verified(default_storage, source.state_file.name, source.state_sha256, staging / "state")
     return RunSpec(
         runtime=run.runtime,
         script=run.code.encode(),
@@ -101,6 +107,8 @@ def run_spec(*, run: Run, staging: Path) -> RunSpec:
         egress=tuple(run.egress),
         # Grading is nobody's screen: beside a person's run it takes a tenth of the CPU.
         cpu_weight=BACKGROUND_CPU_WEIGHT if run.kind in (RunKind.TEST, RunKind.CHECK) else DEFAULT_CPU_WEIGHT,
+        cell=cell is not None,
+        state=state,
     )
 
 
@@ -206,6 +214,7 @@ def run_finish(*, run: Run, result: RunResult, exported: Path | None, samples: S
         "finished_at": timezone.now(),
         "lease_expires_at": None,
     }
+    finish = cell_finish_read(result=result, exported=exported) if result.session else None
     log_store(run_id=run.id)  # before the end is committed: a reader who sees it finished finds the log
     with transaction.atomic():
         if not Run.objects.filter(id=run.id, state__in=WORKER_STATES).update(**values):
@@ -223,6 +232,8 @@ def run_finish(*, run: Run, result: RunResult, exported: Path | None, samples: S
                 except StorageIntegrityError as exc:  # listed, never served: its bytes are not the program's
                     record_event(run=run, state="output_not_stored", detail={"name": output.name, "error": str(exc)})
             record.save()
+        if finish is not None:
+            cell_finish_store(run=run, finish=finish, result=result, exported=exported)
         record_event(run=run, state=RunState.FINISHED, detail={"outcome": outcome.value, "reason": result.reason[:200]})
         run.refresh_from_db()
         if outcome is Outcome.SANDBOX_ERROR and result.error is not None and result.error.retryable:

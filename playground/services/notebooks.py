@@ -13,10 +13,14 @@ empties it, a save never changes it (a save racing a run cannot undo the run's r
 
 from __future__ import annotations
 
+import base64
+import secrets
 from pathlib import PurePosixPath
 from typing import Any
 
 from django.contrib.auth.models import User
+from django.core.files.base import ContentFile
+from django.core.files.storage import default_storage
 from django.core.files.uploadedfile import UploadedFile
 from django.db import transaction
 from django.db.models import F
@@ -29,8 +33,10 @@ from playground.limits import limits_from_record
 from playground.markdown import SOURCE_MAX_BYTES as MARKDOWN_MAX_BYTES
 from playground.markdown import render_bounded
 from playground.models import ACTIVE_STATES, Dataset, Notebook, Run, RunOutputFile
+from playground.selectors.cells import notebook_chain
 from playground.selectors.notebooks import input_key, inputs_found
 from playground.services import runs as run_services
+from playground.services.cells import cell_record_create
 from playground.services.errors import ServiceError
 from runner.spec import RUNTIMES
 from runner.units import size_words, size_words_or_unknown
@@ -46,17 +52,20 @@ IMPORT_MAX_BYTES = 4 << 20
 KINDS = ("code", "markdown")
 
 
-def notebook_create(*, user: User, name: str, cells: list[dict[str, Any]] | None = None) -> Notebook:
+def notebook_create(
+    *, user: User, name: str, cells: list[dict[str, Any]] | None = None, dataset_ids: list[Any] | None = None
+) -> Notebook:
     cells = cells if cells is not None else [_starter_cell()]
     _check_markdown_total(cells)
     # Checked and rendered before the transaction: on SQLite its lock is the whole database's.
     clean = _clean_cells(user, cells, stored=[], html=_rendered(cells, stored=[]))
+    inputs = _notebook_inputs(user, dataset_ids, []) if dataset_ids else []
     name = _clean_name(name)
     with transaction.atomic():
         User.objects.select_for_update().get(pk=user.pk)  # the count and the insert cannot race
         if Notebook.objects.filter(owner=user).count() >= MAX_NOTEBOOKS:
             raise ServiceError("too_many_notebooks", f"at most {MAX_NOTEBOOKS} notebooks; delete one first", status=409)
-        return Notebook.objects.create(owner=user, name=name, cells=clean, cell_count=len(clean))
+        return Notebook.objects.create(owner=user, name=name, cells=clean, cell_count=len(clean), inputs=inputs)
 
 
 def notebook_default(*, user: User) -> Notebook:
@@ -67,25 +76,32 @@ def notebook_default(*, user: User) -> Notebook:
         return notebook or notebook_create(user=user, name="Notebook 1")
 
 
-def notebook_save(*, notebook: Notebook, name: str, version: int, cells: list[dict[str, Any]]) -> Notebook:
+def notebook_save(
+    *, notebook: Notebook, name: str, version: int, cells: list[dict[str, Any]], dataset_ids: list[Any] | None = None
+) -> Notebook:
     """Replace the name and cells, if `version` is still the stored one. The cells are checked and
     their markdown rendered against the cells stored now, then written by one conditional UPDATE,
     outside any transaction: on SQLite a transaction's lock is the whole database's, and one held
     over two hundred cells' checks, a render or the encoding of megabytes of JSON held up every
-    other run's writes. A cell's run or clear in between (`runs_version`) is merged in again."""
+    other run's writes. A cell's run or clear in between (`runs_version`) is merged in again.
+    `dataset_ids`, when given, are the notebook's own inputs (every code cell sees them)."""
     html: dict[tuple[str, str], str] = {}
     name = _clean_name(name)
     _check_markdown_total(cells)
     for _ in range(SAVE_TRIES):
-        stored = Notebook.objects.filter(id=notebook.id).values("cells", "version", "runs_version").first()
+        stored = Notebook.objects.filter(id=notebook.id).values("cells", "version", "runs_version", "inputs").first()
         if stored is None:
             raise Http404("no such notebook")
         if stored["version"] != version:
             raise _conflict(stored["version"], version)
         html = _rendered(cells, stored=stored["cells"], known=html)
         clean = _clean_cells(notebook.owner, cells, stored=stored["cells"], html=html)
+        inputs = (
+            stored["inputs"] if dataset_ids is None else _notebook_inputs(notebook.owner, dataset_ids, stored["inputs"])
+        )
         changed = Notebook.objects.filter(id=notebook.id, version=version, runs_version=stored["runs_version"]).update(
-            cells=clean, cell_count=len(clean), name=name, version=version + 1, updated_at=timezone.now()
+            cells=clean, cell_count=len(clean), name=name, version=version + 1, updated_at=timezone.now(),
+            inputs=inputs,
         )  # fmt: skip
         if changed:
             notebook.refresh_from_db()
@@ -102,16 +118,23 @@ def _conflict(stored: int | None, version: int) -> ServiceError:
 
 
 def notebook_delete(*, notebook: Notebook) -> None:
-    notebook.delete()  # its runs stay: they are the audit trail, listed under Runs
+    """Its runs stay: they are the audit trail, listed under Runs. The images its import kept go,
+    unless a copy of it still shows them."""
+    paths = {o["path"] for cell in notebook.cells for o in cell.get("imported", []) if "path" in o}
+    notebook.delete()
+    for path in paths:
+        if not Notebook.objects.filter(owner=notebook.owner, cells__icontains=path).exists():
+            default_storage.delete(path)
 
 
 def notebook_duplicate(*, notebook: Notebook) -> Notebook:
     """A copy with the same cells and the same last runs (shown until the copy's cells run)."""
     with transaction.atomic():
         copy = notebook_create(user=notebook.owner, name=_copy_name(notebook.name), cells=[])
-        copy.cells = _locked(notebook).cells
+        current = _locked(notebook)
+        copy.cells, copy.inputs = current.cells, current.inputs
         copy.cell_count = len(copy.cells)
-        copy.save(update_fields=["cells", "cell_count"])
+        copy.save(update_fields=["cells", "cell_count", "inputs"])
     return copy
 
 
@@ -136,36 +159,70 @@ def notebook_import(*, user: User, upload: UploadedFile) -> Notebook:
         _, imported = cells_from_ipynb(data)
     else:
         _, imported = cells_from_script(name, data)
-    cells = [{**cell, "id": f"c{index + 1}", "inputs": [], "limits": {}} for index, cell in enumerate(imported)]
-    return notebook_create(user=user, name=PurePosixPath(name).stem[:100] or "Imported", cells=cells)
+    cells: list[dict[str, Any]] = [
+        {**cell, "id": f"c{index + 1}", "inputs": [], "limits": {}} for index, cell in enumerate(imported)
+    ]
+    outputs: dict[str, list[dict[str, Any]]] = {cell["id"]: cell.pop("outputs") for cell in cells if "outputs" in cell}
+    notebook = notebook_create(user=user, name=PurePosixPath(name).stem[:100] or "Imported", cells=cells)
+    if outputs:  # shown under their cells until those run; images stored like a run's
+        for cell in notebook.cells:
+            cell["imported"] = [_imported_output(output) for output in outputs.get(cell["id"], [])]
+        Notebook.objects.filter(id=notebook.id).update(cells=notebook.cells)
+    return notebook
+
+
+def _imported_output(output: dict[str, Any]) -> dict[str, Any]:
+    if "data" not in output:
+        return output
+    data = base64.b64decode(output.pop("data"))
+    path = default_storage.save(f"imported/{secrets.token_hex(16)}", ContentFile(data))
+    return {**output, "path": path, "size": len(data)}
 
 
 def cell_run(*, notebook: Notebook, cell_id: str, engine: str = "auto") -> Run:
-    """Run a code cell as stored and record the run as the cell's last."""
+    """Run a code cell as stored, with the notebook's inputs and its own, from the state the cells
+    above it left (selectors.cells), and record the run as the cell's last."""
     with transaction.atomic():
         current = _locked(notebook)
         index, cell = _find_cell(current, cell_id)
         if cell["kind"] != "code":
             raise ServiceError("not_code", f"cell {index + 1} is a markdown cell; only code cells run",
                                field="cell_id", status=422)  # fmt: skip
-        found = inputs_found(user=current.owner, refs=cell["inputs"])
-        for position, ref in enumerate(cell["inputs"]):
+        own = {input_key(ref) for ref in cell["inputs"]}
+        shared = [ref for ref in current.inputs if input_key(ref) not in own]
+        refs = shared + cell["inputs"]
+        found = inputs_found(user=current.owner, refs=refs)
+        for ref in refs:
             if input_key(ref) not in found:
+                where = "the notebook's" if ref in shared else f"cell {index + 1}:"
+                position = current.inputs.index(ref) if ref in shared else cell["inputs"].index(ref)
                 raise ServiceError(
-                    "broken_input", f"cell {index + 1}: input {ref['name'] or ref['id']!r} no longer exists; "
-                    "use the current one or remove it", field=f"cells.{index}.inputs.{position}", status=422,
+                    "broken_input", f"{where} input {ref['name'] or ref['id']!r} no longer exists; "
+                    "use the current one or remove it",
+                    field=f"inputs.{position}" if ref in shared else f"cells.{index}.inputs.{position}", status=422,
                 )  # fmt: skip
+        starts_from = notebook_chain(notebook=current)[0][cell["id"]].starts_from
         run = run_services.run_create(
             user=current.owner, runtime=cell["runtime"], code=cell["source"],
-            dataset_ids=[found[input_key(ref)].id for ref in cell["inputs"] if ref["kind"] == "dataset"],
-            output_ids=[ref["id"] for ref in cell["inputs"] if ref["kind"] == "output"],
+            dataset_ids=[found[input_key(ref)].id for ref in refs if ref["kind"] == "dataset"],
+            output_ids=[ref["id"] for ref in refs if ref["kind"] == "output"],
             limits=limits_from_record(cell["limits"]), engine=engine,
             egress=cell.get("egress") or (),  # checked against today's ceiling, as any run's
         )  # fmt: skip
+        cell_record_create(run=run, notebook=current, cell_id=cell["id"],
+                           state_from=starts_from.run if starts_from else None)  # fmt: skip
         cell["last_run_id"] = str(run.id)
         # Not a new version; a save that read the cells before this merges them again.
         Notebook.objects.filter(id=current.id).update(cells=current.cells, runs_version=F("runs_version") + 1)
     return run
+
+
+def notebook_restart(*, notebook: Notebook) -> Notebook:
+    """ "Restart (clear state)": every cell's run so far passes no state down; the cells run again
+    start from nothing, top first. Their runs and outputs stay, shown as stale."""
+    Notebook.objects.filter(id=notebook.id).update(restarted_at=timezone.now(), runs_version=F("runs_version") + 1)
+    notebook.refresh_from_db()
+    return notebook
 
 
 def cell_clear(*, notebook: Notebook, cell_id: str) -> Notebook:
@@ -237,8 +294,12 @@ def _clean_cells(
     if len(ids) != len(set(ids)):
         raise ServiceError("duplicate_cell_id", "two cells have the same id", field="cells", status=422)
     last_runs = {cell["id"]: cell.get("last_run_id") for cell in stored}
+    imported = {cell["id"]: cell["imported"] for cell in stored if cell.get("imported")}
     known = {input_key(ref): ref for cell in stored for ref in cell.get("inputs", [])}
     clean = [_clean_cell(user, index, cell, last_runs.get(cell["id"]), known) for index, cell in enumerate(cells)]
+    for cell in clean:  # the server's, as last_run_id: a save keeps what the import kept
+        if cell["id"] in imported:
+            cell["imported"] = imported[cell["id"]]
     markdown = [cell for cell in clean if cell["kind"] == "markdown"]
     html = _rendered(markdown, stored=stored, known=html)  # renders only a cell changed since `html` was made
     for cell in markdown:
@@ -340,6 +401,32 @@ def _clean_inputs(
                 "input_not_found", f"cell {index + 1}: no {ref['kind']} {ref['id']} of yours",
                 field=f"cells.{index}.inputs.{position}", status=404,
             )  # fmt: skip
+    return clean
+
+
+def _notebook_inputs(user: User, dataset_ids: list[Any], stored: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The notebook's own inputs: the user's datasets by id, a stored one kept as it is (broken
+    if it was deleted since)."""
+    if len(dataset_ids) > MAX_INPUTS:
+        raise ServiceError("too_many_inputs", f"a notebook has at most {MAX_INPUTS} inputs of its own",
+                           field="dataset_ids", status=422)  # fmt: skip
+    refs = [{"kind": "dataset", "id": str(i), "name": ""} for i in dict.fromkeys(map(str, dataset_ids))]
+    found = inputs_found(user=user, refs=refs)
+    known = {input_key(ref): ref for ref in stored}
+    clean = []
+    for position, ref in enumerate(refs):
+        target = found.get(input_key(ref))
+        if target is not None:
+            clean.append({"kind": "dataset", "id": str(target.id), "name": _input_name(target)})
+        elif input_key(ref) in known:
+            clean.append(known[input_key(ref)])
+        else:
+            raise ServiceError("input_not_found", f"no dataset {ref['id']} of yours", field=f"dataset_ids.{position}",
+                               status=404)  # fmt: skip
+    names = [ref["name"] for ref in clean]
+    if len(names) != len(set(names)):
+        raise ServiceError("duplicate_input_name", "two of the notebook's inputs have the same name",
+                           field="dataset_ids", status=422)  # fmt: skip
     return clean
 
 

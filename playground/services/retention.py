@@ -1,5 +1,5 @@
-"""Retention: user data (datasets, logs, outputs) is deleted when old or on request; run
-metadata and audits stay."""
+"""Retention: user data (datasets, logs, outputs, with a notebook cell's state and displayed images
+counted as outputs) is deleted when old or on request; run metadata and audits stay."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from django.contrib.auth.models import User
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from playground.models import ACTIVE_STATES, Dataset, Run, RunOutputFile
+from playground.models import ACTIVE_STATES, Dataset, Run, RunCell, RunOutputFile
+from playground.services.cells import cell_files_purge
 from playground.services.datasets import dataset_delete
 from playground.services.logs import log_delete
 
@@ -24,6 +25,7 @@ def purge_user_data(*, user: User) -> dict[str, int]:
     for run in Run.objects.filter(owner=user, logs_purged=False).exclude(state__in=ACTIVE_STATES):
         counts["logs"] += _purge_run_files(run)
     counts["outputs"] = _purge_outputs(RunOutputFile.objects.filter(run__owner=user))
+    counts["outputs"] += cell_files_purge(RunCell.objects.filter(run__owner=user))
     return counts
 
 
@@ -36,6 +38,7 @@ def purge_expired(*, days: int | None = None) -> dict[str, int]:
     for run in Run.objects.filter(finished_at__lt=cutoff, logs_purged=False):
         counts["logs"] += _purge_run_files(run)
     counts["outputs"] = _purge_outputs(RunOutputFile.objects.filter(run__finished_at__lt=cutoff))
+    counts["outputs"] += cell_files_purge(RunCell.objects.filter(run__finished_at__lt=cutoff))
     return counts
 
 

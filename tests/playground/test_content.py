@@ -7,6 +7,7 @@ import concurrent.futures
 import io
 import json
 import random
+from typing import Any
 
 import nbformat
 import pytest
@@ -467,20 +468,28 @@ CELLS: list[dict[str, str | None]] = [
 
 
 def test_a_notebook_survives_a_round_trip_through_ipynb():
-    text = ipynb_from_cells("Report", CELLS, {"run-a": "hello\n", "run-b": "2\n"}.get)
+    streams = {"run-a": "hello\n", "run-b": "2\n"}
+    text = ipynb_from_cells("Report", CELLS, lambda run_id: [stream_output(streams[run_id])])
     runtime, cells = cells_from_ipynb(text.encode())
     assert runtime == "python"
+    outputs = [cell.pop("outputs", None) for cell in cells]
     assert cells == [{"kind": c["kind"], "runtime": c["runtime"], "source": c["source"]} for c in CELLS]
+    assert outputs == [None, [{"mime": "text/plain", "text": "hello\n", "plain": "", "stream": "stdout"}],
+                       [{"mime": "text/plain", "text": "2\n", "plain": "", "stream": "stdout"}], None]  # fmt: skip
 
 
-def test_export_carries_each_cells_last_stdout_as_a_stream_output():
+def stream_output(text: str) -> dict[str, str]:
+    return {"output_type": "stream", "name": "stdout", "text": text}
+
+
+def test_export_carries_each_cells_last_run_outputs():
     asked: list[str] = []
 
-    def stdout_for(run_id: str) -> str | None:
+    def outputs_for(run_id: str) -> list[dict[str, Any]]:
         asked.append(run_id)
-        return {"run-a": "hello\n"}.get(run_id)
+        return [stream_output("hello\n")] if run_id == "run-a" else []
 
-    notebook = nbformat.reads(ipynb_from_cells("Report", CELLS, stdout_for), as_version=4)
+    notebook = nbformat.reads(ipynb_from_cells("Report", CELLS, outputs_for), as_version=4)
     nbformat.validate(notebook)
     assert sorted(asked) == ["run-a", "run-b"]
     outputs = {cell.id: cell.get("outputs") for cell in notebook.cells}
@@ -491,7 +500,7 @@ def test_export_carries_each_cells_last_stdout_as_a_stream_output():
 
 def test_the_first_code_cells_runtime_names_the_kernel():
     cells = [dict(CELLS[2], id="first"), dict(CELLS[1], id="second")]
-    notebook = json.loads(ipynb_from_cells("JS", cells, lambda _: None))
+    notebook = json.loads(ipynb_from_cells("JS", cells, lambda _: []))
     assert notebook["metadata"]["kernelspec"]["language"] == "javascript"
     assert notebook["metadata"]["language_info"]["name"] == "javascript"
     assert cells_from_ipynb(json.dumps(notebook).encode())[0] == "node"
@@ -522,7 +531,7 @@ def test_an_imported_notebooks_runtime_comes_from_its_kernel(metadata, runtime):
     assert cells == [{"kind": "code", "runtime": runtime, "source": "x"}]
 
 
-def test_import_keeps_code_and_markdown_and_drops_raw_cells_and_outputs():
+def test_import_keeps_code_and_markdown_and_the_outputs_a_page_can_show_and_drops_raw_cells():
     data = notebook_bytes(
         "python",
         [
@@ -534,8 +543,9 @@ def test_import_keeps_code_and_markdown_and_drops_raw_cells_and_outputs():
     _, cells = cells_from_ipynb(data)
     assert cells == [
         {"kind": "markdown", "runtime": "python", "source": "## Notes"},
-        {"kind": "code", "runtime": "python", "source": "print(1)"},
-    ]
+        {"kind": "code", "runtime": "python", "source": "print(1)",
+         "outputs": [{"mime": "text/plain", "text": "1\n", "plain": "", "stream": "stdout"}]},
+    ]  # fmt: skip
 
 
 def test_a_version_3_notebook_is_upgraded():

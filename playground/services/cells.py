@@ -1,0 +1,106 @@
+"""A notebook cell's run, around the run itself: the record made when it is created (the state it
+starts from), and at its finish what its cell program left: the state kept in storage for the next
+cell (never read here), the manifest and displays made safe (playground.displays), the images it
+displayed stored like outputs. Purged with the run's outputs."""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from django.core.files.storage import default_storage
+from django.db.models import QuerySet
+
+from playground.displays import IMAGES, clean_bounded
+from playground.models import Notebook, Run, RunCell
+from playground.storage import StorageIntegrityError, save_verified
+from runner.cells import MANIFEST_FILE, SESSION_DIR, STATE_FILE
+from runner.spec import Outcome, OutputFile, RunResult
+
+
+def cell_record_create(*, run: Run, notebook: Notebook, cell_id: str, state_from: Run | None) -> RunCell:
+    return RunCell.objects.create(run=run, notebook=notebook, cell_id=cell_id[:64], state_from=state_from)
+
+
+@dataclass
+class CellFinish:
+    """What a cell's run left, read and cleaned before the run's final record is written."""
+
+    displays: list[dict[str, Any]] = field(default_factory=list)
+    manifest: dict[str, Any] = field(default_factory=dict)
+    files: dict[str, OutputFile] = field(default_factory=dict)  # the session files exported, by name
+
+
+def cell_finish_read(*, result: RunResult, exported: Path | None) -> CellFinish:
+    """The cell's manifest, cleaned (in a bounded child when it is not small); done before the
+    final record's transaction, which must stay short."""
+    finish = CellFinish(files={f.name: f for f in result.session})
+    manifest = finish.files.get(MANIFEST_FILE)
+    path = exported / SESSION_DIR / MANIFEST_FILE if exported is not None and manifest is not None else None
+    if path is not None and path.is_file():
+        cleaned = clean_bounded(path.read_bytes())  # within runner.cells.MANIFEST_MAX_BYTES: export's cap
+        finish.displays, finish.manifest = cleaned["displays"], cleaned["manifest"]
+    return finish
+
+
+def cell_finish_store(*, run: Run, finish: CellFinish, result: RunResult, exported: Path | None) -> None:
+    """Within the final record's transaction: the state (only a succeeded cell passes one down),
+    the images its displays showed, and the cleaned displays and manifest."""
+    record = RunCell.objects.filter(run=run).first()
+    if record is None:
+        return
+    state = finish.files.get(STATE_FILE)
+    if state is not None and result.outcome is Outcome.SUCCEEDED:
+        stored = _store(run, exported, state, "states")
+        if stored:
+            record.state_file.name, record.state_bytes, record.state_sha256 = stored, state.size, state.sha256
+    record.displays = [_display_stored(run, exported, finish.files, display) for display in finish.displays]
+    record.manifest = finish.manifest
+    record.save()
+
+
+def _display_stored(
+    run: Run, exported: Path | None, files: dict[str, OutputFile], display: dict[str, Any]
+) -> dict[str, Any]:
+    if display["mime"] not in IMAGES:
+        return display
+    kept = files.get(display.pop("file", ""))
+    stored = _store(run, exported, kept, "displays") if kept is not None else None
+    if kept is None or stored is None:  # over the session files' caps, or not written: its text stays
+        return {"mime": "text/plain", "text": display.get("plain") or "(an image that was not kept)", "plain": ""}
+    return {**display, "path": stored, "size": kept.size, "sha256": kept.sha256}
+
+
+def _store(run: Run, exported: Path | None, file: OutputFile, folder: str) -> str | None:
+    source = exported / SESSION_DIR / file.name if exported is not None else None
+    if source is None or not source.is_file():
+        return None
+    try:
+        return save_verified(default_storage, f"{folder}/{secrets.token_hex(16)}", source, file.sha256)
+    except StorageIntegrityError:
+        return None
+
+
+def cell_files_purge(records: QuerySet[RunCell]) -> int:
+    """Delete the stored states and displayed images of these cells' runs; returns how many files.
+    The displays keep their text, an image its note."""
+    count = 0
+    for record in records.exclude(state_file="", displays=[]):
+        if record.state_file:
+            record.state_file.delete(save=False)
+            count += 1
+        displays = []
+        for display in record.displays:
+            if "path" in display:
+                default_storage.delete(display["path"])
+                count += 1
+                display = {
+                    "mime": "text/plain",
+                    "text": display.get("plain") or "(an image, since deleted)",
+                    "plain": "",
+                }
+            displays.append(display)
+        RunCell.objects.filter(run_id=record.run_id).update(state_file="", displays=displays)
+    return count

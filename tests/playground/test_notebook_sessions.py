@@ -1,0 +1,275 @@
+"""Notebook sessions over the API, through a real Celery worker and the namespace engine: the
+notebook's own inputs in every cell, state that flows from each cell to the one below it as data
+(each cell still its own run), displays like Jupyter's, what did not carry, stale cells after an
+earlier cell changed, Restart, the export's outputs, and no user ever reaching another's state."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import nbformat
+import pytest
+from django.test import Client
+
+from playground.models import Run, RunCell
+from tests.playground.conftest import api, json_error
+from tests.playground.factories import UserFactory
+from tests.playground.test_notebooks import code_cell, create, save, upload
+from tests.playground.test_runs_end_to_end import wait_finished
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis, pytest.mark.images]
+
+TABLE = "application/vnd.cordon.table+json"
+SALES = b"region,units\nnorth,3\nsouth,5\neast,7\n"
+CELLS = [
+    code_cell("load", "import pandas as pd\ndf = pd.read_csv('/input/sales.csv')"),
+    code_cell("count", "n = len(df)"),
+    code_cell("show", "print(n + 1)"),
+    code_cell("describe", "df.describe()"),
+    code_cell("answer", "6 * 7"),
+    code_cell("handle", "fh = open('/etc/hostname')\nkept = 'yes'"),
+]
+
+
+def run_cell(client: Client, notebook: dict[str, Any], cell_id: str) -> dict[str, Any]:
+    response = client.post(f"/api/notebooks/{notebook['id']}/cells/{cell_id}/run")
+    assert response.status_code == 201, response.content
+    return wait_finished(client, response.json()["id"], timeout=120)
+
+
+def run_all(client: Client, notebook: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    runs = {}
+    for cell in CELLS:
+        run = run_cell(client, notebook, cell["id"])
+        assert run["outcome"] == "succeeded", (cell["id"], run["reason"], stderr(client, run))
+        runs[cell["id"]] = run
+    return runs
+
+
+def stderr(client: Client, run: dict[str, Any]) -> str:
+    return str(client.get(f"/api/runs/{run['id']}/log?stream=stderr").json()["data"])
+
+
+def stdout(client: Client, run: dict[str, Any]) -> str:
+    return str(client.get(f"/api/runs/{run['id']}/log?stream=stdout").json()["data"])
+
+
+def notebook_with_sales(client: Client, data: bytes = SALES) -> dict[str, Any]:
+    dataset = upload(client, "sales.csv", data)
+    notebook = create(client, cells=CELLS)
+    saved = save(client, notebook, CELLS, dataset_ids=[dataset["id"]])
+    assert saved.status_code == 200, saved.content
+    assert [i["name"] for i in saved.json()["inputs"]] == ["sales.csv"]
+    return saved.json()
+
+
+@pytest.mark.usefixtures("worker")
+def test_state_flows_down_the_cells_with_displays_and_what_did_not_carry_said() -> None:
+    client = api(UserFactory())
+    notebook = notebook_with_sales(client)
+    runs = run_all(client, notebook)
+
+    assert stdout(client, runs["show"]) == "4\n"  # n carried from the cell above it, df from the first
+    table = runs["describe"]["displays"]
+    assert [d["mime"] for d in table] == [TABLE]
+    columns = [c["name"] for c in table[0]["table"]["columns"]]
+    assert columns == ["", "units"] and table[0]["table"]["rows"][0][0] == "count"
+    assert runs["answer"]["displays"] == [{"mime": "text/plain", "text": "42", "plain": "42", "html": None,
+                                           "table": None, "url": None}]  # fmt: skip
+    assert runs["load"]["displays"] == [] and stdout(client, runs["load"]) == ""
+
+    handle = runs["handle"]["cell"]
+    assert [(c["name"], c["why"]) for c in handle["not_carried"]] == [("fh", "open file")]
+    names = {v["name"] for v in handle["variables"]}
+    assert {"df", "n", "kept"} <= names and "fh" not in names
+    assert handle["state_bytes"] and handle["state_from"] == str(runs["answer"]["id"])
+    assert runs["load"]["cell"]["state_from"] is None  # the first cell starts from nothing
+
+    view = client.get(f"/api/notebooks/{notebook['id']}").json()
+    assert not any(cell["stale"] for cell in view["cells"])
+    assert view["cells"][2]["starts_from"]["cell_id"] == "count"
+    assert view["cells"][0]["starts_from"] is None
+    frame = next(v for v in view["state"]["variables"] if v["name"] == "df")
+    assert frame["type"] == "DataFrame" and frame["shape"] == [3, 2] and frame["table"]["total_rows"] == 3
+    # Each cell stayed its own run, with its own record and cleanup.
+    assert all(Run.objects.get(id=r["id"]).cleanup_ok for r in runs.values())
+
+
+@pytest.mark.usefixtures("worker")
+def test_rerunning_the_first_cell_on_changed_data_makes_the_cells_below_stale_until_they_run_again() -> None:
+    client = api(UserFactory())
+    notebook = notebook_with_sales(client)
+    run_all(client, notebook)
+    upload_changed = client.post(
+        "/api/datasets?replace=true", {"file": _file("sales.csv", b"region,units\nnorth,3\nsouth,5\n")}
+    )
+    assert upload_changed.status_code in (200, 201), upload_changed.content
+
+    run_cell(client, notebook, "load")
+    view = client.get(f"/api/notebooks/{notebook['id']}").json()
+    stale = {cell["id"]: cell["stale"] for cell in view["cells"]}
+    assert stale == {"load": False, "count": True, "show": True, "describe": True, "answer": True, "handle": True}
+    assert "cell 1 ran since" in view["cells"][1]["stale_why"]
+    assert "is stale" in view["cells"][2]["stale_why"]
+
+    run_cell(client, notebook, "count")
+    assert stdout(client, run_cell(client, notebook, "show")) == "3\n"  # the new answer
+    view = client.get(f"/api/notebooks/{notebook['id']}").json()
+    assert [c["stale"] for c in view["cells"][:3]] == [False, False, False]
+    assert view["cells"][3]["stale"]  # not rerun yet
+
+
+@pytest.mark.usefixtures("worker")
+def test_a_failed_cell_leaves_no_state_and_the_next_starts_from_the_one_before_it() -> None:
+    client = api(UserFactory())
+    cells = [code_cell("a", "x = 1"), code_cell("b", "x = 2\nraise ValueError('no')"), code_cell("c", "print(x)")]
+    notebook = create(client, cells=cells)
+    first = run_cell(client, notebook, "a")
+    failed = run_cell(client, notebook, "b")
+    assert failed["outcome"] == "failed" and failed["cell"]["state_bytes"] is None
+    assert failed["cell"]["error"]["ename"] == "ValueError" and failed["cell"]["error"]["evalue"] == "no"
+    assert "ValueError: no" in stderr(client, failed) and "cell.py" not in stderr(client, failed)
+    third = run_cell(client, notebook, "c")
+    assert stdout(client, third) == "1\n" and third["cell"]["state_from"] == str(first["id"])
+
+
+@pytest.mark.usefixtures("worker")
+def test_restart_starts_every_cell_from_nothing_until_the_cells_above_run_again() -> None:
+    client = api(UserFactory())
+    notebook = create(client, cells=[code_cell("a", "x = 41"), code_cell("b", "print(x + 1)")])
+    run_cell(client, notebook, "a")
+    assert stdout(client, run_cell(client, notebook, "b")) == "42\n"
+    restarted = client.post(f"/api/notebooks/{notebook['id']}/restart").json()
+    assert [c["stale"] for c in restarted["cells"]] == [True, True]
+    assert restarted["cells"][1]["starts_from"] is None and restarted["state"]["variables"] == []
+    after = run_cell(client, notebook, "b")
+    assert after["outcome"] == "failed" and "NameError" in stderr(client, after)
+
+
+@pytest.mark.usefixtures("worker")
+def test_a_runtime_change_between_cells_starts_from_nothing_and_says_so() -> None:
+    client = api(UserFactory())
+    cells = [code_cell("py", "x = 1"), code_cell("js", "console.log(typeof x)", runtime="node")]
+    notebook = create(client, cells=cells)
+    run_cell(client, notebook, "py")
+    view = client.get(f"/api/notebooks/{notebook['id']}").json()
+    assert view["cells"][1]["starts_from"] is None and "python" in view["cells"][1]["fresh_start"]
+
+
+@pytest.mark.usefixtures("worker")
+def test_two_users_never_see_each_others_state() -> None:
+    alice, bob = api(UserFactory()), api(UserFactory())
+    theirs = create(alice, cells=[code_cell("a", "secret = 'alice-only'"), code_cell("b", "print(secret)")])
+    ran = run_cell(alice, theirs, "a")
+    mine = create(bob, cells=[code_cell("a", "print(globals().get('secret'))")])
+    assert stdout(bob, run_cell(bob, mine, "a")) == "None\n"
+    assert json_error(bob.get(f"/api/runs/{ran['id']}"), 404)["code"] == "not_found"
+    assert json_error(bob.post(f"/api/notebooks/{theirs['id']}/cells/b/run"), 404)["code"] == "not_found"
+    # The state exists only as Alice's run's file; nothing serves it, to her or anyone.
+    record = RunCell.objects.get(run_id=ran["id"])
+    assert record.state_file and record.run.owner.username == Run.objects.get(id=ran["id"]).owner.username
+    for client in (alice, bob):
+        assert client.get(f"/api/runs/{ran['id']}/outputs/.cordon/state").status_code == 404
+
+
+@pytest.mark.usefixtures("worker")
+def test_the_export_carries_displays_figures_streams_and_the_error_of_each_cell() -> None:
+    client = api(UserFactory())
+    cells = [
+        code_cell("plot", "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nprint('drawn')"),
+        code_cell("value", "{'a': 1}"),
+        code_cell("boom", "1 / 0"),
+    ]
+    notebook = create(client, cells=cells)
+    for cell in cells:
+        run_cell(client, notebook, cell["id"])
+    exported = client.get(f"/api/notebooks/{notebook['id']}/ipynb")
+    document = nbformat.reads(exported.content.decode(), as_version=4)
+    nbformat.validate(document)
+    plot, value, boom = (cell.outputs for cell in document.cells)
+    assert {"output_type": "stream", "name": "stdout", "text": "drawn\n"} in plot
+    assert any("image/png" in output.get("data", {}) for output in plot)
+    assert value[0]["data"]["text/plain"] == "{'a': 1}"
+    error = next(output for output in boom if output["output_type"] == "error")
+    assert error["ename"] == "ZeroDivisionError" and error["traceback"]
+
+    # And back: the import keeps what a page can show, the figure served like a run's image.
+    response = client.post("/api/notebooks/import", {"file": _file("back.ipynb", exported.content)})
+    assert response.status_code == 201, response.content
+    plot_in, value_in, boom_in = (cell["imported"] for cell in response.json()["cells"])
+    assert {"mime": "text/plain", "text": "drawn\n", "plain": "", "stream": "stdout", "html": None, "url": None,
+            "error": None} in plot_in  # fmt: skip
+    image = next(output for output in plot_in if output["mime"] == "image/png")
+    served = client.get(image["url"])
+    assert served.status_code == 200 and served["Content-Type"] == "image/png"
+    assert b"".join(served.streaming_content).startswith(b"\x89PNG")  # type: ignore[attr-defined]
+    assert value_in[0]["text"] == "{'a': 1}"
+    assert boom_in[-1]["error"]["ename"] == "ZeroDivisionError" and "ZeroDivisionError" in boom_in[-1]["text"]
+
+
+def test_an_import_keeps_the_outputs_a_page_can_show_made_safe_and_nothing_else(redis_server: Any) -> None:
+    png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+    outputs = [
+        nbformat.v4.new_output("stream", name="stdout", text="out\n"),
+        nbformat.v4.new_output(
+            "display_data", data={"text/html": "<b>bold</b><script>alert(1)</script>", "text/plain": "bold"}
+        ),
+        nbformat.v4.new_output("display_data", data={"image/png": png, "text/plain": "<Figure>"}),
+        nbformat.v4.new_output("display_data", data={"application/javascript": "alert(1)"}),
+        nbformat.v4.new_output("error", ename="KeyError", evalue="'x'", traceback=["\x1b[0;31mKeyError\x1b[0m: 'x'"]),
+    ]
+    document = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x", outputs=outputs)])
+    client = api(UserFactory())
+    response = client.post("/api/notebooks/import", {"file": _file("in.ipynb", nbformat.writes(document).encode())})
+    assert response.status_code == 201, response.content
+    kept = response.json()["cells"][0]["imported"]
+    assert [o["mime"] for o in kept] == ["text/plain", "text/html", "image/png", "text/plain"]  # no javascript
+    assert (
+        kept[1]["text"] == "<b>bold</b>"
+        and kept[3]["text"] == "KeyError: 'x'"
+        and kept[3]["error"]["ename"] == "KeyError"
+    )
+    assert client.get(kept[2]["url"]).status_code == 200
+    # A save keeps them (they are the server's, like last_run_id); another user cannot read them.
+    notebook = response.json()
+    resaved = save(client, notebook, [{k: v for k, v in c.items() if k in ("id", "kind", "runtime", "source")}
+                                       for c in notebook["cells"]]).json()  # fmt: skip
+    assert resaved["cells"][0]["imported"] == kept
+    assert api(UserFactory()).get(kept[2]["url"]).status_code == 404
+    assert client.delete(f"/api/notebooks/{notebook['id']}").status_code == 204
+
+
+def _file(name: str, data: bytes) -> Any:
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    return SimpleUploadedFile(name, data)
+
+
+def test_displays_from_a_hostile_manifest_are_sanitised_capped_and_never_trusted() -> None:
+    from playground.displays import clean_manifest
+
+    manifest = {
+        "displays": [
+            {"data": {"text/html": "<p onclick='x()'>hi</p><script>alert(1)</script><img src='http://evil/x.png'>",
+                      "text/plain": "hi"}},
+            {"data": {"text/plain": "x" * (1 << 17)}},
+            {"data": {"image/png": {"file": "../../etc/passwd"}, "text/plain": "<img>"}},
+            {"data": {TABLE: {"columns": ["a"], "dtypes": ["int64"], "index": ["0"], "rows": [[1e400]]}}},
+            "not a display",
+        ] * 30,
+        "variables": [{"name": "df", "type": "DataFrame", "shape": [1, -5], "bytes": "many"}],
+        "error": {"ename": "E", "evalue": "v", "traceback": ["\0line"]},
+    }  # fmt: skip
+    cleaned = clean_manifest(text=json.dumps(manifest))
+    displays = cleaned["displays"]
+    assert len(displays) == 100 - 20  # at most 100 read, the 20 "not a display" among them dropped
+    html = displays[0]["text"]
+    assert "script" not in html and "onclick" not in html and "evil" not in html and "<p>hi</p>" in html
+    assert len(displays[1]["text"]) < (1 << 17)  # text/plain shown is capped
+    assert displays[2]["mime"] == "text/plain"  # a path that is not a session file's name is no image
+    assert displays[3]["table"]["rows"] == [["0", "inf"]] and displays[3]["table"]["columns"][1]["type"] == "integer"
+    variable = cleaned["manifest"]["variables"][0]
+    assert variable["shape"] == [1, 0] and variable["bytes"] is None
+    assert cleaned["manifest"]["error"]["traceback"] == ["\ufffdline"]
+    assert clean_manifest(text="[1, 2")["manifest"]["problem"].startswith("the cell's manifest is not JSON")
