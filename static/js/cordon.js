@@ -1,6 +1,6 @@
 // Shared browser code: API calls, the API's errors beside form fields, limit fields, figures in
-// human units, safe ANSI rendering, table previews, and the live view of one run (used by the
-// notebook's cells, the run detail page and an assignment's Run button).
+// human units, safe ANSI rendering, table previews, a notebook cell's displays, and the live view
+// of one run (used by the notebook's cells, the run detail page and an assignment's Run button).
 "use strict";
 
 const Cordon = (() => {
@@ -240,43 +240,138 @@ const Cordon = (() => {
   }
 
   // A table preview ({"columns": [{"name", "type"}], "rows", "total_rows"}) as a table sorted by
-  // clicking a column's header (again: the other way). Every value is text, never HTML.
-  function tableView(preview) {
+  // clicking a column's header (again: the other way), `pageSize` rows a page (Previous, Next) when
+  // it has more. `whole` names what the rows come from ("file", "frame") where the caption says
+  // how much of it is shown. Every value is text, never HTML.
+  const PAGE_ROWS = 20;
+  function tableView(preview, { pageSize = PAGE_ROWS, whole = "file" } = {}) {
     const columns = preview.columns || [];
     const rows = (preview.rows || []).map((row, index) => ({ row, index }));
     const body = el("tbody");
     const headers = columns.map((column, position) => {
-      const button = el("button", { type: "button", class: "sort", "aria-label": `sort by ${column.name}` },
+      const button = el("button", { type: "button", class: "sort", "aria-label": `sort by ${column.name || column.type}` },
         column.name, el("span", { class: "sort-mark", "aria-hidden": "true" }), el("span", { class: "col-type" }, column.type));
       const th = el("th", { scope: "col", "aria-sort": "none", "data-type": column.type }, button);
       button.addEventListener("click", () => sortBy(position, th));
       return th;
     });
     let order = { position: -1, direction: 1 };
+    let page = 0;
 
-    function fill() {
-      body.replaceChildren(...rows.map(({ row }) => el("tr", {}, ...columns.map((column, position) =>
-        el("td", { class: NUMERIC.has(column.type) ? "num" : null }, cellText(row[position]))))));
-    }
-    function sortBy(position, th) {
-      order = { position, direction: order.position === position ? -order.direction : 1 };
-      if (partial) captionNode.textContent = `${caption}; sorted: these ${shown} rows only, not the whole file`;
-      const type = columns[position].type;
-      rows.sort((a, b) => compareCells(a.row[position], b.row[position], type) * order.direction || a.index - b.index);
-      for (const other of headers) other.setAttribute("aria-sort", "none");
-      th.setAttribute("aria-sort", order.direction === 1 ? "ascending" : "descending");
-      fill();
-    }
-    fill();
     const shown = rows.length;
+    const pages = Math.max(1, Math.ceil(shown / pageSize));
     const total = preview.total_rows;
     const partial = known(total) && total > shown;
     // A large file's rows are counted by line; a very large one's no further than its first 16 MiB.
     const about = preview.total_rows_at_least ? "at least " : preview.total_rows_exact === false ? "about " : "";
-    const caption = partial ? `first ${shown} of ${about}${total} rows` : `${shown} row${shown === 1 ? "" : "s"}`;
-    const captionNode = el("caption", {}, caption);
-    return el("div", { class: "table-preview" },
+    const dataColumns = columns.filter((column) => column.type !== "index").length;
+    const narrowed = known(preview.total_columns) && preview.total_columns > dataColumns
+      ? `; ${dataColumns} of ${preview.total_columns} columns` : "";
+    const captionNode = el("caption", {});
+    const previous = el("button", { type: "button", class: "page-previous", onclick: () => turn(-1) }, "Previous");
+    const next = el("button", { type: "button", class: "page-next", onclick: () => turn(1) }, "Next");
+
+    function caption() {
+      if (pages === 1) {
+        const rowsWords = partial ? `first ${shown} of ${about}${total} rows` : `${shown} row${shown === 1 ? "" : "s"}`;
+        return `${rowsWords}${narrowed}`;
+      }
+      const first = page * pageSize + 1;
+      const last = Math.min(shown, first + pageSize - 1);
+      const of = partial ? ` (of ${about}${total} in the ${whole})` : "";
+      return `rows ${first}–${last} of ${shown} shown${of}${narrowed}`;
+    }
+    function fill() {
+      const slice = rows.slice(page * pageSize, (page + 1) * pageSize);
+      body.replaceChildren(...slice.map(({ row }) => el("tr", {}, ...columns.map((column, position) =>
+        el("td", { class: NUMERIC.has(column.type) ? "num" : column.type === "index" ? "index" : null },
+          cellText(row[position]))))));
+      // Sorting reorders only the rows the page has: when that is not all of them, the caption says so.
+      const sorted = partial && order.position >= 0 ? `; sorted: these ${shown} rows only, not the whole ${whole}` : "";
+      captionNode.textContent = `${caption()}${sorted}`;
+      previous.disabled = page === 0;
+      next.disabled = page >= pages - 1;
+    }
+    function turn(step) {
+      page = Math.min(pages - 1, Math.max(0, page + step));
+      fill();
+    }
+    function sortBy(position, th) {
+      order = { position, direction: order.position === position ? -order.direction : 1 };
+      const type = columns[position].type;
+      rows.sort((a, b) => compareCells(a.row[position], b.row[position], type) * order.direction || a.index - b.index);
+      for (const other of headers) other.setAttribute("aria-sort", "none");
+      th.setAttribute("aria-sort", order.direction === 1 ? "ascending" : "descending");
+      page = 0;
+      fill();
+    }
+    fill();
+    const box = el("div", { class: "table-preview" },
       el("table", { class: "table preview" }, captionNode, el("thead", {}, el("tr", {}, ...headers)), body));
+    if (pages === 1) return box;
+    // The buttons sit outside the scrolling box, so they stay in view whatever the table's width.
+    return el("div", { class: "table-view" }, box,
+      el("div", { class: "pager", role: "group", "aria-label": "pages of rows" }, previous, " ", next));
+  }
+
+  // --- a notebook cell's displays and state ---------------------------------------------------
+
+  const TABLE = "application/vnd.cordon.table+json";
+  const TEXTS = new Set(["text/plain", "application/json", "text/latex"]);
+
+  // One thing a cell displayed (the API's DisplayOut), as nodes. HTML and markdown come sanitised
+  // from the server and go through the same inert parsing as a markdown cell; a data frame is
+  // Cordon's own table, never the library's HTML.
+  function displayNode(display) {
+    const mime = display.mime || "";
+    if (mime === TABLE && display.table) {
+      return el("div", { class: "display display-table" }, tableView(display.table, { whole: "frame" }));
+    }
+    if (mime === "text/html" && known(display.text)) {
+      return el("div", { class: "display display-html" }, ...markdownNodes(display.text));
+    }
+    if (mime === "text/markdown" && known(display.html)) {
+      return el("div", { class: "display display-markdown markdown-view" }, ...markdownNodes(display.html));
+    }
+    if (mime.startsWith("image/")) {
+      if (display.url) return el("img", { class: "display display-image", src: display.url, alt: display.plain || mime, loading: "lazy" });
+      return el("pre", { class: "display display-text" }, display.plain || `${mime} (not kept)`);
+    }
+    const text = TEXTS.has(mime) && known(display.text) ? display.text : display.plain;
+    return el("pre", { class: "display display-text", "data-mime": mime }, text || "");
+  }
+
+  const code = (name) => el("code", {}, name);
+
+  // "`fh` (open file), `t` (thread)": names, each with why, as nodes for a sentence.
+  function namesWithWhy(items) {
+    const nodes = [];
+    items.forEach((item, index) => {
+      if (index) nodes.push(", ");
+      nodes.push(code(item.name), item.why ? ` (${item.why})` : "");
+    });
+    return nodes;
+  }
+
+  // What a finished cell leaves for the cell below it (the run detail's `cell`): lines of nodes.
+  function cellStateLines(run) {
+    const cell = run.cell;
+    const lines = [];
+    if (run.outcome !== "succeeded") {
+      lines.push(["a failed cell leaves no state: the next cell starts from the state before it"]);
+    } else if (known(cell.state_bytes)) {
+      const count = cell.variables.length + Object.keys(cell.modules || {}).length;  // imports carry too
+      lines.push([`State for the next cell: ${formatBytes(cell.state_bytes)}, ${count} name${count === 1 ? "" : "s"}`]);
+    } else {
+      lines.push(["no state kept for the next cell: the cell below starts from the state before this one"]);
+    }
+    if (cell.not_carried.length) lines.push(["not carried to the next cell: ", ...namesWithWhy(cell.not_carried)]);
+    const failed = (cell.restored && cell.restored.failed) || [];
+    if (failed.length) lines.push(["could not be restored from the cell above: ", ...namesWithWhy(failed)]);
+    if (cell.displays_dropped) {
+      lines.push([`${cell.displays_dropped} more display${cell.displays_dropped === 1 ? "" : "s"} not shown`]);
+    }
+    return lines.map((parts) => el("p", {}, ...parts));
   }
 
   // --- one run, live ------------------------------------------------------------------------
@@ -323,9 +418,13 @@ const Cordon = (() => {
       this.timings = el("p", { class: "figures timings" }, "");
       this.outputs = el("ul", { class: "outputs", "aria-label": "output files" });
       this.refused = el("ul", { class: "egress-refused", "aria-label": "network requests refused" });
+      // A notebook cell's run: what it displayed, and what it leaves for the cell below.
+      this.displays = el("div", { class: "displays", "aria-label": "displays" });
+      this.cellState = el("div", { class: "cell-state small muted", "aria-label": "state for the next cell" });
       this.links = el("p", { class: "small run-links" });
       root.replaceChildren(this.progress, el("p", { class: "run-status" }, this.stop, this.badge, " ", this.reason),
-        this.out, this.err, this.refused, this.figures, this.timings, this.outputs, this.links);
+        this.out, this.err, this.displays, this.refused, this.figures, this.timings, this.outputs, this.cellState,
+        this.links);
       root.hidden = true;
     }
 
@@ -357,6 +456,8 @@ const Cordon = (() => {
       for (const node of [this.out, this.err, this.badge, this.reason, this.figures, this.timings]) node.textContent = "";
       this.badge.className = "badge";
       this.outputs.replaceChildren();
+      this.displays.replaceChildren();
+      this.cellState.replaceChildren();
       this.refused.replaceChildren();
       this.links.replaceChildren();
       delete this.root.dataset.outcome;
@@ -492,6 +593,8 @@ const Cordon = (() => {
       this.figures.textContent = describe(run);
       this.timings.textContent = describeTimings(run.timings);
       this.outputs.replaceChildren(...run.outputs.map((output) => this.outputItem(output)));
+      this.displays.replaceChildren(...(run.displays || []).map(displayNode));
+      this.cellState.replaceChildren(...(run.cell ? cellStateLines(run) : []));
       this.root.dataset.outcome = run.outcome;
       this.refused.replaceChildren(...refusedItems(run.egress_record));
       if (this.runPage) {
@@ -567,5 +670,6 @@ const Cordon = (() => {
   }
 
   return { api, el, pathPart, markdownNodes, showFieldError, clearFieldErrors, LIMITS, limitFields, limitValues,
-    egressRules, egressText, egressWords, formatBytes, formatSeconds, formatWhen, formatScore, tableView, RunView, describe, describeTimings };
+    egressRules, egressText, egressWords, formatBytes, formatSeconds, formatWhen, formatScore, tableView, displayNode,
+    RunView, describe, describeTimings };
 })();

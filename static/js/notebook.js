@@ -1,17 +1,21 @@
 // The notebook page: the user's notebooks (switch, create, rename, duplicate, delete, import,
 // export) and this notebook's cells (code and markdown), autosaved whole with the version the page
-// read; each code cell shows its last run, live or finished, from the server's record.
+// read; each code cell shows its last run, live or finished, from the server's record, and where its
+// state comes from (the chain of state: which cell's run it starts from, whether it is stale). The
+// notebook's own inputs and its variables (what a new cell at the end would start with) sit above.
 "use strict";
 
 (() => {
   // LIMITS: the limits a cell offers
-  const { api, el, egressRules, egressWords, markdownNodes, RunView, LIMITS } = Cordon;
+  const { api, el, egressRules, egressWords, markdownNodes, formatBytes, formatWhen, tableView, displayNode, RunView,
+    LIMITS } = Cordon;
   const root = document.getElementById("notebook");
   const notebookId = root.dataset.notebookId;
   const cellList = document.getElementById("cells");
   const TYPES = [["python", "Python"], ["node", "JavaScript"], ["markdown", "Markdown"]];
   const SAVE_DELAY_MS = 700;
   const RETRY_DELAY_MS = 5000;
+  const REFRESH_DELAY_MS = 300;
 
   let limitInfo = {};
   let siteEgress = [];  // the site's egress ceiling: a cell's network box shows only when it allows something
@@ -20,6 +24,9 @@
   let name = "";
   let version = 0;
   let leaving = false;  // set once the user chose to leave: no "unsaved changes" prompt then
+  let notebookInputs = [];  // the notebook's own inputs: every code cell sees them under /input
+  let inputEdits = 0;  // changes to notebookInputs made here (a save's answer replaces them only if none since)
+  let sequence = null;  // the Run all / Run from here going on, if any: one at a time
 
   function message(text) { document.getElementById("message").textContent = text; }
   function saveStatus(text) { document.getElementById("save-status").textContent = text; }
@@ -56,13 +63,18 @@
   // keepalive: the page is being hidden (maybe closed), so the save should outlive it; browsers
   // take such a request only up to 64 KiB.
   async function put(keepalive) {
-    const body = { name, version, cells: cells.map((cell) => cell.payload()) };
+    const body = { name, version, cells: cells.map((cell) => cell.payload()),
+      dataset_ids: notebookInputs.map((ref) => ref.id) };
     const small = new TextEncoder().encode(JSON.stringify(body)).length < 60000;
+    const asked = chainAsked();
+    const edits = inputEdits;
     saveStatus("saving…");
     try {
       const saved = await api("PUT", `/notebooks/${notebookId}`, body, { keepalive: keepalive && small });
       version = saved.version;
       applySaved(saved);
+      if (edits === inputEdits) adoptNotebookInputs(saved.inputs, { whole: true });
+      applyChain(saved, asked);
       saveStatus(saver.dirty ? "unsaved changes" : "all changes saved");
       renameInList(notebookId, saved.name, saved.cells.length);
     } catch (error) {
@@ -86,6 +98,57 @@
     }
   }
 
+  // --- the chain of state -----------------------------------------------------------------------
+  // Which run each code cell starts from, whether it is stale, and the notebook's variables come
+  // with every answer that holds the notebook (a save, a restart, a clear, a read). They are the
+  // server's facts about the stored notebook, so an answer never touches what the user is editing;
+  // and an answer to a request made before the one last applied is older news, left out.
+
+  let chainAskedCount = 0;
+  let chainShown = 0;
+  function chainAsked() { chainAskedCount += 1; return chainAskedCount; }
+
+  function applyChain(notebook, asked) {
+    if (asked < chainShown) return;
+    chainShown = asked;
+    const byId = new Map(notebook.cells.map((cell) => [cell.id, cell]));
+    for (const cell of cells) {
+      const stored = byId.get(cell.data.id);
+      if (stored && cell.isCode) cell.setChain(stored);
+    }
+    renderVariables(notebook.state);
+  }
+
+  // Reads the notebook again once a run ended (several ends close together: one read). A save in
+  // flight answers with the same facts, newer: the read waits for it, so it never passes it.
+  let refreshTimer = null;
+  function refreshChain() {
+    clearTimeout(refreshTimer);
+    refreshTimer = setTimeout(async () => {
+      while (saver.inflight) await saver.inflight.catch(() => {});
+      const asked = chainAsked();
+      try {
+        const notebook = await api("GET", `/notebooks/${notebookId}`);
+        adoptNotebookInputs(notebook.inputs, { whole: false });
+        applyChain(notebook, asked);
+      } catch { /* the next save or run end reads it again */ }
+    }, REFRESH_DELAY_MS);
+  }
+
+  // "14:02:11" for a run today, the date as well for an older one; in the reader's locale.
+  function when(iso) {
+    const date = new Date(iso);
+    return date.toDateString() === new Date().toDateString() ? date.toLocaleTimeString() : formatWhen(iso);
+  }
+
+  // "cell 3's run at 14:02:11" for a starts_from; the cell's place now (cells move before the
+  // next save says so), else the server's number.
+  function runWords(from) {
+    const index = cells.findIndex((cell) => cell.data.id === from.cell_id);
+    const at = from.finished_at ? ` at ${when(from.finished_at)}` : "";
+    return `cell ${index >= 0 ? index + 1 : from.cell_number}'s run${at}`;
+  }
+
   function showConflict() {
     saver.conflict = true;
     saveStatus("not saved (conflict)");
@@ -103,7 +166,10 @@
   async function saveAsCopy() {
     const payload = cells.map((cell) => cell.payload());
     try {
-      const copy = await api("POST", "/notebooks", { name: `${name} (my version)`.slice(0, 100), cells: payload });
+      // A deleted input cannot be named by a new notebook: the copy keeps the ones that exist.
+      const inputs = notebookInputs.filter((ref) => !ref.broken).map((ref) => ref.id);
+      const copy = await api("POST", "/notebooks", { name: `${name} (my version)`.slice(0, 100), cells: payload,
+        dataset_ids: inputs });
       leaving = true;
       location.assign(`/notebooks/${copy.id}/`);
     } catch (error) { message(`could not save a copy: ${error.message}`); }
@@ -123,6 +189,7 @@
   async function refreshDatasets() {
     try { datasets = await api("GET", "/datasets"); } catch { return; }
     for (const cell of cells) if (cell.isCode) cell.renderInputs();
+    renderNotebookInputs();
   }
 
   // Another page, once this one's changes are stored (or the user chose to leave them).
@@ -144,6 +211,9 @@
         egress: [...(data.egress || [])], last_run_id: data.last_run_id || null,
       };
       this.html = data.html || "";
+      this.imported = data.imported || [];
+      this.chain = { stale: data.stale, stale_why: data.stale_why, starts_from: data.starts_from,
+        fresh_start: data.fresh_start };
       this.editing = this.data.kind === "markdown" && !this.data.source;
       this.starting = false;
       this.active = false;
@@ -180,6 +250,16 @@
       if (news) this.renderInputs();
     }
 
+    // Shows run `runId` (live or finished) and resolves with its record when it ends; the chain of
+    // state is read again then, as the run may have changed where the cells below start from.
+    async follow(runId) {
+      this.data.last_run_id = runId;
+      this.renderImported();
+      const run = await this.view.follow(runId);
+      if (run.reason !== "cleared") refreshChain();
+      return run;
+    }
+
     get number() { return cells.indexOf(this) + 1; }
     get isCode() { return this.data.kind === "code"; }
 
@@ -191,13 +271,17 @@
       type.value = data.kind === "markdown" ? "markdown" : data.runtime;
       type.addEventListener("change", () => this.setType(type.value));
       this.numberLabel = el("span", { class: "cell-number" }, "");
-      const bar = el("div", { class: "cell-bar" }, this.numberLabel, type);
+      this.staleBadge = el("span", { class: "stale-badge", hidden: true }, "stale");
+      const bar = el("div", { class: "cell-bar" }, this.numberLabel, this.staleBadge, type);
       if (this.isCode) {
         this.runButton = el("button", { type: "button", class: "run", "aria-label": "run this cell",
           title: "Run (Ctrl/Cmd+Enter; Shift+Enter runs and moves on)", onclick: () => runCell(this) }, "Run");
-        bar.append(this.runButton);
+        this.runFromButton = el("button", { type: "button", class: "run-from",
+          "aria-label": "run from here: this cell, then each code cell below", onclick: () => runFrom(this) }, "Run from here");
+        bar.append(this.runButton, this.runFromButton);
       } else {
         this.runButton = null;
+        this.runFromButton = null;
         this.renderButton = el("button", { type: "button", class: "render", onclick: () => this.toggleEditing() }, "");
         bar.append(this.renderButton);
       }
@@ -222,7 +306,9 @@
         parts.push(this.inputsBox, this.limitsBox());
         // A cell kept from when the site allowed more still shows its policy, so it can be emptied.
         if (siteEgress.length || this.data.egress.length) parts.push(this.networkBox());
-        parts.push(this.viewRoot);
+        this.chainLine = el("p", { class: "chain small muted" });
+        this.importedBox = el("div", { class: "imported" });
+        parts.push(this.chainLine, this.importedBox, this.viewRoot);
       } else {
         this.markdownView = el("div", { class: "markdown-view", tabindex: "0", "aria-label": "rendered markdown",
           title: "double-click to edit" });
@@ -236,8 +322,9 @@
       }
       this.node.replaceChildren(...parts);
       this.makeEditor();
-      if (this.isCode) this.renderInputs();
+      if (this.isCode) { this.renderInputs(); this.renderImported(); }
       else if (this.editing) this.edit(false); else this.showMarkdown();
+      this.renderChain();
       this.renumber();
       this.updateButtons();
     }
@@ -313,6 +400,7 @@
     updateButtons() {
       const busy = this.active || this.starting;
       if (this.runButton) this.runButton.disabled = busy;
+      if (this.runFromButton) this.runFromButton.disabled = busy || sequence !== null;
       if (this.clearButton) this.clearButton.disabled = busy;
       const index = cells.indexOf(this);
       this.upButton.disabled = index <= 0;
@@ -385,37 +473,177 @@
     }
 
     renderInputs() {
-      const chips = this.data.inputs.map((ref) => this.chip(ref));
-      const picker = el("select", { class: "add-dataset", "aria-label": "add a dataset as input" },
-        el("option", { value: "" }, "+ dataset…"));
-      const available = datasets.filter((d) => !this.has({ kind: "dataset", id: d.id }));
-      for (const dataset of available) picker.append(el("option", { value: dataset.id }, dataset.name));
-      if (!datasets.length) picker.append(el("option", { value: "", disabled: true }, "no datasets yet (see Datasets)"));
-      picker.addEventListener("change", () => {
-        const dataset = datasets.find((d) => d.id === picker.value);
-        if (dataset) this.addInput({ kind: "dataset", id: dataset.id, name: dataset.name });
-      });
+      const chips = this.data.inputs.map((ref) => inputChip(ref, {
+        remove: () => this.removeInput(ref), replace: (fix) => this.replaceInput(ref, fix) }));
+      const picker = datasetPicker("add a dataset as input", (dataset) => this.has({ kind: "dataset", id: dataset.id }),
+        (dataset) => this.addInput({ kind: "dataset", id: dataset.id, name: dataset.name }));
       this.inputsBox.replaceChildren(el("span", { class: "inputs-label" }, "Inputs"), ...chips, picker);
     }
 
-    chip(ref) {
-      const label = ref.name || String(ref.id);
-      const chip = el("span", { class: `chip chip-${ref.kind}${ref.broken ? " broken" : ""}`,
-        title: ref.kind === "output" ? "an output of an earlier run" : "a dataset" },
-        ref.kind === "output" ? el("span", { class: "chip-kind" }, "output ") : null, label);
-      if (ref.broken) {
-        chip.append(el("span", { class: "chip-broken" }, " (deleted)"));
-        if (ref.fix) {
-          chip.append(" ", el("button", { type: "button", class: "fix", onclick: () => this.replaceInput(ref, ref.fix) },
-            `use current ${ref.fix.name}`));
-        } else {
-          chip.append(" ", el("button", { type: "button", class: "fix", onclick: () => this.removeInput(ref) }, "remove"));
-        }
-      }
-      chip.append(el("button", { type: "button", class: "remove", "aria-label": `remove input ${label}`,
-        onclick: () => this.removeInput(ref) }, "×"));
-      return chip;
+    // --- the chain of state: where this cell starts from, and whether its run is out of date
+    setChain(stored) {
+      this.chain = { stale: stored.stale, stale_why: stored.stale_why, starts_from: stored.starts_from,
+        fresh_start: stored.fresh_start };
+      this.renderChain();
     }
+
+    renderChain() {
+      const chain = this.chain;
+      const stale = this.isCode && chain.stale;
+      this.node.classList.toggle("stale", stale);
+      this.staleBadge.hidden = !stale;
+      this.staleBadge.title = stale ? chain.stale_why : "";
+      if (!this.isCode) return;
+      const from = chain.starts_from;
+      this.chainLine.replaceChildren(from ? `starts from ${runWords(from)}` : "starts from nothing");
+      if (!from && chain.fresh_start) this.chainLine.append(`: ${chain.fresh_start}`);
+      if (stale) this.chainLine.append(" · ", el("span", { class: "stale-why" }, `stale: ${chain.stale_why}`));
+    }
+
+    // --- outputs an imported notebook had for this cell, shown until it runs here
+    renderImported() {
+      const shown = this.isCode && !this.data.last_run_id && this.imported.length > 0;
+      this.importedBox.hidden = !shown;
+      if (!shown) { this.importedBox.replaceChildren(); return; }
+      this.importedBox.replaceChildren(
+        el("p", { class: "small muted" }, "Outputs from the imported notebook (this cell has not run here yet):"),
+        ...this.imported.map(importedNode));
+    }
+  }
+
+  // An imported output: a stream or an error as text (never HTML), anything else as a display.
+  function importedNode(output) {
+    if (output.stream) return el("pre", { class: `stream ${output.stream === "stderr" ? "stderr" : "stdout"}` }, output.text);
+    if (output.error) return el("pre", { class: "stream stderr" }, output.text || `${output.error.ename}: ${output.error.evalue}`);
+    return displayNode(output);
+  }
+
+  // An input's chip: its name; when what it names is gone, "(deleted)" and a fix (the current
+  // dataset of the same name) or a remove button.
+  function inputChip(ref, { remove, replace }) {
+    const label = ref.name || String(ref.id);
+    const chip = el("span", { class: `chip chip-${ref.kind}${ref.broken ? " broken" : ""}`,
+      title: ref.kind === "output" ? "an output of an earlier run" : "a dataset" },
+      ref.kind === "output" ? el("span", { class: "chip-kind" }, "output ") : null, label);
+    if (ref.broken) {
+      chip.append(el("span", { class: "chip-broken" }, " (deleted)"));
+      if (ref.fix) {
+        chip.append(" ", el("button", { type: "button", class: "fix", onclick: () => replace(ref.fix) },
+          `use current ${ref.fix.name}`));
+      } else {
+        chip.append(" ", el("button", { type: "button", class: "fix", onclick: remove }, "remove"));
+      }
+    }
+    chip.append(el("button", { type: "button", class: "remove", "aria-label": `remove input ${label}`, onclick: remove }, "×"));
+    return chip;
+  }
+
+  // "+ dataset…": the user's datasets not taken yet.
+  function datasetPicker(label, taken, add) {
+    const picker = el("select", { class: "add-dataset", "aria-label": label }, el("option", { value: "" }, "+ dataset…"));
+    for (const dataset of datasets.filter((d) => !taken(d))) picker.append(el("option", { value: dataset.id }, dataset.name));
+    if (!datasets.length) picker.append(el("option", { value: "", disabled: true }, "no datasets yet (see Datasets)"));
+    picker.addEventListener("change", () => {
+      const dataset = datasets.find((d) => d.id === picker.value);
+      if (dataset) add(dataset);
+    });
+    return picker;
+  }
+
+  // --- the notebook's own inputs ------------------------------------------------------------------
+
+  function renderNotebookInputs() {
+    const input = (dataset) => ({ kind: "dataset", id: dataset.id, name: dataset.name, broken: false, fix: null });
+    const taken = (dataset) => notebookInputs.some((ref) => String(ref.id) === String(dataset.id));
+    const chips = notebookInputs.map((ref) => inputChip(ref, {
+      remove: () => setNotebookInputs(notebookInputs.filter((r) => String(r.id) !== String(ref.id))),
+      // The current dataset in the deleted one's place, once (it may be an input already).
+      replace: (fix) => setNotebookInputs(notebookInputs.filter((r) => String(r.id) !== String(fix.id))
+        .map((r) => (String(r.id) === String(ref.id) ? input(fix) : r))) }));
+    const picker = datasetPicker("add a dataset to the notebook's inputs", taken,
+      (dataset) => setNotebookInputs([...notebookInputs, input(dataset)]));
+    document.getElementById("notebook-inputs").replaceChildren(
+      el("span", { class: "inputs-label" }, "Notebook inputs"),
+      el("span", { class: "muted small" }, "(every cell sees these under /input)"), ...chips, picker);
+  }
+
+  function setNotebookInputs(refs) {
+    notebookInputs = refs;
+    inputEdits += 1;
+    renderNotebookInputs();
+    changed();
+  }
+
+  // The server's word on the notebook's inputs: `whole` (a save's answer, with no change here since
+  // it was sent) takes its list as it is (a replaced dataset comes back as its current version);
+  // otherwise only what it says of the inputs this page has (each one's name, whether it is gone).
+  function adoptNotebookInputs(stored, { whole }) {
+    const before = JSON.stringify(notebookInputs);
+    if (whole) notebookInputs = stored.map((ref) => ({ ...ref }));
+    else {
+      const byId = new Map(stored.map((ref) => [String(ref.id), ref]));
+      for (const ref of notebookInputs) {
+        const known = byId.get(String(ref.id));
+        if (known) Object.assign(ref, { name: known.name, broken: known.broken, fix: known.fix });
+      }
+    }
+    if (JSON.stringify(notebookInputs) !== before) renderNotebookInputs();
+  }
+
+  // --- the notebook's variables: what a new cell at the end would start with ----------------------
+
+  // Drawn again only when the state changed; a frame the user opened stays open.
+  let variablesShown = "";
+  const openFrames = new Set();
+
+  function renderVariables(state) {
+    const drawn = JSON.stringify(state);
+    if (drawn === variablesShown) return;
+    variablesShown = drawn;
+    const variables = state.variables || [];
+    document.getElementById("variables-count").textContent = variables.length ? `(${variables.length})` : "";
+    const body = document.getElementById("variables-body");
+    if (!variables.length) {
+      body.replaceChildren(el("p", { class: "muted" }, "No variables yet: run a cell."));
+      return;
+    }
+    const headings = ["Name", "Type", "Shape or length", "Size"].map((heading) => el("th", { scope: "col" }, heading));
+    const parts = [el("p", { class: "small muted" }, `from ${runWords(state.starts_from)}, ${formatBytes(state.bytes)} in all`),
+      el("div", { class: "table-scroll" }, el("table", { class: "table variables-table" },
+        el("thead", {}, el("tr", {}, ...headings)), el("tbody", {}, ...variables.flatMap(variableRows))))];
+    const modules = Object.entries(state.modules || {});
+    if (modules.length) {
+      parts.push(el("p", { class: "small muted" }, "modules: ", ...modules.flatMap(([alias, module], index) =>
+        [index ? ", " : "", el("code", {}, alias), alias === module ? "" : ` (${module})`])));
+    }
+    if ((state.not_carried || []).length) {
+      parts.push(el("p", { class: "small muted" }, "not carried: ", ...state.not_carried.flatMap((item, index) =>
+        [index ? ", " : "", el("code", {}, item.name), item.why ? ` (${item.why})` : ""])));
+    }
+    body.replaceChildren(...parts);
+  }
+
+  // A variable's row; a data frame's has a button that opens its first rows in a row beneath.
+  function variableRows(variable) {
+    const module = variable.module && variable.module !== "builtins" ? ` (${variable.module.split(".")[0]})` : "";
+    const size = variable.shape ? variable.shape.join(" × ") : variable.length !== null && variable.length !== undefined
+      ? `length ${variable.length}` : "";
+    const nameCell = el("td", { class: "variable-name" }, el("code", {}, variable.name));
+    const row = el("tr", { "data-name": variable.name }, nameCell, el("td", {}, `${variable.type}${module}`),
+      el("td", {}, size), el("td", { class: "num" }, formatBytes(variable.bytes)));
+    if (!variable.table) return [row];
+    const open = openFrames.has(variable.name);
+    const shown = el("tr", { class: "variable-table", hidden: !open },
+      el("td", { colspan: "4" }, tableView(variable.table, { whole: "frame" })));
+    const toggle = el("button", { type: "button", class: "link show-table", "aria-expanded": String(open),
+      "aria-label": `show ${variable.name} as a table` }, "view table");
+    toggle.addEventListener("click", () => {
+      shown.hidden = !shown.hidden;
+      toggle.setAttribute("aria-expanded", String(!shown.hidden));
+      if (shown.hidden) openFrames.delete(variable.name); else openFrames.add(variable.name);
+    });
+    nameCell.append(" ", toggle);
+    return [row, shown];
   }
 
   function renumberAll() {
@@ -485,6 +713,8 @@
       if (!saver.inflight && saved.version > version) version = saved.version;
       cell.data.last_run_id = null;
       cell.view.reset();
+      cell.renderImported();
+      refreshChain();  // the answer may predate a save still to come: read once the saves are done
     } catch (error) { message(`cell ${cell.number} not cleared: ${error.message}`); }
   }
 
@@ -518,8 +748,7 @@
     try {
       await flush();
       const run = await api("POST", `/notebooks/${notebookId}/cells/${cell.data.id}/run`, {});
-      cell.data.last_run_id = run.id;
-      const followed = cell.view.follow(run.id);
+      const followed = cell.follow(run.id);
       cell.starting = false;
       cell.updateButtons();
       return await followed;
@@ -533,25 +762,50 @@
     }
   }
 
-  async function runAll() {
-    const button = document.getElementById("run-all");
-    button.disabled = true;
+  function runAll() { return runSequence(0, "Run all"); }
+  function runFrom(cell) { return runSequence(cells.indexOf(cell), `Run from cell ${cell.number}`); }
+
+  // Runs the code cells from `index` down, in order, each once the one above it has finished (its
+  // state is what the next starts from), and stops at the first that does not succeed. One
+  // sequence at a time: two would interleave and each cell would start from whichever ran last.
+  async function runSequence(index, label) {
+    if (sequence !== null || index < 0) return;
+    sequence = label;
+    updateSequenceButtons();
     let ran = 0;
     try {
-      for (const cell of [...cells]) {
+      for (const cell of cells.slice(index)) {
         if (!cell.isCode || !cells.includes(cell)) continue;
-        message(`Run all: cell ${cell.number}…`);
+        message(`${label}: cell ${cell.number}…`);
         const run = await runCell(cell);
         if (run.outcome !== "succeeded") {
           const why = run.outcome ? `${run.outcome_text || run.outcome}${run.reason ? ` (${run.reason})` : ""}` : run.reason;
-          message(`Run all stopped at cell ${cell.number}: ${why}`);
+          message(`${label} stopped at cell ${cell.number}: ${why}`);
           cell.node.scrollIntoView({ block: "nearest" });
           return;
         }
         ran += 1;
       }
-      message(`Run all: ${ran} code cell${ran === 1 ? "" : "s"} succeeded`);
-    } finally { button.disabled = false; }
+      message(`${label}: ${ran} code cell${ran === 1 ? "" : "s"} succeeded`);
+    } finally {
+      sequence = null;
+      updateSequenceButtons();
+    }
+  }
+
+  function updateSequenceButtons() {
+    document.getElementById("run-all").disabled = sequence !== null;
+    for (const cell of cells) cell.updateButtons();
+  }
+
+  // "Restart (clear state)": no run so far passes state down; the runs and their outputs stay (stale).
+  async function restart() {
+    if (!confirm("Restart: every cell starts from nothing until the cells above run again. Outputs stay.")) return;
+    const asked = chainAsked();
+    try {
+      applyChain(await api("POST", `/notebooks/${notebookId}/restart`, {}), asked);
+      message("Restarted: every cell starts from nothing until the cells above it run again");
+    } catch (error) { message(`not restarted: ${error.message}`); }
   }
 
   // --- the notebook list ------------------------------------------------------------------------
@@ -676,6 +930,7 @@
       api("GET", `/notebooks/${notebookId}`), api("GET", "/datasets"), api("GET", "/limits"),
       api("GET", "/notebooks"), api("GET", "/egress")]);
     datasets = found;
+    notebookInputs = notebook.inputs.map((ref) => ({ ...ref }));
     siteEgress = egress.ceiling;
     limitInfo = Object.fromEntries(described.map((limit) => [limit.name, limit]));
     name = notebook.name;
@@ -692,11 +947,15 @@
     }
     cellList.replaceChildren(...cells.map((cell) => cell.node));
     renumberAll();
+    for (const cell of cells) cell.renderChain();  // now that every cell has its place
+    renderNotebookInputs();
+    renderVariables(notebook.state);
     // Each code cell shows its last run: the stored outcome, or the live stream of one still going.
-    for (const cell of cells) if (cell.isCode && cell.data.last_run_id) cell.view.follow(cell.data.last_run_id);
+    for (const cell of cells) if (cell.isCode && cell.data.last_run_id) cell.follow(cell.data.last_run_id);
     document.getElementById("add-code").addEventListener("click", () => addCell("code"));
     document.getElementById("add-markdown").addEventListener("click", () => addCell("markdown"));
     document.getElementById("run-all").addEventListener("click", runAll);
+    document.getElementById("restart").addEventListener("click", restart);
     document.getElementById("new-notebook").addEventListener("click", createNotebook);
     document.getElementById("duplicate-notebook").addEventListener("click", duplicateNotebook);
     document.getElementById("delete-notebook").addEventListener("click", deleteNotebook);
