@@ -142,6 +142,6 @@ def _copy_one(dir_fd: int, name: str, dest: Path | None, cap: int) -> OutputFile
     fd = os.open(name, OPEN_FLAGS, dir_fd=dir_fd)
     with os.fdopen(fd, "rb") as handle:
         if dest is not None:
-            dest.mkdir(mode=0o700, exist_ok=True)
+            dest.mkdir(mode=0o700, parents=True, exist_ok=True)
         copied = copy_capped(handle, dest, name, cap, mode=0o600)
     return None if copied is None else OutputFile(name, *copied)
