@@ -7,12 +7,13 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.core.files.base import ContentFile
 from django.core.files.storage import default_storage
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import override_settings
 from django.utils import timezone
 
-from playground.models import CleanupCheck, Dataset, Run, RunState
+from playground.models import CleanupCheck, Dataset, Run, RunCell, RunState
 from playground.services import datasets as dataset_services
 from playground.services import logs, retention
 from playground.services import runs as run_services
@@ -86,3 +87,21 @@ def test_retention_purges_old_data_but_keeps_metadata_and_audits(redis_server: A
     assert run.outcome == "succeeded" and run.logs_purged and run.code == ""
     assert run.cleanup_checks.count() == 1
     assert not default_storage.exists(logs.stored_name(run.id, "stdout"))
+
+
+def test_a_cells_state_and_displayed_images_are_purged_with_its_runs_outputs(redis_server: Any) -> None:
+    user: Any = UserFactory()
+    run = Run.objects.create(owner=user, runtime="python", code="df = 1", state=RunState.FINISHED,
+                             outcome="succeeded", finished_at=timezone.now() - timedelta(days=40))  # fmt: skip
+    state = default_storage.save("states/old", ContentFile(b"pickled"))
+    image = default_storage.save("displays/old", ContentFile(b"\x89PNG"))
+    RunCell.objects.create(
+        run=run, state_file=state, state_bytes=7, state_sha256="0" * 64,
+        displays=[{"mime": "image/png", "path": image, "size": 4, "sha256": "0" * 64, "plain": "<Figure>"},
+                  {"mime": "text/plain", "text": "42", "plain": "42"}],
+    )  # fmt: skip
+    assert retention.purge_expired(days=30)["outputs"] == 2
+    record = RunCell.objects.get(run=run)
+    assert not record.state_file and not default_storage.exists(state) and not default_storage.exists(image)
+    assert record.displays == [{"mime": "text/plain", "text": "<Figure>", "plain": ""},
+                               {"mime": "text/plain", "text": "42", "plain": "42"}]  # fmt: skip
