@@ -336,7 +336,7 @@ def test_an_exported_notebook_imports_back_with_its_figure_and_its_traceback(
 ) -> None:
     from playwright.sync_api import expect
 
-    page = chromium.logged_in("round")
+    page = chromium.logged_in()
     _type_code(page, _cell(page, 0), "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nprint('drawn')")
     page.click("#add-code")
     _type_code(page, _cell(page, 1), "ratio = 1 / 0")

@@ -261,10 +261,23 @@ def _restore_from(file: "io.FileIO", size: int, namespace: "Json") -> "tuple[int
         except DamagedState as exc:
             for lost in (entry, *entries):
                 _fail(failed, lost["name"], f"the state file is damaged: {exc}")
+        except MemoryError:
+            _out_of_memory(name)
         except Exception as exc:
             _fail(failed, name, _words(exc))
     namespace.update(loaded)
     return len(loaded), failed
+
+
+def _out_of_memory(name: str) -> None:
+    """The state does not fit: the cell cannot run as it was asked to (without `name` it would run
+    on something else). Where the kernel's OOM killer did not end it first (in a microVM, an
+    allocation simply fails), it ends as the OOM killer would: SIGKILL, with the restoring marker
+    still there, so the host says memory_limit and that the restored state is why."""
+    import signal
+
+    _say(f"the state does not fit in this cell's memory (restoring `{name}`)")
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _import_modules(modules: "dict[str, str]", failed: "list[Json]") -> "Json":
