@@ -128,6 +128,9 @@ def displayed_image(*, run: Run, index: int) -> dict[str, Any]:
     return display
 
 
+PYTHON_TRACEBACK = "Traceback (most recent call last):"
+
+
 @dataclass
 class ExportBudget:
     """What a notebook's export may carry, all cells together, so its size is bounded."""
@@ -149,13 +152,15 @@ def run_outputs_for_export(*, user: Any, run_id: Any, budget: ExportBudget) -> l
     if run is None:
         return []
     outputs: list[dict[str, Any]] = []
+    record = run_cell(run=run)
+    error = (record.manifest.get("error") if record is not None else None) or None
     for stream in ("stdout", "stderr"):
         data, _, _ = run_log_read(run=run, stream=stream, offset=0, limit=min(1 << 20, max(0, budget.text_bytes)))
-        if data:
-            outputs.append(
-                {"output_type": "stream", "name": stream, "text": budget.text(data.decode(errors="replace"))}
-            )
-    record = run_cell(run=run)
+        text = data.decode(errors="replace")
+        if stream == "stderr" and error and (end := text.rfind(PYTHON_TRACEBACK)) >= 0:
+            text = text[:end]  # the error output below carries it, as Jupyter writes it once
+        if text:
+            outputs.append({"output_type": "stream", "name": stream, "text": budget.text(text)})
     for display in record.displays if record is not None else []:
         bundle = _bundle(display, budget)
         if bundle:
@@ -168,7 +173,6 @@ def run_outputs_for_export(*, user: Any, run_id: Any, budget: ExportBudget) -> l
                 image = base64.b64encode(handle.read()).decode()
             outputs.append({"output_type": "display_data", "metadata": {},
                             "data": {content_type: image, "text/plain": f"<{output.name}>"}})  # fmt: skip
-    error = (record.manifest.get("error") if record is not None else None) or None
     if error:
         outputs.append({"output_type": "error", "ename": error["ename"], "evalue": error["evalue"],
                         "traceback": [budget.text(line) for line in error["traceback"]]})  # fmt: skip

@@ -206,6 +206,7 @@ def test_the_export_carries_displays_figures_streams_and_the_error_of_each_cell(
     assert b"".join(served.streaming_content).startswith(b"\x89PNG")  # type: ignore[attr-defined]
     assert value_in[0]["text"] == "{'a': 1}"
     assert boom_in[-1]["error"]["ename"] == "ZeroDivisionError" and "ZeroDivisionError" in boom_in[-1]["text"]
+    assert len(boom_in) == 1  # the traceback once, as the error; not again as stderr
 
 
 def test_an_import_keeps_the_outputs_a_page_can_show_made_safe_and_nothing_else(redis_server: Any) -> None:
