@@ -665,6 +665,15 @@ IMAGE_HEADERS = {
 }
 
 
+def _inline_image(handle: Any, content_type: str) -> FileStream:
+    """An image of this site (an output, a cell's display, an imported output) as IMAGE_HEADERS say."""
+    response = FileStream(handle, content_type=content_type)
+    response["Content-Disposition"] = "inline"
+    for header, value in IMAGE_HEADERS.items():
+        response[header] = value
+    return response
+
+
 @api.get(
     "/runs/{run_id}/images/{path:name}",
     response=_answers({200: None}, 404, 422),
@@ -678,11 +687,7 @@ def run_output_image(request: HttpRequest, run_id: UUID, name: str) -> FileStrea
     content_type = image_content_type(output.name)
     if content_type is None:
         raise ServiceError("not_an_image", f"{output.name!r} is not an image; download it instead", status=422)
-    response = FileStream(output.file.open("rb"), content_type=content_type)
-    response["Content-Disposition"] = "inline"
-    for header, value in IMAGE_HEADERS.items():
-        response[header] = value
-    return response
+    return _inline_image(output.file.open("rb"), content_type)
 
 
 @api.get(
@@ -696,11 +701,7 @@ def run_display_image(request: HttpRequest, run_id: UUID, index: int) -> FileStr
     run = run_selectors.run_get_for_viewer(user=request.user, run_id=run_id)  # type: ignore[arg-type]
     display = cell_selectors.displayed_image(run=run, index=index)
     _record_staff_read(request, run, "displayed image", detail=str(index))
-    response = FileStream(default_storage.open(display["path"], "rb"), content_type=display["mime"])
-    response["Content-Disposition"] = "inline"
-    for header, value in IMAGE_HEADERS.items():
-        response[header] = value
-    return response
+    return _inline_image(default_storage.open(display["path"], "rb"), display["mime"])
 
 
 # --- notebooks --------------------------------------------------------------------------
@@ -910,11 +911,7 @@ def notebook_cell_run(request: HttpRequest, notebook_id: UUID, cell_id: CellId) 
 )  # fmt: skip
 def notebook_imported_image(request: HttpRequest, notebook_id: UUID, cell_id: CellId, index: int) -> FileStream:
     output = notebook_selectors.imported_image(notebook=_notebook(request, notebook_id), cell_id=cell_id, index=index)
-    response = FileStream(default_storage.open(output["path"], "rb"), content_type=output["mime"])
-    response["Content-Disposition"] = "inline"
-    for header, value in IMAGE_HEADERS.items():
-        response[header] = value
-    return response
+    return _inline_image(default_storage.open(output["path"], "rb"), output["mime"])
 
 
 @api.post("/notebooks/{notebook_id}/restart", response=_answers({200: NotebookOut}, 404, 422), tags=["notebooks"])
