@@ -65,9 +65,9 @@ LOG_SHOWN_BYTES = 64 * 1024  # of each stream, on a run's audit page
 STAFF_ACCESSES_SHOWN = 50
 CSV_BATCH = 500
 CSV_COLUMNS = (
-    "id", "owner", "runtime", "state", "outcome", "reason", "engine", "isolation", "vm_start", "worker_host",
-    "image_name", "image_digest", "wall_s", "cpu_s", "peak_memory_bytes", "peak_file_bytes", "stdout_bytes",
-    "stderr_bytes", "cleanup_ok", "created_at", "started_at", "finished_at",
+    "id", "owner", "runtime", "state", "outcome", "reason", "engine", "isolation", "vm_start", "sandbox_start",
+    "worker_host", "image_name", "image_digest", "wall_s", "cpu_s", "peak_memory_bytes", "peak_file_bytes",
+    "stdout_bytes", "stderr_bytes", "cleanup_ok", "created_at", "started_at", "finished_at",
     # A run's network: its policy (rules separated by spaces) and its proxy's totals, empty for a
     # run without a record (no policy, or it ended before its proxy served it).
     "egress", "egress_connections", "egress_refused", "egress_bytes_out", "egress_bytes_in", "egress_limit",
@@ -259,7 +259,7 @@ class RunAdmin(RecordAdmin):
         ("Figures", {"fields": ("wall", "cpu", "peak_memory", "peak_files", "stdout", "stderr", "limits_shown",
                                 "timings_shown")}),
         ("Network", {"fields": ("egress_policy", "egress_totals")}),
-        ("Where it ran", {"fields": ("image", "engine", "isolation", "vm_start", "host", "cleanup_ok",
+        ("Where it ran", {"fields": ("image", "engine", "isolation", "vm_start", "sandbox_start", "host", "cleanup_ok",
                                      "engine_requested", "engine_version", "engine_note", "queue", "sandbox_id")}),
         # Folded: the timeline below has every state change to the millisecond.
         ("Times", {"classes": ("collapse",), "fields": ("created", "enqueued", "started", "finished", "retry_count",

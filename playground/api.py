@@ -371,6 +371,10 @@ class RunOut(Schema):
     engine_note: str
     isolation: str
     vm_start: str | None = Field(description='a microVM\'s start: "cold" (booted for this run) or "branch"')
+    sandbox_start: str | None = Field(
+        description='how the run\'s sandbox came to be: "ready" (made before the run was asked for, handed to it '
+        'alone) or "cold" (made for it; engine_note says why not ready); null until it started'
+    )
     image: ImageOut | None
     cleanup_ok: bool | None
     charged: bool | None
@@ -408,6 +412,12 @@ class TimingsOut(Schema):
         None, description="a warm start: fresh entropy from the host and the host's clock set in the guest"
     )
     cold_s: float | None = Field(None, description="a cold boot of the microVM (after a failed branch too)")
+    staging_s: float | None = Field(
+        None, description="a ready sandbox (sandbox_start ready): the run's inputs and script put into it"
+    )
+    handover_s: float | None = Field(
+        None, description="a ready sandbox: the run's limits set and its program handed to the waiting interpreter"
+    )
 
 
 class RunDetailOut(RunOut):
@@ -439,6 +449,7 @@ def _run_out(run: Run, *, detail: bool = False) -> dict[str, Any]:
         "stderr_bytes": run.stderr_bytes, "stdout_truncated": run.stdout_truncated,
         "stderr_truncated": run.stderr_truncated, "engine": run.engine, "engine_version": run.engine_version,
         "engine_note": run.engine_note, "isolation": run.isolation, "vm_start": run.vm_start or None,
+        "sandbox_start": run.sandbox_start or None,
         "image": {"name": run.image_name, "digest": run.image_digest} if run.image_digest else None,
         "cleanup_ok": run.cleanup_ok, "charged": run.charged,
         "error": {"code": run.error_code, "message": run.error_message, "field": None} if run.error_code else None,

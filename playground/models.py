@@ -152,6 +152,7 @@ class Run(models.Model):
     engine = models.CharField(max_length=16, blank=True, db_index=True)
     engine_version = models.CharField(max_length=64, blank=True)
     vm_start = models.CharField(max_length=8, blank=True)  # a microVM's: "cold" or "branch"
+    sandbox_start = models.CharField(max_length=8, blank=True)  # "ready" (runner.ready) or "cold"
     engine_note = models.CharField(max_length=500, blank=True)
     isolation = models.CharField(max_length=16, blank=True, db_index=True)
     worker_host = models.CharField(max_length=128, blank=True)

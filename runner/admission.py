@@ -63,9 +63,19 @@ class Admission:
         self._ledger = state_dir / "admission.json"
 
     def acquire(
-        self, run_id: str, *, memory_mib: int, cpus: float, cancelled: Callable[[], bool] = lambda: False
+        self,
+        run_id: str,
+        *,
+        memory_mib: int,
+        cpus: float,
+        cancelled: Callable[[], bool] = lambda: False,
+        take: str | None = None,
+        on_wait: Callable[[], None] = lambda: None,
     ) -> Reservation:
-        """Reserve room for a run, waiting with backoff up to the bound; else rejected_capacity."""
+        """Reserve room for a run, waiting with backoff up to the bound; else rejected_capacity.
+        With `take`, the run takes over that reservation of this process's (a ready sandbox's):
+        its slot, and its memory counted as free for the run's. `on_wait` is called once, when
+        the first try finds no room (this process can give back what it holds idle)."""
         if memory_mib > self.capacity.memory_mib or cpus > self.capacity.cpus:
             raise RunnerError(
                 "exceeds_host_capacity",
@@ -77,11 +87,13 @@ class Admission:
         delay = 0.02
         while True:
             with self._locked() as entries:
-                reservation = self._try(entries, run_id, memory_mib, cpus)
+                reservation = self._try(entries, run_id, memory_mib, cpus, take=take)
                 if reservation is not None:
                     return reservation
                 in_use = sum(e.memory_mib for e in entries)
                 slots_used = sum(1 for e in entries if e.slot != NO_SLOT)  # warm bases hold memory, no slot
+            if delay == 0.02:
+                on_wait()
             if time.monotonic() >= deadline or cancelled():
                 raise RunnerError(
                     "no_capacity",
@@ -93,19 +105,32 @@ class Admission:
             time.sleep(delay)
             delay = min(delay * 2, 0.5)
 
-    def _try(self, entries: list[Reservation], run_id: str, memory_mib: int, cpus: float) -> Reservation | None:
-        used_slots = {e.slot for e in entries}
-        free = [s for s in range(self.capacity.slots) if s not in used_slots]
-        if not free:
-            return None
-        if sum(e.memory_mib for e in entries) + memory_mib > self.capacity.memory_mib:
-            return None
-        if sum(e.cpus for e in entries) + cpus > self.capacity.cpus + 1e-9:
-            return None
+    def _try(
+        self, entries: list[Reservation], run_id: str, memory_mib: int, cpus: float, *, take: str | None = None,
+        keep_free_slots: int = 0,
+    ) -> Reservation | None:  # fmt: skip
         me = psutil.Process()
+        taken = [e for e in entries if e.run_id == take and e.pid == me.pid] if take else []
+        if take and not taken:
+            raise RunnerError("ready_reservation_lost", f"{take} holds no reservation of this process", retryable=True)
+        others = [e for e in entries if e not in taken]
+        used_slots = {e.slot for e in others}
+        free = [taken[0].slot] if taken else [s for s in range(self.capacity.slots) if s not in used_slots]
+        if len(free) <= keep_free_slots:
+            return None
+        if sum(e.memory_mib for e in others) + memory_mib > self.capacity.memory_mib:
+            return None
+        if sum(e.cpus for e in others) + cpus > self.capacity.cpus + 1e-9:
+            return None
         reservation = Reservation(run_id, free[0], memory_mib, cpus, me.pid, me.create_time())
-        entries.append(reservation)
+        entries[:] = [*others, reservation]
         return reservation
+
+    def try_acquire(self, owner: str, *, memory_mib: int, keep_free_slots: int) -> Reservation | None:
+        """A slot and memory for a ready sandbox, now or never (None), leaving at least
+        `keep_free_slots` slots free for runs; no vCPUs (it is idle until a run takes it over)."""
+        with self._locked() as entries:
+            return self._try(entries, owner, memory_mib, 0.0, keep_free_slots=keep_free_slots)
 
     def hold(self, owner: str, *, memory_mib: int) -> Reservation:
         """Hold memory for something that is not a run (a warm base): no slot, no vCPUs, no wait;

@@ -93,6 +93,11 @@ class RunCgroup:
             self._enable_v2_controllers()
         for path in self.dirs:
             path.mkdir(exist_ok=False)
+        self.set_limits(memory_bytes=memory_bytes, pids_max=pids_max, cpus=cpus, cpu_weight=cpu_weight)
+
+    def set_limits(self, *, memory_bytes: int, pids_max: int, cpus: float, cpu_weight: int = 100) -> None:
+        """Write the caps (at creation, and again when a ready sandbox is handed its run): a
+        memory limit below what the cgroup holds makes the kernel reclaim, then OOM-kill."""
         quota = max(1000, int(cpus * 100_000))
         if self.layout.version == 2:
             leaf = self._v2_leaf

@@ -17,6 +17,7 @@ from typing import Any
 from runner import netns
 from runner.cgroups import CgroupLayout, favors_dynmods
 from runner.images import ImageStore, recipe_names
+from runner.ready import status_files
 from runner.registry import canary_age_s, canary_record, canary_verdict, read_json, smolvm_installed
 from runner.seccomp import bpf_program
 from runner.spec import Limits, Outcome, RunResult, RunSpec
@@ -51,6 +52,7 @@ def diagnose(supervisor: Supervisor | None = None, *, recheck: bool = False) -> 
         canary = run_canary(supervisor)
     checks.append(_canary_check(canary))
     checks += _warm_checks(supervisor, smolvm_ok=bool(canary.get("ok")), recheck=recheck)
+    checks += ready_checks(supervisor)
     namespace_ok = all(c.ok for c in checks if c.name in ("bubblewrap", "cgroups", "seccomp", "namespace canary"))
     engines = {"namespace": namespace_ok, "smolvm": canary_verdict(canary).ok}
     auto, conclusion = supervisor.registry.conclusion(engines)
@@ -194,6 +196,31 @@ def _warm_checks(supervisor: Supervisor, *, smolvm_ok: bool, recheck: bool) -> l
         if base["error"]:
             detail += f"; {str(base['error'])[:200]}"
         checks.append(Check(f"base {base['name']}", base["state"] != "failed", detail))
+    return checks
+
+
+def ready_checks(supervisor: Supervisor) -> list[Check]:
+    """Ready sandboxes (runner.ready): the setting, and each class each worker process keeps, from
+    what the live processes published. A class given up after failures in a row fails its check."""
+    settings = supervisor.ready_settings
+    if not settings.enabled:
+        return [Check("ready sandboxes", True, "off (CORDON_READY=false): every run's sandbox is made for it")]
+    pools = status_files(supervisor.paths.host_state_dir)
+    held = sum(c["memory_bytes"] for pool in pools for c in pool["classes"]) // (1024 * 1024)
+    summary = (
+        f"on: each worker process keeps up to {settings.classes} classes ready, {settings.room_mib} MiB of room each, "
+        f"never the last {settings.free_slots} free slot(s), made anew after {settings.max_age_s:g} s; "
+        f"{len(pools)} process(es) with a pool, {held} MiB held by waiting interpreters"
+    )
+    checks = [Check("ready sandboxes", True, summary)]
+    for pool in pools:
+        for cls in pool["classes"]:
+            detail = (
+                f"process {pool['pid']}: {cls['ready']} ready, {cls['in_use']} in use, {cls['failures']} failures "
+                f"in a row, {cls['memory_bytes'] // (1024 * 1024)} MiB held; made {pool['made']}, claimed "
+                f"{pool['claimed']}, fell back cold {pool['fell_back']}"
+            )
+            checks.append(Check(f"ready {cls['class']}", not cls["stopped"], cls["stopped"] or detail))
     return checks
 
 

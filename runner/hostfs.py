@@ -28,6 +28,16 @@ def mount_tmpfs(
         raise OSError(err, f"mount tmpfs on {target}: {os.strerror(err)}")
 
 
+def resize_tmpfs(target: Path, *, size_bytes: int, max_inodes: int | None = None) -> None:
+    """Give the tmpfs mounted at `target` a new size (and inode count); its files stay. Everywhere
+    it is mounted (a sandbox's bind of it too) sees the one superblock's new size."""
+    options = f"size={size_bytes}" + (f",nr_inodes={max_inodes}" if max_inodes is not None else "")
+    flags = MS_REMOUNT | MS_NOSUID | MS_NODEV
+    if _libc.mount(b"tmpfs", os.fsencode(target), b"tmpfs", flags, options.encode()) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"resize tmpfs on {target}: {os.strerror(err)}")
+
+
 def bind_readonly(source: Path, target: Path) -> None:
     """Bind `source` on `target`, then make that view read-only, nosuid and nodev."""
     if _libc.mount(os.fsencode(source), os.fsencode(target), None, MS_BIND, None) != 0:

@@ -358,6 +358,9 @@ class RunResult:
     # How a microVM came to be: "cold" (booted from the image for this run) or "branch" (a fresh
     # copy-on-write branch of a frozen base); None for engines without a VM.
     vm_start: str | None = None
+    # How the run's sandbox came to be: "ready" (made before the run was known, handed to it:
+    # runner.ready) or "cold" (made for it); None if no sandbox was made.
+    sandbox_start: str | None = None
     # A run with an egress policy: the policy, every attempt through its proxy, the totals and
     # the cap it passed (runner.egress.EgressProxy.summary); None for a run without network.
     egress: dict[str, Any] | None = None
@@ -389,6 +392,7 @@ class RunResult:
             "engine_version": self.engine_version,
             "engine_note": self.engine_note,
             "vm_start": self.vm_start,
+            "sandbox_start": self.sandbox_start,
             "egress": self.egress,
             "isolation": self.isolation,
             "image": asdict(self.image) if self.image else None,
@@ -398,5 +402,6 @@ class RunResult:
             "evidence": self.evidence,
             "sandbox_id": self.sandbox_id,
             "limits": self.limits.to_json() if self.limits else None,
-            "timings": dict(self.timings),  # start_s, boot_s (until the program ran), total_s
+            # start_s, boot_s (until the program ran), staging_s and handover_s (a ready sandbox's), total_s
+            "timings": dict(self.timings),
         }

@@ -25,11 +25,12 @@ from runner.cells import CELL_PROGRAMS, SESSION_DIR, export_session, stage_state
 from runner.classify import Evidence, classify
 from runner.config import PROJECT_ROOT, Paths, paths_from_env
 from runner.egress import Caps, EgressSettings, Policy, RunEgress, policy_problem
-from runner.engines.base import Collected, Engine, RunContext
+from runner.engines.base import Collected, Engine, HandOverError, RunContext
 from runner.env import ConfigError, env_bool, env_choice, env_float, env_int, env_path, env_str
 from runner.files import export_outputs, stage_inputs
-from runner.images import ImageError, ImageStore
+from runner.images import ImageError, ImageRef, ImageStore
 from runner.locks import RunLock
+from runner.ready import Ready, ReadyPool, ReadySettings
 from runner.registry import Registry
 from runner.spec import (
     MIB,
@@ -134,11 +135,13 @@ class Supervisor:
         settings: SupervisorSettings | None = None,
         maxima: Limits | None = None,
         egress: EgressSettings | None = None,
+        ready: ReadySettings | None = None,
     ):
         self.paths = paths or paths_from_env()
         self.settings = settings or SupervisorSettings.from_env()
         self.maxima = maxima or maxima_from_env()
         self.egress = egress or EgressSettings.from_env()
+        self.ready_settings = ready or ReadySettings.from_env()
         self.admission = admission or Admission(self.paths.host_state_dir / "admission", Capacity.from_env())
         self.images = ImageStore(self.paths)
         self.registry = Registry(self.settings, self.paths.host_state_dir, engines=engines)
@@ -181,6 +184,9 @@ class Supervisor:
         lock.acquire()
         ctx: RunContext | None = None
         engine: Engine | None = None
+        ready: Ready | None = None
+        ready_checks: list[CleanupCheck] = []  # a ready sandbox's that failed at hand-over
+        fell_back = False
         evidence = Evidence()
         streams = {
             "stdout": _Stream("stdout", spec.limits.stdout_max_bytes, keep=keep_output),
@@ -203,19 +209,37 @@ class Supervisor:
             need = engine.reservation(spec.limits, cell=spec.cell)
             # Streams kept for the result are this process's memory, on top of the sandbox's.
             kept_mib = -(-(spec.limits.stdout_max_bytes + spec.limits.stderr_max_bytes) // MIB) if keep_output else 0
-            reservation = self.admission.acquire(
-                run_id, memory_mib=need.memory_mib + kept_mib, cpus=need.cpus, cancelled=cancelled
-            )
-            _announce(emit, Phase.ADMITTED, slot=reservation.slot)
-            ctx = self._stage(spec, run_id, reservation.slot, image, engine)
+            memory_mib = need.memory_mib + kept_mib
+            ready, cold_reason = self._claim_ready(engine, spec, image, run_id)
+            if ready is not None:
+                ctx = ready.for_run(run_id, spec, program_argv(spec, engine.script_dir))
+                reservation = self.admission.acquire(
+                    run_id, memory_mib=memory_mib, cpus=need.cpus, cancelled=cancelled, take=ready.id
+                )
+                _announce(emit, Phase.ADMITTED, slot=reservation.slot)
+                _announce(emit, Phase.STARTING)
+                failure = self._hand_over(engine, ctx, ready, result, ready_checks)
+                if failure:
+                    cold_reason, ctx, fell_back = f"its ready sandbox failed at hand-over ({failure})", None, True
+            else:
+                reservation = self.admission.acquire(
+                    run_id, memory_mib=memory_mib, cpus=need.cpus, cancelled=cancelled, on_wait=self._drain_ready
+                )
+                _announce(emit, Phase.ADMITTED, slot=reservation.slot)
+            if ctx is None:
+                result.sandbox_start = "cold"
+                if cold_reason:
+                    result.engine_note = f"{result.engine_note}; sandbox started cold: {cold_reason}"[:500]
+                ctx = self._stage(spec, run_id, reservation.slot, image, engine)
+                if spec.egress:
+                    ctx.egress = RunEgress.open(Policy.parse(spec.egress), Caps.of(spec.limits), self.egress)
+                if ready is None:
+                    _announce(emit, Phase.STARTING)
+                engine.prepare(ctx)
+                self._write_script(ctx)
+                ctx.process = engine.start(ctx)
             result.sandbox_id = f"{engine.name}:{run_id}"
             result.evidence["host_uid"] = ctx.uid
-            if spec.egress:
-                ctx.egress = RunEgress.open(Policy.parse(spec.egress), Caps.of(spec.limits), self.egress)
-            _announce(emit, Phase.STARTING)
-            engine.prepare(ctx)
-            self._write_script(ctx)
-            ctx.process = engine.start(ctx)
             t_start = time.monotonic()
             result.timings["start_s"] = t_start - started
             _announce(emit, Phase.RUNNING)
@@ -263,7 +287,9 @@ class Supervisor:
             error = RunnerError("engine_failure", f"{type(exc).__name__}: {exc}", retryable=True)
             evidence.engine_error, result.error = error, error
         finally:
-            result.cleanup = self._teardown(engine, ctx, run_id)
+            result.cleanup = [*ready_checks, *self.teardown_sandbox(engine, ctx, run_id)]
+            if ready is not None:
+                result.cleanup.append(self._ready_pool().finished(ready, run_id, fell_back=fell_back))
             lock.release()
         if ctx is not None and ctx.egress is not None:
             result.egress = ctx.egress.proxy.summary()
@@ -278,6 +304,49 @@ class Supervisor:
         result.timings["total_s"] = round(time.monotonic() - started, 4)
         emit({"type": "final", "result": result.to_json()})
         return result
+
+    # --- ready sandboxes (runner.ready) ---------------------------------------------
+
+    def _ready_pool(self) -> ReadyPool:
+        return ReadyPool.here(self, self.ready_settings)
+
+    def _claim_ready(self, engine: Engine, spec: RunSpec, image: ImageRef, run_id: str) -> tuple[Ready | None, str]:
+        """This run's ready sandbox, or None and why the run starts cold ("" when they are off)."""
+        if not self.ready_settings.enabled:
+            return None, ""
+        return self._ready_pool().claim(engine, spec, image, run_id)
+
+    def _drain_ready(self) -> None:
+        """No room for a cold run: this process's idle ready sandboxes give theirs back."""
+        if self.ready_settings.enabled:
+            self._ready_pool().drain()
+
+    def _hand_over(
+        self, engine: Engine, ctx: RunContext, ready: Ready, result: RunResult, checks: list[CleanupCheck]
+    ) -> str:
+        """Stage the run into its ready sandbox and hand the program over; "" when it went well.
+        Else the sandbox is torn down (its audit added to `checks`) and the reason returned, for the
+        run to start cold in the reservation it holds. A staging refusal is the run's own: raised."""
+        t0 = time.monotonic()
+        self._stage_inputs(ctx)
+        self._write_script(ctx)
+        t1 = time.monotonic()
+        try:
+            engine.hand_over(ctx, ready.host)
+        except HandOverError as exc:
+            torn = self.teardown_sandbox(engine, ctx, ready.id, release=False)
+            checks.extend(CleanupCheck(f"ready sandbox {c.name}", c.ok, c.detail) for c in torn)
+            if not all(c.ok for c in torn):  # its uid is the run's: never start on an unclean one
+                raise RunnerError(
+                    "ready_teardown_failed", f"a ready sandbox failed at hand-over ({exc}) and was not removed cleanly",
+                    retryable=True,
+                ) from exc  # fmt: skip
+            return str(exc)
+        result.sandbox_start = "ready"
+        result.timings.update(staging_s=round(t1 - t0, 4), handover_s=round(time.monotonic() - t1, 4))
+        result.evidence["ready_sandbox"] = {"id": ready.id, "class": ready.cls.label, "made_s": round(ready.make_s, 3),
+                                            "waited_s": round(time.monotonic() - ready.made_at, 3)}  # fmt: skip
+        return ""
 
     def _validate(self, spec: RunSpec) -> None:
         if spec.runtime not in RUNTIMES:
@@ -303,13 +372,27 @@ class Supervisor:
         return ref
 
     def _stage(self, spec: RunSpec, run_id: str, slot: int, image: Any, engine: Engine) -> RunContext:
+        ctx = self.context(spec, run_id, slot, image, engine)
+        self._stage_inputs(ctx)
+        return ctx
+
+    def _stage_inputs(self, ctx: RunContext) -> None:
+        """The run's inputs (and a cell's state) into its input directory, which is empty."""
+        spec = ctx.spec  # a failure leaves the directory to the teardown
+        stage_inputs(spec.inputs, ctx.input_dir, spec.limits, spec.input_names)
+        if spec.state is not None:
+            stage_state(spec.state, ctx.input_dir, spec.limits)
+
+    def context(self, spec: RunSpec, run_id: str, slot: int, image: Any, engine: Engine) -> RunContext:
+        """A sandbox's context, its run directory made with an empty input directory: a run's,
+        or a ready sandbox's (runner.ready), named `run_id`."""
         run_dir = self.runs_dir / run_id
         views = engine.view_root(self.views_dir)
         views.mkdir(mode=0o711, parents=True, exist_ok=True)
         run_dir.mkdir(mode=0o711)
         input_dir = run_dir / "in"
         input_dir.mkdir(mode=0o755)
-        ctx = RunContext(
+        return RunContext(
             run_id=run_id,
             spec=spec,
             limits=spec.limits,
@@ -323,14 +406,6 @@ class Supervisor:
             image=image,
             argv=program_argv(spec, engine.script_dir),
         )
-        try:
-            stage_inputs(spec.inputs, input_dir, spec.limits, spec.input_names)
-            if spec.state is not None:
-                stage_state(spec.state, input_dir, spec.limits)
-        except RunnerError:
-            shutil.rmtree(run_dir)
-            raise
-        return ctx
 
     # --- streaming and watching ---------------------------------------------------
 
@@ -505,7 +580,12 @@ class Supervisor:
 
     # --- teardown -----------------------------------------------------------------
 
-    def _teardown(self, engine: Engine | None, ctx: RunContext | None, run_id: str) -> list[CleanupCheck]:
+    def teardown_sandbox(
+        self, engine: Engine | None, ctx: RunContext | None, run_id: str, *, release: bool = True
+    ) -> list[CleanupCheck]:
+        """Stop, remove and audit everything of a sandbox (`ctx`, None if none was made) and, with
+        `release`, its admission reservation, held as `run_id`: a run's, or a ready sandbox's
+        (runner.ready)."""
         checks: list[CleanupCheck] = []
         if engine is not None and ctx is not None:
             if ctx.process is not None and ctx.process.poll() is None:
@@ -517,7 +597,7 @@ class Supervisor:
         if ctx is not None and ctx.egress is not None:  # after the sandbox: nothing of the run can reach it now
             closed, detail = ctx.egress.close()
             checks.append(CleanupCheck("egress", closed, detail))
-        run_dir = self.runs_dir / run_id
+        run_dir = ctx.run_dir if ctx is not None else self.runs_dir / run_id
         if run_dir.exists() and not hostfs.mounts_under(run_dir):  # never recurse into a live mount
             shutil.rmtree(run_dir, ignore_errors=True)
         checks.append(
@@ -527,9 +607,12 @@ class Supervisor:
                 "run directory removed" if not run_dir.exists() else f"{run_dir} remains",
             )
         )
-        self.admission.release(run_id)
-        held = self.admission.holds(run_id)
-        checks.append(CleanupCheck("slot", not held, "admission slot released" if not held else "slot still reserved"))
+        if release:
+            self.admission.release(run_id)
+            held = self.admission.holds(run_id)
+            checks.append(
+                CleanupCheck("slot", not held, "admission slot released" if not held else "slot still reserved")
+            )
         return checks
 
     def sweep_bases(self) -> list[str]:

@@ -205,6 +205,7 @@ def run_finish(*, run: Run, result: RunResult, exported: Path | None, samples: S
         "engine_version": result.engine_version or "",
         "engine_note": result.engine_note[:500],
         "vm_start": result.vm_start or "",
+        "sandbox_start": result.sandbox_start or "",
         "isolation": result.isolation or "",
         "sandbox_id": result.sandbox_id or "",
         "error_code": result.error.code if result.error else "",

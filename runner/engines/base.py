@@ -11,6 +11,7 @@ check, what it removed and what survived. Before any of it, admission reserves t
 from __future__ import annotations
 
 import math
+import socket
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,6 +73,10 @@ class Footprint:
     cpus: float
 
 
+class HandOverError(RuntimeError):
+    """A ready sandbox could not take its run: it is torn down, and the run starts cold."""
+
+
 class RunState:
     """What an engine made for one run (cgroups, fds, VM facts), so that teardown finds it.
     Private to the engine: each one keeps its own subclass, and nothing else reads it."""
@@ -117,6 +122,9 @@ class RunContext:
     # A run with an egress policy: its network namespace and proxy (runner.egress.RunEgress),
     # opened by the supervisor before the sandbox and closed after it.
     egress: RunEgress | None = None
+    # A ready sandbox being made (runner.ready): the sandbox's end of its hand-over socket, which
+    # the launch passes to the waiting interpreter; None for a run started cold.
+    ready_end: socket.socket | None = None
 
 
 @dataclass(frozen=True)
@@ -169,6 +177,8 @@ class Engine(ABC):
     files_in_memory_limit: ClassVar[bool] = False
     # Whether the engine can put a run's egress proxy (and nothing else) within its sandbox's reach.
     scoped_egress: ClassVar[bool] = False
+    # Whether the engine can make a sandbox before its run is known and hand it over (runner.ready).
+    ready_sandboxes: ClassVar[bool] = False
 
     @abstractmethod
     def cgroup_limits(self, limits: Limits, *, cell: bool = False) -> CgroupLimits:
@@ -192,6 +202,11 @@ class Engine(ABC):
     def failure(self, ctx: RunContext) -> RunnerError | None:
         """An infrastructure failure the engine has learnt of (boot failure, engine crash)."""
         return None
+
+    def hand_over(self, ctx: RunContext, host: socket.socket) -> None:
+        """Give a ready sandbox (made with `ctx.ready_end`) its run: the run's limits, then the
+        program, through `host`. Raises HandOverError if the sandbox cannot take it."""
+        raise HandOverError(f"the {self.name} engine makes no ready sandboxes")
 
     @abstractmethod
     def version(self) -> str: ...

@@ -62,6 +62,8 @@ class CgroupState(RunState):
     # its pages are charged to the supervisor, not to the run, and are not the program's files.
     files_at_start: int = 0
     peaks: Peaks = field(default_factory=Peaks)
+    # CPU seconds the cgroup had used before the run was handed over (a ready sandbox's start).
+    cpu_base_s: float = 0.0
 
 
 StateT = TypeVar("StateT", bound=CgroupState)
@@ -210,7 +212,7 @@ class CgroupEngine(Engine, Generic[StateT]):
         if self.files_in_memory_limit:
             memory = program_bytes(cgroup.memory_bytes(), files)
         state.peaks.add(memory, files)
-        return Sample(cgroup.cpu_seconds(), memory, files, cgroup.oom_kills(), self._process_cap_hits(cgroup))
+        return Sample(self._cpu_seconds(state), memory, files, cgroup.oom_kills(), self._process_cap_hits(cgroup))
 
     def stop(self, ctx: RunContext, *, grace_s: float) -> str:
         if ctx.state is None:
@@ -229,7 +231,7 @@ class CgroupEngine(Engine, Generic[StateT]):
         return Collected(
             exit_code=exit_code,
             signal=signo,
-            cpu_s=cgroup.cpu_seconds(),
+            cpu_s=self._cpu_seconds(state),
             peak_memory_bytes=state.peaks.program(cgroup_peak) if self.files_in_memory_limit else None,
             peak_file_bytes=state.peaks.files,
             cgroup_peak_memory_bytes=cgroup_peak,
@@ -252,6 +254,11 @@ class CgroupEngine(Engine, Generic[StateT]):
 
     def sweep(self, is_live: Callable[[str], bool]) -> list[str]:
         return sweep_cgroups(self.layout, self.cgroup_parent, is_live)
+
+    @staticmethod
+    def _cpu_seconds(state: CgroupState) -> float | None:
+        used = state.cgroup.cpu_seconds()
+        return None if used is None else max(0.0, used - state.cpu_base_s)
 
     def _process_cap_hits(self, cgroup: RunCgroup) -> int:
         return cgroup.pids_max_hits() if self.process_cap_on_host else 0
@@ -339,16 +346,19 @@ def mount_output_area(ctx: RunContext, *, uid: int, gid: int | None = None, mode
     """The run's one writable output area, the same size and shape in every engine. Export, on
     the host after exit, decides what of it leaves; the area only bounds what can be written."""
     ctx.output_dir.mkdir(mode=0o700)
-    # Room for a few times the file cap, so "too many files" is seen and refused at export.
-    inodes = ctx.limits.output_max_files * 4 + 64
     hostfs.mount_tmpfs(
         ctx.output_dir,
         size_bytes=output_area_bytes(ctx.limits, cell=ctx.spec.cell),
         uid=uid,
         gid=gid,
         mode=mode,
-        max_inodes=inodes,
+        max_inodes=output_area_inodes(ctx.limits),
     )
+
+
+def output_area_inodes(limits: Limits) -> int:
+    """Room for a few times the file cap, so "too many files" is seen and refused at export."""
+    return limits.output_max_files * 4 + 64
 
 
 def bind_views(ctx: RunContext, sources: dict[str, Path]) -> None:

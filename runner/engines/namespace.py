@@ -16,22 +16,27 @@ import json
 import os
 import resource
 import shutil
+import socket
 import subprocess
 from dataclasses import dataclass
 from functools import lru_cache
 
 from runner import hostfs
 from runner.cgroups import CgroupLayout
-from runner.engines.base import CgroupLimits, RunContext, run_env
+from runner.engines.base import CgroupLimits, HandOverError, RunContext, run_env
 from runner.engines.common import (
     CgroupEngine,
     CgroupState,
     Drop,
     Launch,
+    areas_used_bytes,
     bind_views,
     decode_exit_status,
     mount_output_area,
+    output_area_bytes,
+    output_area_inodes,
     processes_of_uid,
+    stdin_fd,
 )
 from runner.seccomp import bpf_fd
 from runner.spec import MIB, Limits, RunnerError
@@ -52,6 +57,7 @@ class NamespaceEngine(CgroupEngine[NamespaceState]):
     state_type = NamespaceState
     files_in_memory_limit = True  # see cgroup_limits
     scoped_egress = True
+    ready_sandboxes = True
 
     def __init__(self, *, cgroup_parent: str = "cordon", layout: CgroupLayout | None = None):
         super().__init__(cgroup_parent=cgroup_parent, layout=layout)
@@ -94,12 +100,49 @@ class NamespaceEngine(CgroupEngine[NamespaceState]):
         fds["seccomp"] = bpf_fd()
         if ctx.egress is not None:
             fds["netns"] = os.dup(ctx.egress.namespace.fd)
+        program = ctx.argv
+        if ctx.ready_end is not None:  # a ready sandbox's interpreter, told where its socket is
+            fds["ready"] = os.dup(ctx.ready_end.fileno())
+            program = [*ctx.argv, str(fds["ready"])]
         return Launch(
-            argv=bwrap_argv(self.bwrap, fds, ctx.argv, run_env(ctx), own_network=ctx.egress is not None),
+            argv=bwrap_argv(self.bwrap, fds, program, run_env(ctx), own_network=ctx.egress is not None),
             env={"PATH": "/usr/bin:/bin"},
             drop=Drop(uid=ctx.uid, rlimits=rlimits(ctx), netns_fd=fds.get("netns", -1)),
             stdin=ctx.spec.stdin,
         )
+
+    def hand_over(self, ctx: RunContext, host: socket.socket) -> None:
+        state = self.state(ctx)
+        cgroup = state.cgroup
+        if ctx.process is None or ctx.process.poll() is not None:
+            raise HandOverError("its interpreter had exited")
+        if cgroup.oom_kills() or cgroup.pids_max_hits():
+            raise HandOverError("it had hit its memory or process limit while it waited")
+        caps = self.cgroup_limits(ctx.limits, cell=ctx.spec.cell)
+        try:  # the run's own limits, which from now on bind: a class's room is not the run's
+            cgroup.set_limits(
+                memory_bytes=caps.memory_bytes, pids_max=caps.pids_max, cpus=caps.cpus, cpu_weight=ctx.spec.cpu_weight
+            )
+            hostfs.resize_tmpfs(ctx.scratch_dir, size_bytes=ctx.limits.disk_mib * MIB)
+            hostfs.resize_tmpfs(
+                ctx.output_dir,
+                size_bytes=output_area_bytes(ctx.limits, cell=ctx.spec.cell),
+                max_inodes=output_area_inodes(ctx.limits),
+            )
+        except OSError as exc:
+            raise HandOverError(f"its limits could not be set: {exc}") from exc
+        state.files_at_start = areas_used_bytes(self.file_areas(ctx)) or 0
+        state.cpu_base_s = cgroup.cpu_seconds() or 0.0
+        # The environment bwrap gives a program it starts in /tmp (--chdir sets PWD).
+        order = {"argv": handed_argv(ctx.argv), "env": {**run_env(ctx), "PWD": "/tmp"}, "cwd": "/tmp"}
+        stdin = stdin_fd(ctx.spec.stdin) if ctx.spec.stdin else -1
+        try:
+            socket.send_fds(host, [json.dumps(order).encode()], [stdin] if stdin >= 0 else [])
+        except OSError as exc:
+            raise HandOverError(f"its interpreter could not be reached: {exc}") from exc
+        finally:
+            if stdin >= 0:
+                os.close(stdin)
 
     def on_control(self, ctx: RunContext, fd: int, data: bytes) -> None:
         state = self.state(ctx)
@@ -168,6 +211,15 @@ def bwrap_argv(
         "--", *program,
     ]  # fmt: skip
     return argv
+
+
+def handed_argv(argv: list[str]) -> list[str]:
+    """What a ready sandbox's interpreter is told to run: the program and its arguments, without
+    the interpreter and its options (a ready class fixes those: runner.ready)."""
+    rest = argv[1:]
+    while rest and rest[0].startswith("-"):
+        rest = rest[1:]
+    return rest
 
 
 def rlimits(ctx: RunContext) -> list[tuple[int, int]]:

@@ -372,3 +372,20 @@ def run() -> list[Row]:
         *flood_rows(f"flood (1 student x {FLOOD} + {OTHERS} others x 1 in {WINDOW_S:.0f} s)", flood_sent,
                     flood_subs, flood_runs, alone_part, alone_sent),
     ]  # fmt: skip
+
+
+def burst_p95(*, ready: bool) -> float | None:
+    """The deadline burst alone, on a stack with ready sandboxes on or off: submit->graded p95 (s)."""
+    env = {"CORDON_GRADING_SLOTS": str(CONCURRENCY), "CORDON_READY": "true" if ready else "false"}
+    stack = Stack(env=env, concurrency=CONCURRENCY, grading_concurrency=CONCURRENCY)
+    try:
+        stack.one_run()
+        students = [f"student{i:03d}" for i in range(STUDENTS)]
+        room = Classroom(stack, STUDENTS)
+        burst = room.assignment("deadline burst", students)
+        sent = room.submit(burst, _moments(random.Random(SEED), students))  # noqa: S311 - moments, not secrets
+        room.drain(burst, sent.accepted)
+        part = Summary.of(*room.snapshot(burst))
+    finally:
+        stack.close()
+    return _p95(part.waits_s) if part.waits_s and part.graded == STUDENTS else None

@@ -1,0 +1,143 @@
+"""Cordon's ready sandbox program (python): an interpreter started in a new sandbox before its run
+is known, waiting for the one run it will ever serve (runner.ready on the host).
+
+    /usr/bin/python3 /usr/lib/cordon/ready.py STACK FD
+
+STACK is "bare" (nothing imported beyond the interpreter's own start) or "analyst" (numpy, pandas,
+matplotlib with pyplot and its font cache, cloudpickle: what a notebook cell imports). FD is a
+SOCK_SEQPACKET socket to the host. The protocol, one message each way:
+
+    to the host     {"ready": true} once the stack is imported (or {"ready": false, "problem": ...})
+    from the host   {"argv": [PROGRAM, ARGS...], "env": {...}, "cwd": "/tmp"}, with the run's stdin
+                    as a passed fd (none: /dev/null stays)
+
+Then it becomes `python3 PROGRAM ARGS` as nearly as one interpreter can: the run's environment,
+argv, sys.path[0], stdin, stdout and stderr (quiet until now: nothing the imports printed reaches
+the run), a fresh __main__, the random module's state (and numpy's global one) drawn again from the
+kernel at hand-over, the modules this program needed for the protocol forgotten. What cannot be
+made again: the hash seed, drawn when this interpreter started (in this sandbox, for it alone), and
+the process's start time, which is the sandbox's. End of file before a message: the host recycled
+the sandbox; it exits quietly.
+"""
+
+import os
+import sys
+
+MESSAGE_MAX_BYTES = 4 << 20
+
+
+def main() -> int:
+    stack, fd = sys.argv[1], int(sys.argv[2])
+    out, err = _quiet()
+    problem = ""
+    try:
+        if stack == "analyst":
+            _import_analyst_stack()
+        elif stack != "bare":
+            problem = f"unknown stack {stack!r}"
+    except Exception as exc:  # the host says why the class cannot be made ready
+        problem = f"{type(exc).__name__}: {exc}"
+    kept = set(sys.modules)
+    import json
+    import socket
+
+    host = socket.socket(fileno=fd)
+    host.send(json.dumps({"ready": not problem, "problem": problem}).encode())
+    if problem:
+        return 1
+    try:
+        message, fds, _, _ = socket.recv_fds(host, MESSAGE_MAX_BYTES, 1)
+    except OSError:
+        message, fds = b"", []
+    host.close()
+    if not message:
+        return 0
+    order = json.loads(message)
+    if fds:
+        os.dup2(fds[0], 0)
+        os.close(fds[0])
+    os.dup2(out, 1)
+    os.dup2(err, 2)
+    os.close(out)
+    os.close(err)
+    for name in set(sys.modules) - kept:  # json, socket and theirs: not the program's
+        del sys.modules[name]
+    os.environ.clear()
+    os.environ.update(order["env"])
+    os.chdir(order["cwd"])
+    _reseed()
+    return _run(order["argv"][0], order["argv"][1:])
+
+
+def _quiet() -> "tuple[int, int]":
+    """stdout and stderr to /dev/null until the hand-over; the run's pipes kept aside."""
+    out, err = os.dup(1), os.dup(2)  # close-on-exec, as os.dup makes them
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.dup2(null, 2)
+    os.close(null)
+    return out, err
+
+
+def _import_analyst_stack() -> None:
+    import cloudpickle  # type: ignore[import-not-found, unused-ignore]  # noqa: F401
+    import matplotlib  # type: ignore[import-not-found, unused-ignore]
+    import numpy  # type: ignore[import-not-found, unused-ignore]  # noqa: F401
+    import pandas  # type: ignore[import-untyped, import-not-found, unused-ignore]  # noqa: F401
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot  # type: ignore[import-not-found, unused-ignore]
+    from matplotlib import font_manager  # type: ignore[import-not-found, unused-ignore]
+
+    font_manager.findfont("DejaVu Sans")  # the font cache, built now, not in the run
+    matplotlib.pyplot.close("all")
+
+
+def _reseed() -> None:
+    """State drawn from the kernel's entropy at hand-over, not when the sandbox was made."""
+    random = sys.modules.get("random")
+    if random is not None:
+        random.seed()
+    numpy_random = sys.modules.get("numpy.random")
+    if numpy_random is not None:
+        numpy_random.seed()
+
+
+def _run(program: str, args: "list[str]") -> int:
+    """`python3 PROGRAM ARGS`: a __main__ of its own, a traceback from the program's frame on."""
+    import builtins
+
+    sys.argv = [program, *args]
+    sys.orig_argv = [sys.executable, program, *args]
+    sys.path[0] = os.path.dirname(os.path.realpath(program))
+    module = type(sys)("__main__")
+    loader = sys.modules["_frozen_importlib_external"].SourceFileLoader("__main__", program)
+    module.__dict__.update(__file__=program, __cached__=None, __builtins__=builtins, __loader__=loader)
+    try:
+        with open(program, "rb") as handle:
+            code = compile(handle.read(), program, "exec", dont_inherit=True)
+    except SyntaxError as exc:
+        exc.__traceback__ = None  # as python shows it: where in the program, not where compiled
+        sys.excepthook(type(exc), exc, None)
+        return 1
+    sys.modules["__main__"] = module
+    try:
+        exec(code, module.__dict__)  # noqa: S102 - the run's own program, in its own sandbox
+    except SystemExit:
+        raise
+    except BaseException as exc:
+        tb = exc.__traceback__.tb_next if exc.__traceback__ is not None else None  # past this frame
+        exc.__traceback__ = tb  # what the hook prints
+        sys.excepthook(type(exc), exc, tb)
+        if isinstance(exc, KeyboardInterrupt):  # as python ends on one: by SIGINT
+            import signal
+
+            sys.stdout.flush()
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGINT)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

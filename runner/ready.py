@@ -1,0 +1,461 @@
+"""Ready sandboxes: a run's setup done before the run is known, in a sandbox nothing has run in.
+
+A supervisor process keeps, for each class of run it has met lately, one sandbox made in full and
+waiting: its cgroups, its namespaces and mounts (/input, /tmp and /output empty), and the image's
+interpreter started as the slot's uid, its usual modules imported, blocked on a private socket
+(the image's /usr/lib/cordon/ready.py or ready.js, which documents the protocol). A run of that
+class takes it over: the run's limits are written to its cgroups and areas, its inputs staged,
+its script written, and the program handed over through the socket; only then does the deadline
+start. From there the run is supervised, torn down and audited as any other. A ready sandbox
+serves exactly one run (the audit says so, check by check), and its replacement is made in the
+background, off every run's critical path.
+
+Why it is as isolated as a cold one: it is the same sandbox, made by the same code (the engine's
+prepare and start), merely earlier; the interpreter in it was started fresh by the image, not
+forked from anything of the host's, so nothing of the pool's memory, fds or environment is in
+it; the run's own environment, argv, stdin and limits reach it at hand-over, and the random
+module's state is drawn again then. Its price: the memory and the admission slot it holds while
+it waits (CORDON_READY=false turns it off).
+
+The class of a run (ReadyClass): its image, runtime, the modules its interpreter imports ahead
+("analyst": numpy, pandas, matplotlib, for a notebook cell or a script that names them; "bare":
+none), what is fixed when the interpreter starts (OpenMP's thread count, node's heap cap). A run
+with scoped egress (its network is joined before the sandbox is made) or a node run with stdin
+(node cannot be passed an fd) starts cold, and says why.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import math
+import os
+import socket
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from runner.engines.base import Engine, HandOverError, RunContext
+from runner.env import env_bool, env_float, env_int
+from runner.images import ImageRef
+from runner.locks import RunLock
+from runner.spec import CleanupCheck, Limits, RunSpec
+
+if TYPE_CHECKING:
+    from runner.supervisor import Supervisor
+
+READY_PROGRAMS = {"python": "/usr/lib/cordon/ready.py", "node": "/usr/lib/cordon/ready.js"}
+PREFIX = "ready-"  # a ready sandbox's name: its cgroups, view and lock, which a sweep reclaims
+# Words that make a python script's class "analyst": a linear search of the script's bytes.
+ANALYST_WORDS = (b"pandas", b"numpy", b"matplotlib")
+# What a run must leave free of its memory limit above what the waiting interpreter holds.
+MEMORY_MARGIN_BYTES = 32 * 1024 * 1024
+STATUS_DIR = "ready"  # under the host state directory: one file per process with a pool, for doctor
+
+
+@dataclass(frozen=True)
+class ReadySettings:
+    enabled: bool = True
+    classes: int = 2  # classes this process keeps a ready sandbox of, the most recently used
+    max_age_s: float = 900.0  # an idle sandbox older than this is made anew
+    free_slots: int = 1  # admission slots ready sandboxes never take: a cold run always finds one
+    room_mib: int = 256  # the memory a waiting sandbox's cgroup allows (its imports need room)
+    wait_s: float = 2.0  # how long a run waits for its class's sandbox that is being made
+    make_timeout_s: float = 60.0
+    max_failures: int = 3  # failures in a row after which a class is not made again (doctor says why)
+
+    @classmethod
+    def from_env(cls) -> ReadySettings:
+        return cls(
+            enabled=env_bool("CORDON_READY", True),
+            classes=env_int("CORDON_READY_CLASSES", 2, minimum=1, maximum=16),
+            max_age_s=env_float("CORDON_READY_MAX_AGE_S", 900.0, minimum=1.0),
+            free_slots=env_int("CORDON_READY_FREE_SLOTS", 1, minimum=0, maximum=1000),
+            room_mib=env_int("CORDON_READY_ROOM_MIB", 256, minimum=64),
+            wait_s=env_float("CORDON_READY_WAIT_S", 2.0, minimum=0.0),
+            make_timeout_s=env_float("CORDON_READY_MAKE_TIMEOUT_S", 60.0, minimum=1.0),
+            max_failures=env_int("CORDON_READY_MAX_FAILURES", 3, minimum=1),
+        )
+
+
+@dataclass(frozen=True)
+class ReadyClass:
+    """What a waiting interpreter fixed when it started: a run of another class cannot use it."""
+
+    engine: str
+    image: str
+    digest: str
+    runtime: str
+    stack: str  # "bare" or "analyst"
+    threads: int  # OMP_NUM_THREADS, read as numpy loads
+    heap_mib: int  # node's --max-old-space-size (0 for python)
+
+    @property
+    def label(self) -> str:
+        extra = f", heap {self.heap_mib} MiB" if self.heap_mib else ""
+        where = f"{self.image} {self.digest[7:19]}, {self.threads} threads{extra}"
+        return f"{self.runtime}/{self.stack} on {self.engine} ({where})"
+
+
+def ready_class(spec: RunSpec, image: ImageRef, engine: Engine) -> tuple[ReadyClass | None, str]:
+    """The class of a run, or None and why it starts cold."""
+    if not engine.ready_sandboxes:
+        return None, f"the {engine.name} engine makes no ready sandboxes"
+    if spec.egress:
+        return None, "a run with egress starts cold (its network is joined before its sandbox is made)"
+    if spec.runtime == "node" and spec.stdin:
+        return None, "a node run with stdin starts cold (node cannot be handed it)"
+    if spec.runtime not in READY_PROGRAMS:
+        return None, f"no ready program for {spec.runtime}"
+    analyst = spec.runtime == "python" and (spec.cell or any(word in spec.script for word in ANALYST_WORDS))
+    heap = max(16, int(spec.limits.memory_mib * 0.6)) if spec.runtime == "node" else 0  # program_argv's
+    return ReadyClass(
+        engine=engine.name,
+        image=image.name,
+        digest=image.digest,
+        runtime=spec.runtime,
+        stack="analyst" if analyst else "bare",
+        threads=max(1, math.ceil(spec.limits.cpus)),
+        heap_mib=heap,
+    ), ""
+
+
+def ready_argv(cls: ReadyClass) -> list[str]:
+    """The waiting interpreter's argv (the launch adds its socket's fd number)."""
+    if cls.runtime == "node":
+        return ["/usr/bin/node", f"--max-old-space-size={cls.heap_mib}", READY_PROGRAMS["node"], cls.stack]
+    return ["/usr/bin/python3", READY_PROGRAMS["python"], cls.stack]
+
+
+class ReadyReused(RuntimeError):
+    """A ready sandbox asked to serve a second run: refused, always."""
+
+
+@dataclass
+class Ready:
+    """One ready sandbox: made for no run, handed to exactly one."""
+
+    id: str
+    cls: ReadyClass
+    engine: Engine
+    ctx: RunContext
+    host: socket.socket
+    lock: RunLock
+    made_at: float  # time.monotonic()
+    make_s: float
+    memory_bytes: int  # what its cgroup held once ready
+    claims: list[str] = field(default_factory=list)
+
+    def claim(self, run_id: str) -> None:
+        """Mark it as `run_id`'s, on the host too (a file made once, in its own run directory)."""
+        if self.claims:
+            self.claims.append(run_id)
+            raise ReadyReused(f"ready sandbox {self.id} already served run {self.claims[0]}")
+        self.claims.append(run_id)
+        marker = os.open(self.ctx.run_dir / "claimed", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        with os.fdopen(marker, "w") as handle:
+            handle.write(run_id)
+
+    def single_use_check(self, run_id: str) -> CleanupCheck:
+        """The audit's word that this sandbox served this run and no other."""
+        try:
+            marked = (self.ctx.run_dir / "claimed").read_text()
+        except OSError:
+            marked = ""  # removed with the run directory: the in-memory record stands
+        ok = self.claims == [run_id] and marked in ("", run_id)
+        detail = f"ready sandbox {self.id} served this run only"
+        if not ok:
+            detail = f"ready sandbox {self.id} was claimed by {self.claims} (marked {marked!r})"
+        return CleanupCheck("single use", ok, detail)
+
+    def for_run(self, run_id: str, spec: RunSpec, argv: list[str]) -> RunContext:
+        """The sandbox's context as the run's: its paths, cgroups and process, the run's spec."""
+        return replace(self.ctx, run_id=run_id, spec=spec, limits=spec.limits, argv=argv, ready_end=None)
+
+
+class ReadyPool:
+    """This process's ready sandboxes, one per class it has met lately, made in a thread of its own."""
+
+    _mine: dict[tuple[Any, ...], ReadyPool] = {}
+    _mine_lock = threading.Lock()
+
+    @classmethod
+    def here(cls, supervisor: Supervisor, settings: ReadySettings | None = None) -> ReadyPool:
+        """This process's pool for the supervisor's host and install (a forked child makes its own)."""
+        key = (os.getpid(), str(supervisor.paths.host_state_dir), supervisor.settings.cgroup_parent,
+               supervisor.settings.uid_base)  # fmt: skip
+        with cls._mine_lock:
+            pool = cls._mine.get(key)
+            if pool is None:
+                pool = cls._mine[key] = ReadyPool(supervisor, settings or ReadySettings.from_env())
+                atexit.register(pool.close)  # a process that ends on a crash leaves them to the sweep
+            return pool
+
+    def __init__(self, supervisor: Supervisor, settings: ReadySettings):
+        self.supervisor = supervisor
+        self.settings = settings
+        self.idle: dict[ReadyClass, Ready] = {}
+        self.making: set[ReadyClass] = set()
+        self.wanted: OrderedDict[ReadyClass, float] = OrderedDict()  # the classes met, oldest first
+        self.in_use: dict[str, Ready] = {}
+        self.failures: dict[ReadyClass, int] = {}
+        self.stopped: dict[ReadyClass, str] = {}  # classes given up, and why
+        self.counts = {"made": 0, "claimed": 0, "failed": 0, "recycled": 0, "fell_back": 0}
+        self.changed = threading.Condition()
+        self.closed = False
+        self.thread = threading.Thread(target=self._loop, name="cordon-ready-pool", daemon=True)
+        self.thread.start()
+
+    # --- a run's side -------------------------------------------------------------
+
+    def claim(self, engine: Engine, spec: RunSpec, image: ImageRef, run_id: str) -> tuple[Ready | None, str]:
+        """The ready sandbox for this run, marked as its own, or None and why it starts cold. A
+        class met for the first time gets one made for the next run of it."""
+        cls, why = ready_class(spec, image, engine)
+        if cls is None:
+            return None, why
+        deadline = time.monotonic() + self.settings.wait_s
+        with self.changed:
+            self._want(cls)
+            while cls not in self.idle and cls in self.making and time.monotonic() < deadline:
+                self.changed.wait(max(0.0, deadline - time.monotonic()))
+            ready = self.idle.get(cls)
+            if ready is None:
+                return None, self.stopped.get(cls) or "no ready sandbox of its class yet"
+            if ready.memory_bytes + MEMORY_MARGIN_BYTES > spec.limits.memory_mib * 1024 * 1024:
+                return None, "its memory limit is below what a ready sandbox of its class already holds"
+            del self.idle[cls]
+            self.in_use[ready.id] = ready
+            self.counts["claimed"] += 1
+            self.changed.notify_all()  # the thread makes its replacement
+        ready.claim(run_id)
+        self._publish()
+        return ready, ""
+
+    def finished(self, ready: Ready, run_id: str, *, fell_back: bool = False) -> CleanupCheck:
+        """The run that took `ready` is over (torn down by the supervisor): the audit's single-use
+        check, and the sandbox's lock released."""
+        check = ready.single_use_check(run_id)
+        ready.host.close()
+        self.supervisor.admission.release(ready.id)  # held still if the run never took it over
+        ready.lock.release()
+        with self.changed:
+            self.in_use.pop(ready.id, None)
+            if fell_back:
+                self.counts["fell_back"] += 1
+                self._failed(ready.cls, "a ready sandbox failed at hand-over")
+        self._publish()
+        return check
+
+    def drain(self) -> int:
+        """Tear down every idle sandbox of this process (a run needs their room); how many."""
+        with self.changed:
+            idle, self.idle = list(self.idle.values()), {}
+        for ready in idle:
+            self._discard(ready)
+        self._publish()
+        return len(idle)
+
+    def close(self) -> None:
+        with self.changed:
+            self.closed = True
+            self.changed.notify_all()
+        self.drain()
+
+    # --- the pool's thread ----------------------------------------------------------
+
+    def _want(self, cls: ReadyClass) -> None:
+        """(lock held) `cls` was met now: kept among the classes made ready, the oldest dropped."""
+        self.wanted[cls] = time.monotonic()
+        self.wanted.move_to_end(cls)
+        while len(self.wanted) > self.settings.classes:
+            old, _ = self.wanted.popitem(last=False)
+            stale = self.idle.pop(old, None)
+            if stale is not None:
+                threading.Thread(target=self._discard, args=(stale,), daemon=True).start()
+        self.changed.notify_all()
+
+    def _loop(self) -> None:
+        while True:
+            with self.changed:
+                todo = self._next()
+                while todo is None and not self.closed:
+                    self.changed.wait(timeout=self._next_check())
+                    todo = self._next()
+                if self.closed or todo is None:
+                    return
+                kind, cls = todo
+                if kind == "recycle":
+                    stale = self.idle.pop(cls)
+                else:
+                    self.making.add(cls)
+            if kind == "recycle":
+                self._discard(stale)
+                with self.changed:
+                    self.counts["recycled"] += 1
+                continue
+            try:
+                ready = self._make(cls)
+            except Exception as exc:  # recorded, counted, and shown by doctor
+                with self.changed:
+                    self._failed(cls, f"{type(exc).__name__}: {exc}")
+                ready = None
+            with self.changed:
+                self.making.discard(cls)
+                if ready is not None:
+                    if cls in self.wanted and not self.closed:
+                        self.idle[cls] = ready
+                        self.failures.pop(cls, None)
+                        self.counts["made"] += 1
+                    else:
+                        threading.Thread(target=self._discard, args=(ready,), daemon=True).start()
+                self.changed.notify_all()
+            self._publish()
+
+    def _next(self) -> tuple[str, ReadyClass] | None:
+        """(lock held) What to do: recycle a sandbox past its age, or make one a class lacks."""
+        now = time.monotonic()
+        for cls, ready in self.idle.items():
+            if now - ready.made_at > self.settings.max_age_s:
+                return "recycle", cls
+        for cls in reversed(self.wanted):  # the most recently met first
+            lacking = cls not in self.idle and cls not in self.making and cls not in self.stopped
+            if lacking and self._room_for_one():
+                return "make", cls
+        return None
+
+    def _next_check(self) -> float:
+        """(lock held) Seconds until the oldest idle sandbox is due for recycling (or a while)."""
+        ages = [ready.made_at + self.settings.max_age_s - time.monotonic() for ready in self.idle.values()]
+        return max(0.05, min([5.0, *ages]))
+
+    def _room_for_one(self) -> bool:
+        """Whether admission would give a ready sandbox a slot now (checked again, for real, in _make)."""
+        entries = self.supervisor.admission.active()
+        capacity = self.supervisor.admission.capacity
+        used = {e.slot for e in entries if e.slot >= 0}
+        return capacity.slots - len(used) > self.settings.free_slots
+
+    def _failed(self, cls: ReadyClass, why: str) -> None:
+        """(lock held)"""
+        self.counts["failed"] += 1
+        self.failures[cls] = self.failures.get(cls, 0) + 1
+        if self.failures[cls] >= self.settings.max_failures:
+            self.stopped[cls] = f"ready sandboxes of {cls.label} stopped after {self.failures[cls]} failures: {why}"
+
+    def _make(self, cls: ReadyClass) -> Ready | None:
+        """One ready sandbox of `cls`, or None if admission has no room for it now."""
+        supervisor = self.supervisor
+        engine = supervisor.engines[cls.engine]
+        sandbox_id = PREFIX + uuid.uuid4().hex[:12]
+        started = time.monotonic()
+        lock = RunLock(supervisor.locks_dir, sandbox_id)
+        lock.acquire()
+        room = Limits(memory_mib=self.settings.room_mib, cpus=float(cls.threads))
+        memory = engine.reservation(room).memory_mib
+        reservation = supervisor.admission.try_acquire(
+            sandbox_id, memory_mib=memory, keep_free_slots=self.settings.free_slots
+        )
+        if reservation is None:
+            lock.release()
+            return None
+        image = supervisor.images.resolve(cls.image)
+        spec = RunSpec(runtime=cls.runtime, script=b"", limits=room, engine=cls.engine)
+        ctx: RunContext | None = None
+        host, sandbox = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            if image.digest != cls.digest:
+                raise HandOverError(f"image {cls.image} is now {image.digest}, not {cls.digest}")
+            ctx = supervisor.context(spec, sandbox_id, reservation.slot, image, engine)
+            ctx.argv, ctx.ready_end = ready_argv(cls), sandbox
+            engine.prepare(ctx)
+            ctx.process = engine.start(ctx)
+            sandbox.close()
+            ctx.ready_end = None
+            said = _receive(host, timeout=self.settings.make_timeout_s)
+            if not said.get("ready"):
+                raise HandOverError(f"its interpreter said: {said.get('problem') or said}")
+        except BaseException:
+            sandbox.close()
+            host.close()
+            if ctx is not None:
+                supervisor.teardown_sandbox(engine, ctx, sandbox_id)
+            else:
+                supervisor.admission.release(sandbox_id)
+            lock.release()
+            raise
+        memory_now = engine.sample(ctx).memory_bytes or 0
+        return Ready(sandbox_id, cls, engine, ctx, host, lock, time.monotonic(), time.monotonic() - started, memory_now)
+
+    def _discard(self, ready: Ready) -> None:
+        """Tear down a sandbox no run took; a failed audit is counted as a failure of its class."""
+        ready.host.close()
+        checks = self.supervisor.teardown_sandbox(ready.engine, ready.ctx, ready.id)
+        ready.lock.release()
+        failed = [c for c in checks if not c.ok]
+        if failed:
+            with self.changed:
+                self._failed(ready.cls, f"its teardown failed: {failed[0].name}: {failed[0].detail}")
+
+    # --- what doctor reads ------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        with self.changed:
+            classes = []
+            for cls in {*self.wanted, *self.stopped, *(r.cls for r in self.in_use.values())}:
+                ready = self.idle.get(cls)
+                classes.append({
+                    "class": cls.label,
+                    "ready": int(ready is not None),
+                    "making": cls in self.making,
+                    "in_use": sum(1 for r in self.in_use.values() if r.cls == cls),
+                    "failures": self.failures.get(cls, 0),
+                    "memory_bytes": ready.memory_bytes if ready else 0,
+                    "stopped": self.stopped.get(cls, ""),
+                })  # fmt: skip
+            return {"pid": os.getpid(), "classes": sorted(classes, key=lambda c: c["class"]), **self.counts}
+
+    def _publish(self) -> None:
+        """This process's pool, written where doctor reads every process's (status_files)."""
+        directory = self.supervisor.paths.host_state_dir / STATUS_DIR
+        try:
+            directory.mkdir(mode=0o700, exist_ok=True)
+            path = directory / f"{os.getpid()}.json"
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(self.status()))
+            tmp.replace(path)
+        except OSError:
+            pass  # doctor shows an older figure; the pool works on
+
+
+def status_files(host_state_dir: Path) -> list[dict[str, Any]]:
+    """Every live process's published pool (a dead process's file is removed)."""
+    found = []
+    directory = host_state_dir / STATUS_DIR
+    for path in sorted(directory.glob("*.json")) if directory.is_dir() else ():
+        try:
+            pid = int(path.stem)
+            os.kill(pid, 0)
+            found.append(json.loads(path.read_text()))
+        except ProcessLookupError:
+            path.unlink(missing_ok=True)
+        except (ValueError, OSError):
+            continue
+    return found
+
+
+def _receive(host: socket.socket, *, timeout: float) -> dict[str, Any]:
+    host.settimeout(timeout)
+    try:
+        message = host.recv(65536)
+    except TimeoutError as exc:
+        raise HandOverError(f"its interpreter was not ready within {timeout:g} s") from exc
+    host.settimeout(None)
+    if not message:
+        raise HandOverError("its interpreter exited before it was ready")
+    said: dict[str, Any] = json.loads(message)
+    return said

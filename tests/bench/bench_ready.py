@@ -1,0 +1,199 @@
+"""Ready sandboxes (runner.ready) against cold starts and bare bwrap, on the namespace engine.
+
+Every ratio is measured interleaved in one loop (a ready run, then its counterpart, ...): this
+machine's speed drifts within minutes. A ready run is timed once its class's sandbox is ready, as
+a run that finds one waiting (the pool makes the next in the background, between the runs); the
+cold runs come from a supervisor with ready sandboxes off. The web rows start the stack twice,
+with CORDON_READY on and off.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import threading
+import time
+from typing import Any
+
+from runner.config import paths_from_env
+from runner.images import ImageStore
+from runner.ready import ReadyPool, ReadySettings, ready_class
+from runner.spec import Limits, RunSpec
+from runner.supervisor import Supervisor
+from tests.bench import Row, p50, targeted
+from tests.bench.bench_classroom import STUDENTS, burst_p95
+from tests.bench.bench_web import Stack
+
+REPEAT = 30
+CELL_REPEAT = 8
+SUSTAIN_S = 30.0
+SEQUENTIAL = 30
+ANALYST = b"import pandas, numpy, matplotlib.pyplot\nprint(1)\n"
+
+
+def _timed(supervisor: Supervisor, spec: RunSpec, start: str) -> float:
+    started = time.monotonic()
+    result = supervisor.run(spec)
+    took = time.monotonic() - started
+    assert result.cleanup_ok and result.outcome.value == "succeeded", result.to_json()
+    assert result.sandbox_start == start, (result.sandbox_start, result.engine_note)
+    return took
+
+
+def _when_ready(supervisor: Supervisor, spec: RunSpec, timeout_s: float = 60.0) -> None:
+    pool = ReadyPool.here(supervisor)
+    cls, why = ready_class(spec, supervisor.images.resolve(spec.image_name), supervisor.engines["namespace"])
+    assert cls is not None, why
+    deadline = time.monotonic() + timeout_s
+    with pool.changed:
+        pool._want(cls)
+        while cls not in pool.idle:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no ready sandbox of {cls.label}: {pool.status()}")
+            pool.changed.wait(0.5)
+
+
+def _wall(argv: list[str]) -> float:
+    started = time.monotonic()
+    subprocess.run(argv, check=True, capture_output=True)
+    return time.monotonic() - started
+
+
+def _in_process(ready: Supervisor, cold: Supervisor) -> list[Row]:
+    store = ImageStore(paths_from_env())
+    bwrap = shutil.which("bwrap") or "bwrap"
+    rows: list[Row] = []
+    programs = {"python": (["/usr/bin/python3", "-c", "pass"], b"pass"), "node": (["/usr/bin/node", "-e", "0"], b"0")}
+    for runtime, (argv, script) in programs.items():
+        rootfs = str(store.resolve(runtime).rootfs)
+        bare_bwrap = [
+            bwrap,
+            "--unshare-all",
+            "--unshare-user",
+            "--die-with-parent",
+            "--ro-bind",
+            rootfs,
+            "/",
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+            "--tmpfs",
+            "/tmp",
+            "--clearenv",
+            "--",
+            *argv,
+        ]
+        spec = RunSpec(runtime=runtime, script=script, engine="namespace")
+        _timed(cold, spec, "cold")  # warm-up: image verification, caches
+        _when_ready(ready, spec)
+        series: dict[str, list[float]] = {"ready": [], "bwrap": [], "cold": []}
+        for _ in range(REPEAT):
+            _when_ready(ready, spec)
+            series["ready"].append(_timed(ready, spec, "ready"))
+            series["bwrap"].append(_wall(bare_bwrap))
+            series["cold"].append(_timed(cold, spec, "cold"))
+        took = {k: p50(v) for k, v in series.items()}
+        label = " ".join(argv).replace("/usr/bin/", "")
+        rows += [
+            Row("ready", f"supervised `{label}`, ready sandbox (median of {REPEAT})", took["ready"] * 1000, "ms"),
+            Row("ready", f"supervised `{label}`, cold", took["cold"] * 1000, "ms"),
+            Row("ready", f"bare bwrap `{label}`", took["bwrap"] * 1000, "ms"),
+            targeted(
+                "ready", f"{runtime}: ready / bare bwrap (interleaved)", took["ready"] / took["bwrap"], "x", at_most=0.8
+            ),
+        ]
+    cell = RunSpec(
+        runtime="python", script=ANALYST, engine="namespace", cell=True, limits=Limits(wall_timeout_s=60, cpu_time_s=60)
+    )
+    _timed(cold, cell, "cold")
+    series = {"ready": [], "cold": []}
+    for _ in range(CELL_REPEAT):
+        _when_ready(ready, cell)
+        series["ready"].append(_timed(ready, cell, "ready"))
+        series["cold"].append(_timed(cold, cell, "cold"))
+    took = {k: p50(v) for k, v in series.items()}
+    cell_label = "cell `import pandas, numpy, matplotlib.pyplot; print(1)`"
+    rows += [
+        Row("ready", f"{cell_label}, ready (median of {CELL_REPEAT})", took["ready"] * 1000, "ms"),
+        Row("ready", f"{cell_label}, cold", took["cold"] * 1000, "ms"),
+        targeted(
+            "ready",
+            "cell with the analyst stack: ready / cold (interleaved)",
+            took["ready"] / took["cold"],
+            "x",
+            at_most=0.2,
+        ),
+    ]
+    # The web's own cost is measured against this: the same hello world, in process.
+    hello = RunSpec(runtime="python", script=b"print('hello')", engine="namespace")
+    hellos = []
+    for _ in range(SEQUENTIAL):
+        _when_ready(ready, hello)
+        hellos.append(_timed(ready, hello, "ready"))
+    rows.append(Row("ready", f"in-process supervised hello, ready (median of {SEQUENTIAL})", p50(hellos) * 1000, "ms"))
+    return rows
+
+
+def _web(ready_on: bool) -> dict[str, Any]:
+    """p50 of sequential hello runs through the API, and sustained runs per second."""
+    stack = Stack(env={"CORDON_READY": "true" if ready_on else "false"})
+    try:
+        stack.one_run()
+        latencies = []
+        for _ in range(SEQUENTIAL):
+            time.sleep(0.1)  # a ready sandbox's replacement is made between a person's runs
+            latencies.append(stack.one_run())
+        done = 0
+        lock = threading.Lock()
+        stop_at = time.monotonic() + SUSTAIN_S
+
+        def client() -> None:
+            nonlocal done
+            while time.monotonic() < stop_at:
+                stack.one_run()
+                with lock:
+                    done += 1
+
+        started = time.monotonic()
+        clients = [threading.Thread(target=client) for _ in range(2 * (os.cpu_count() or 1))]
+        for thread in clients:
+            thread.start()
+        for thread in clients:
+            thread.join()
+        return {"p50": p50(latencies), "rate": done / (time.monotonic() - started)}
+    finally:
+        stack.close()
+
+
+def run() -> list[Row]:
+    ready = Supervisor(ready=ReadySettings(enabled=True, wait_s=30.0))
+    cold = Supervisor(ready=ReadySettings(enabled=False))
+    try:
+        rows = _in_process(ready, cold)
+    finally:
+        ReadyPool.here(ready).close()
+    in_process = next(r.value for r in rows if r.metric.startswith("in-process supervised hello")) or 0.0
+    on, off = _web(True), _web(False)
+    rows += [
+        Row("ready", f"API submit -> finished, hello, ready sandboxes, p50 of {SEQUENTIAL}", on["p50"] * 1000, "ms"),
+        targeted(
+            "ready",
+            "API hello p50 (ready) minus in-process supervised hello p50: the web's own cost",
+            on["p50"] * 1000 - in_process,
+            "ms",
+            at_most=25,
+        ),
+        Row("ready", f"sustained hello runs/s over {SUSTAIN_S:.0f} s, ready sandboxes", on["rate"], "runs/s"),
+        Row("ready", f"sustained hello runs/s over {SUSTAIN_S:.0f} s, cold", off["rate"], "runs/s"),
+        targeted("ready", "sustained hello runs/s: ready / cold", on["rate"] / off["rate"], "x", at_least=2.0),
+    ]
+    burst_on, burst_off = burst_p95(ready=True), burst_p95(ready=False)
+    what = f"classroom deadline burst ({STUDENTS} students x 3 tests): submit->graded p95"
+    rows += [
+        Row("ready", f"{what}, ready sandboxes", burst_on, "s"),
+        Row("ready", f"{what}, cold", burst_off, "s"),
+        Row("ready", f"{what}: ready / cold", burst_on / burst_off if burst_on and burst_off else None, "x"),
+    ]
+    return rows

@@ -1,0 +1,61 @@
+"""Ready sandboxes through the product: a real Celery worker with CORDON_READY on, runs submitted
+through the API, and what the run record, doctor and the sweep say of them (runner.ready)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from runner.cgroups import CgroupLayout
+from runner.doctor import ready_checks
+from runner.ready import PREFIX, ReadySettings
+from runner.supervisor import Supervisor
+from tests.playground.conftest import Worker, api
+from tests.playground.factories import UserFactory
+from tests.playground.test_runs_end_to_end import submit, wait_finished
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis, pytest.mark.images]
+
+
+def test_a_workers_second_run_takes_a_ready_sandbox_and_the_record_and_doctor_say_so(
+    worker_env: dict[str, str],
+) -> None:
+    env = {**worker_env, "CORDON_READY": "true", "CORDON_READY_WAIT_S": "30"}
+    worker = Worker(env, concurrency=1)
+    worker.start()
+    try:
+        client = api(UserFactory())
+        first = wait_finished(client, submit(client, "print('one')")["id"])
+        assert first["outcome"] == "succeeded" and first["sandbox_start"] == "cold"
+        assert "sandbox started cold: no ready sandbox of its class yet" in first["engine_note"]
+        second = wait_finished(client, submit(client, "import sys\nprint(sys.argv)")["id"])
+        assert second["outcome"] == "succeeded", second
+        assert second["sandbox_start"] == "ready" and "cold" not in second["engine_note"]
+        assert client.get(f"/api/runs/{second['id']}/log", {"stream": "stdout"}).json()["data"] == "['/tmp/main.py']\n"
+        assert second["timings"]["handover_s"] is not None and second["timings"]["staging_s"] is not None
+        checks = {check["name"]: check["ok"] for check in second["cleanup"]}
+        assert checks["single use"] and all(checks.values())
+        listed = _wait_listed(Supervisor(ready=ReadySettings(enabled=True)))
+        assert listed.ok and "1 ready, 0 in use, 0 failures in a row" in listed.detail, listed
+        assert "claimed 1" in listed.detail
+    finally:
+        worker.stop()
+    supervisor = Supervisor()
+    supervisor.sweep()  # what a worker stopped with ready sandboxes may leave: the next start's sweep
+    parents = CgroupLayout.detect().parents(supervisor.settings.cgroup_parent)
+    left = [p.name for parent in parents if parent.exists() for p in parent.iterdir() if p.name.startswith(PREFIX)]
+    left += [p.name for p in supervisor.views_dir.iterdir() if p.name.startswith(PREFIX)]
+    assert left == []
+
+
+def _wait_listed(supervisor: Supervisor, timeout_s: float = 30) -> Any:
+    """Doctor's line for the worker's python/bare class, once its replacement sandbox is ready."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found = [c for c in ready_checks(supervisor) if c.name.startswith("ready python/bare")]
+        if (found and "1 ready" in found[0].detail) or time.monotonic() > deadline:
+            assert found, [c.detail for c in ready_checks(supervisor)]
+            return found[0]
+        time.sleep(0.2)

@@ -1,0 +1,319 @@
+"""Ready sandboxes (runner.ready) on the namespace engine, for real: bubblewrap, cgroups and the
+images' waiting interpreters. Each run here that says `ready` was handed a sandbox made before it
+was asked for; these tests hold that such a sandbox is fresh, bound by the run's own limits,
+used once, replaced by a cold start when it cannot take its run, and swept after a crash."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runner import hostfs
+from runner.admission import Admission, Capacity
+from runner.cgroups import CgroupLayout
+from runner.config import paths_from_env
+from runner.engines.common import CgroupState
+from runner.ready import Ready, ReadyClass, ReadyPool, ReadyReused, ReadySettings, ready_class
+from runner.spec import MIB, Limits, Outcome, RunResult, RunSpec
+from runner.supervisor import Supervisor
+from tests.conftest import child_env
+from tests.runner.test_hostile import CASES, Case, assert_expected, assert_nothing_left, processes_of, run_case
+
+pytestmark = pytest.mark.images
+
+SETTINGS = ReadySettings(enabled=True, classes=3, wait_s=30.0, room_mib=384)
+
+FRESH_PY = textwrap.dedent("""
+    import sys
+    protocol_modules = sorted(m for m in ("json", "socket", "_socket", "array") if m in sys.modules)
+    import json, os, random, time, uuid
+    with open("/proc/self/stat") as f:
+        started_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+    with open("/proc/uptime") as f:
+        uptime = float(f.read().split()[0])
+    print(json.dumps({
+        "urandom": os.urandom(16).hex(), "random": random.random(), "hash": hash("x"),
+        "uuid4": str(uuid.uuid4()), "started_s": started_ticks / os.sysconf("SC_CLK_TCK"), "uptime": uptime,
+        "time": time.time(), "tmp": sorted(os.listdir("/tmp")), "argv": sys.argv,
+        "protocol_modules": protocol_modules,
+        "seed_env": os.environ.get("PYTHONHASHSEED"), "pwd": os.environ.get("PWD"),
+    }))
+""").encode()
+
+FRESH_JS = textwrap.dedent("""
+    const fs = require('fs'), crypto = require('crypto');
+    const stat = fs.readFileSync('/proc/self/stat', 'utf8').split(')').pop().trim().split(' ');
+    console.log(JSON.stringify({
+      urandom: crypto.randomBytes(16).toString('hex'), random: Math.random(), uuid4: crypto.randomUUID(),
+      started_ticks: Number(stat[19]), uptime: Number(fs.readFileSync('/proc/uptime', 'utf8').split(' ')[0]),
+      time: Date.now() / 1000, tmp: fs.readdirSync('/tmp').sort(), argv: process.argv,
+    }));
+""").encode()
+
+
+@pytest.fixture(scope="module")
+def supervisor() -> Iterator[Supervisor]:
+    paths = paths_from_env()
+    capacity = Capacity(slots=6, memory_mib=8192, cpus=16.0, wait_s=60.0)
+    supervisor = Supervisor(
+        paths=paths, admission=Admission(paths.host_state_dir / "admission", capacity), ready=SETTINGS
+    )
+    yield supervisor
+    ReadyPool.here(supervisor).close()
+
+
+def pool(supervisor: Supervisor) -> ReadyPool:
+    return ReadyPool.here(supervisor)
+
+
+def run(supervisor: Supervisor, script: bytes, runtime: str = "python", **fields: Any) -> RunResult:
+    result = supervisor.run(RunSpec(runtime=runtime, script=script, engine="namespace", **fields))
+    assert_nothing_left(supervisor, result)
+    return result
+
+
+def ready_run(supervisor: Supervisor, script: bytes, runtime: str = "python", **fields: Any) -> RunResult:
+    """A run of a class whose sandbox is ready (made first, by a run of the class, if need be)."""
+    spec = RunSpec(runtime=runtime, script=script, engine="namespace", **fields)
+    cls = class_of(supervisor, spec)
+    wait_ready(supervisor, cls)
+    result = run(supervisor, script, runtime, **fields)
+    assert result.sandbox_start == "ready", result.engine_note
+    return result
+
+
+def class_of(supervisor: Supervisor, spec: RunSpec) -> ReadyClass:
+    cls, why = ready_class(spec, supervisor.images.resolve(spec.image_name), supervisor.engines["namespace"])
+    assert cls is not None, why
+    return cls
+
+
+def wait_ready(supervisor: Supervisor, cls: ReadyClass, timeout_s: float = 60.0) -> Ready:
+    """The class's idle sandbox, once made (a first run of the class asks for it)."""
+    deadline = time.monotonic() + timeout_s
+    the_pool = pool(supervisor)
+    while time.monotonic() < deadline:
+        with the_pool.changed:
+            the_pool._want(cls)
+            ready = the_pool.idle.get(cls)
+            if ready is not None:
+                return ready
+            assert cls not in the_pool.stopped, the_pool.stopped[cls]
+            the_pool.changed.wait(0.5)
+    raise AssertionError(f"no ready sandbox of {cls.label} within {timeout_s} s: {the_pool.status()}")
+
+
+def said(result: RunResult) -> dict[str, Any]:
+    assert result.outcome is Outcome.SUCCEEDED, (result.reason, result.stderr[-2000:])
+    facts: dict[str, Any] = json.loads(result.stdout)
+    return facts
+
+
+def assert_fresh(first: dict[str, Any], second: dict[str, Any], before: float, after: float) -> None:
+    for key in ("urandom", "random", "uuid4"):
+        assert first[key] != second[key], key
+    assert first["tmp"] == second["tmp"] == ["main.py"] or first["tmp"] == second["tmp"] == ["main.js"]
+    assert before <= first["time"] <= second["time"] <= after  # the host's clock
+
+
+def test_two_ready_python_runs_are_fresh_and_each_was_made_before_it_was_asked_for(supervisor: Supervisor) -> None:
+    before = time.time()
+    runs = [ready_run(supervisor, FRESH_PY) for _ in range(2)]
+    after = time.time()
+    first, second = (said(r) for r in runs)
+    assert_fresh(first, second, before, after)
+    assert first["hash"] != second["hash"] and first["seed_env"] is None  # a hash seed each, drawn by itself
+    assert first["argv"] == ["/tmp/main.py"] and first["pwd"] == "/tmp"
+    assert first["protocol_modules"] == []  # what the waiting interpreter needed is forgotten
+    starts = []
+    for result, facts in zip(runs, (first, second), strict=True):
+        waited = result.evidence["ready_sandbox"]["waited_s"]
+        # The interpreter started when its sandbox was made: after the one before it was handed over,
+        # and `waited` seconds before this run (give or take a clock tick and the run's own time).
+        assert facts["uptime"] - facts["started_s"] == pytest.approx(waited, abs=0.5)
+        assert result.timings["handover_s"] < 5 and "staging_s" in result.timings
+        starts.append(facts["started_s"])
+    assert starts[0] != starts[1]
+
+
+def test_two_ready_node_runs_are_fresh(supervisor: Supervisor) -> None:
+    before = time.time()
+    runs = [ready_run(supervisor, FRESH_JS, "node") for _ in range(2)]
+    after = time.time()
+    first, second = (said(r) for r in runs)
+    assert_fresh(first, second, before, after)
+    assert first["argv"] == ["/usr/bin/node", "/tmp/main.js"]
+    assert first["started_ticks"] != second["started_ticks"]
+
+
+def test_a_ready_run_behaves_as_a_cold_one(supervisor: Supervisor) -> None:
+    """Exit status, stdin, stderr and a traceback from the program's own frame, as in a cold run."""
+    script = b"import sys\nprint(sys.stdin.read().upper())\ndef f():\n    raise ValueError('no')\nf()\n"
+    ready = ready_run(supervisor, script, stdin=b"hello\n")
+    cold = Supervisor(ready=ReadySettings(enabled=False)).run(
+        RunSpec(runtime="python", script=script, stdin=b"hello\n")
+    )
+    assert cold.sandbox_start == "cold"
+    for result in (ready, cold):
+        assert result.outcome is Outcome.FAILED and result.exit_code == 1
+        assert result.stdout == b"HELLO\n\n"
+    assert ready.stderr == cold.stderr
+    assert b"ready.py" not in ready.stderr
+    exit3 = ready_run(supervisor, b"import sys; sys.exit(3)")
+    assert exit3.exit_code == 3
+
+
+def test_limits_written_at_hand_over_bind_the_run_not_the_class(supervisor: Supervisor) -> None:
+    """The class's room is 384 MiB; the run asked for 96: its memory bomb ends there."""
+    bomb = b"hoard = []\nwhile True:\n    hoard.append(bytearray(8 << 20))\n"
+    result = ready_run(supervisor, bomb, limits=Limits(memory_mib=96, max_processes=5))
+    assert result.outcome is Outcome.MEMORY_LIMIT, result.reason
+    assert result.reason == "ran out of its 96 MiB of memory"
+    assert result.evidence["cgroup_peak_memory_bytes"] <= 96 * MIB
+    assert SETTINGS.room_mib * MIB > 2 * 96 * MIB
+    # The cpu the waiting interpreter spent before the hand-over is not the run's.
+    quick = ready_run(supervisor, b"pass", limits=Limits(memory_mib=96, max_processes=5))
+    assert quick.cpu_s is not None and quick.cpu_s < 0.5
+
+
+def test_a_notebook_cell_gets_the_analyst_stack_already_imported(supervisor: Supervisor) -> None:
+    script = b"import sys\nprint(sorted(m for m in ('pandas', 'numpy', 'matplotlib.pyplot') if m in sys.modules))\n"
+    result = ready_run(supervisor, script, cell=True, limits=Limits(wall_timeout_s=60, cpu_time_s=60))
+    assert result.stdout.startswith(b"['matplotlib.pyplot', 'numpy', 'pandas']"), result.stdout
+    assert any(f.name == "state" for f in result.session)  # the cell program ran, and kept its names
+    assert "analyst" in result.evidence["ready_sandbox"]["class"]
+
+
+def test_a_sandbox_that_fails_at_hand_over_is_removed_and_the_run_starts_cold(supervisor: Supervisor) -> None:
+    script = b"print('still ran')"
+    cls = class_of(supervisor, RunSpec(runtime="python", script=script))
+    ready = wait_ready(supervisor, cls)
+    state = ready.ctx.state
+    assert isinstance(state, CgroupState)
+    state.cgroup.kill()  # its interpreter dies while it waits
+    assert ready.ctx.process is not None
+    ready.ctx.process.wait(timeout=10)
+    fell_back = pool(supervisor).counts["fell_back"]
+    result = run(supervisor, script)
+    assert result.outcome is Outcome.SUCCEEDED and result.stdout == b"still ran\n"
+    assert result.sandbox_start == "cold"
+    assert "its ready sandbox failed at hand-over (its interpreter had exited)" in result.engine_note
+    torn = {c.name: c.ok for c in result.cleanup if c.name.startswith("ready sandbox ")}
+    assert torn == {"ready sandbox processes": True, "ready sandbox cgroups": True, "ready sandbox mounts": True,
+                    "ready sandbox staging": True}  # fmt: skip
+    assert {c.name: c.ok for c in result.cleanup}["single use"]
+    assert pool(supervisor).counts["fell_back"] == fell_back + 1
+    assert not (supervisor.views_dir / ready.id).exists() and not ready.ctx.run_dir.exists()
+
+
+def test_a_ready_sandbox_never_serves_a_second_run_and_the_audit_would_say_so(supervisor: Supervisor) -> None:
+    cls = class_of(supervisor, RunSpec(runtime="python", script=b"pass"))
+    ready = wait_ready(supervisor, cls)
+    the_pool = pool(supervisor)
+    with the_pool.changed:
+        del the_pool.idle[cls]  # taken out of the pool by hand, as a claim does
+    try:
+        ready.claim("run-one")
+        with pytest.raises(ReadyReused, match="already served run run-one"):
+            ready.claim("run-two")
+        check = ready.single_use_check("run-one")
+        assert not check.ok and "run-two" in check.detail
+    finally:
+        the_pool._discard(ready)
+    assert not (supervisor.views_dir / ready.id).exists()
+    result = ready_run(supervisor, b"pass")  # its replacement is another sandbox
+    assert result.evidence["ready_sandbox"]["id"] != ready.id
+    assert {c.name: c.ok for c in result.cleanup}["single use"]
+
+
+def test_runs_that_cannot_use_one_start_cold_and_say_why(supervisor: Supervisor) -> None:
+    engine = supervisor.engines["namespace"]
+    image = supervisor.images.resolve("python")
+    cls, why = ready_class(RunSpec(runtime="python", script=b"", egress=("example.org:443",)), image, engine)
+    assert cls is None and "egress" in why
+    node = supervisor.images.resolve("node")
+    cls, why = ready_class(RunSpec(runtime="node", script=b"", stdin=b"x"), node, engine)
+    assert cls is None and "stdin" in why
+    result = run(supervisor, b"console.log(require('fs').readFileSync(0, 'utf8'))", "node", stdin=b"typed\n")
+    assert result.sandbox_start == "cold" and "stdin" in result.engine_note and result.stdout == b"typed\n\n"
+
+
+def test_a_killed_worker_leaves_its_ready_sandboxes_to_the_sweep_which_removes_every_part(tmp_path: Path) -> None:
+    """A process with a ready sandbox is killed (SIGKILL: no atexit); the sandbox's interpreter dies
+    with it (bwrap's --die-with-parent); its cgroups, mounts and directories stay until the sweep."""
+    program = textwrap.dedent("""
+        import json, sys, time
+        from runner.ready import ReadyPool, ReadySettings
+        from runner.spec import RunSpec
+        from runner.supervisor import Supervisor
+        supervisor = Supervisor(ready=ReadySettings(enabled=True, wait_s=30.0))
+        supervisor.run(RunSpec(runtime="python", script=b"pass", engine="namespace"))
+        pool = ReadyPool.here(supervisor)
+        while not pool.idle:
+            time.sleep(0.05)
+        ready = next(iter(pool.idle.values()))
+        print(json.dumps({"id": ready.id, "uid": ready.ctx.uid, "pid": ready.ctx.process.pid}), flush=True)
+        time.sleep(600)
+    """)
+    child = subprocess.Popen([sys.executable, "-c", program], stdout=subprocess.PIPE, env=child_env(),
+                             cwd=Path(__file__).parents[2])  # fmt: skip
+    try:
+        assert child.stdout is not None
+        line = child.stdout.readline()
+        assert line, "the worker made no ready sandbox"
+        made = json.loads(line)
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    supervisor = Supervisor(ready=ReadySettings(enabled=False))
+    layout = CgroupLayout.detect()
+    cgroups = [parent / made["id"] for parent in layout.parents(supervisor.settings.cgroup_parent)]
+    view, run_dir = supervisor.views_dir / made["id"], supervisor.runs_dir / made["id"]
+    assert view.exists() and any(c.exists() for c in cgroups)  # what the sweep is for
+    deadline = time.monotonic() + 10
+    while processes_of(made["uid"]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert processes_of(made["uid"]) == []
+    swept = supervisor.sweep()
+    assert f"cgroup {made['id']}" in swept and f"view {made['id']}" in swept
+    assert not any(c.exists() for c in cgroups)
+    assert not view.exists() and not hostfs.mounts_under(view)
+    assert not run_dir.exists() and not (supervisor.locks_dir / f"{made['id']}.lock").exists()
+    assert not supervisor.admission.holds(made["id"])
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_the_hostile_battery_through_ready_sandboxes(supervisor: Supervisor, case: Case, tmp_path: Path) -> None:
+    """Every hostile case whose class can have one, run in a sandbox made before it was asked for:
+    classified as a cold run is, with every part of the sandbox removed after it."""
+    if "egress" in case.expect:
+        pytest.skip("a run with egress starts cold (tested above); the hostile battery has its egress cases")
+    case = case.on("namespace")
+    spec = RunSpec(runtime=case.runtime, script=case.path.read_bytes(), limits=case.limits, engine="namespace",
+                   stdin=case.expect.get("stdin", "").encode())  # fmt: skip
+    cls, why = ready_class(spec, supervisor.images.resolve(spec.image_name), supervisor.engines["namespace"])
+    ready = wait_ready(supervisor, cls) if cls is not None else None
+    result, inputs = run_case(supervisor, case, "namespace", tmp_path)
+    assert_expected(case, result, inputs, "namespace")
+    assert_nothing_left(supervisor, result)
+    if ready is None:
+        assert result.sandbox_start == "cold" and why in result.engine_note
+        return
+    assert {c.name: c.ok for c in result.cleanup}["single use"]
+    if result.outcome is Outcome.REJECTED_INPUT:  # refused at staging: no program ever started in it
+        assert result.sandbox_start is None
+    else:
+        assert result.sandbox_start == "ready", result.engine_note
+        assert result.evidence["ready_sandbox"]["id"] == ready.id
+    layout = CgroupLayout.detect()
+    assert not any((parent / ready.id).exists() for parent in layout.parents(supervisor.settings.cgroup_parent))
+    assert not (supervisor.views_dir / ready.id).exists() and not ready.ctx.run_dir.exists()
