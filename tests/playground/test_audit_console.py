@@ -231,7 +231,12 @@ def test_the_csv_export_keeps_the_filter_and_neutralises_formulas(owner: Any, st
     assert response.status_code == 200 and response["Content-Type"].startswith("text/csv")
     content = b"".join(response.streaming_content)  # type: ignore[attr-defined]
     rows = list(csv.reader(io.StringIO(content.decode())))
-    assert rows[0][:3] == ["id", "owner", "runtime"] and len(rows[0]) == 28 and "vm_start" in rows[0]
+    assert (
+        rows[0][:3] == ["id", "owner", "runtime"]
+        and len(rows[0]) == 29
+        and "vm_start" in rows[0]
+        and "sandbox_start" in rows[0]
+    )
     assert [row[0] for row in rows[1:]] == [str(hostile.id)]
     header = rows[0]
     assert rows[1][header.index("reason")] == '\'=HYPERLINK("http://evil")'
