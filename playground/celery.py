@@ -82,6 +82,16 @@ REAP_S = 10.0
 REGISTER_S = 60.0
 
 
+@signals.worker_process_shutdown.connect
+def _close_ready_sandboxes(**kwargs: Any) -> None:
+    """A pool process that ends (recycled, or the worker stopping) tears its ready sandboxes down
+    now (runner.ready), not leaving them to the next sweep: Celery's children end with os._exit,
+    which runs no exit handler."""
+    from runner.ready import ReadyPool
+
+    ReadyPool.close_mine()
+
+
 @signals.worker_ready.connect
 def _register_and_sweep(sender: Any = None, **kwargs: Any) -> None:
     from playground.services.hosts import host_sweep

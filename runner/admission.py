@@ -107,7 +107,7 @@ class Admission:
 
     def _try(
         self, entries: list[Reservation], run_id: str, memory_mib: int, cpus: float, *, take: str | None = None,
-        keep_free_slots: int = 0,
+        keep_free_slots: int = 0, keep_free_mib: int = 0,
     ) -> Reservation | None:  # fmt: skip
         me = psutil.Process()
         taken = [e for e in entries if e.run_id == take and e.pid == me.pid] if take else []
@@ -118,7 +118,7 @@ class Admission:
         free = [taken[0].slot] if taken else [s for s in range(self.capacity.slots) if s not in used_slots]
         if len(free) <= keep_free_slots:
             return None
-        if sum(e.memory_mib for e in others) + memory_mib > self.capacity.memory_mib:
+        if sum(e.memory_mib for e in others) + memory_mib + keep_free_mib > self.capacity.memory_mib:
             return None
         if sum(e.cpus for e in others) + cpus > self.capacity.cpus + 1e-9:
             return None
@@ -126,11 +126,16 @@ class Admission:
         entries[:] = [*others, reservation]
         return reservation
 
-    def try_acquire(self, owner: str, *, memory_mib: int, keep_free_slots: int) -> Reservation | None:
+    def try_acquire(
+        self, owner: str, *, memory_mib: int, keep_free_slots: int, keep_free_mib: int
+    ) -> Reservation | None:
         """A slot and memory for a ready sandbox, now or never (None), leaving at least
-        `keep_free_slots` slots free for runs; no vCPUs (it is idle until a run takes it over)."""
+        `keep_free_slots` slots and `keep_free_mib` free for runs; no vCPUs (it is idle until a run
+        takes it over)."""
         with self._locked() as entries:
-            return self._try(entries, owner, memory_mib, 0.0, keep_free_slots=keep_free_slots)
+            return self._try(
+                entries, owner, memory_mib, 0.0, keep_free_slots=keep_free_slots, keep_free_mib=keep_free_mib
+            )
 
     def hold(self, owner: str, *, memory_mib: int) -> Reservation:
         """Hold memory for something that is not a run (a warm base): no slot, no vCPUs, no wait;

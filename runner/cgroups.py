@@ -108,8 +108,11 @@ class RunCgroup:
             _write(leaf / "cpu.weight", cpu_weight)
             return
         memory = self.v1["memory"]
-        _write(memory / "memory.limit_in_bytes", memory_bytes)
-        _write_if_exists(memory / "memory.memsw.limit_in_bytes", memory_bytes)
+        # memory + swap may never be below memory alone: raising, the first goes first.
+        limits = ["memory.limit_in_bytes", "memory.memsw.limit_in_bytes"]
+        current = _read_int(memory / "memory.limit_in_bytes")
+        for name in reversed(limits) if current is not None and memory_bytes > current else limits:
+            (_write if name == limits[0] else _write_if_exists)(memory / name, memory_bytes)
         _write_if_exists(memory / "memory.swappiness", 0)
         _write(self.v1["pids"] / "pids.max", pids_max)
         if "cpu" in self.v1:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import logging
 import math
 import os
 import socket
@@ -39,7 +40,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from runner.engines.base import Engine, HandOverError, RunContext
+from runner.engines.base import HOST_OVERHEAD_MIB, Engine, HandOverError, RunContext
 from runner.env import env_bool, env_float, env_int
 from runner.images import ImageRef
 from runner.locks import RunLock
@@ -51,10 +52,15 @@ if TYPE_CHECKING:
 READY_PROGRAMS = {"python": "/usr/lib/cordon/ready.py", "node": "/usr/lib/cordon/ready.js"}
 PREFIX = "ready-"  # a ready sandbox's name: its cgroups, view and lock, which a sweep reclaims
 # Words that make a python script's class "analyst": a linear search of the script's bytes.
-ANALYST_WORDS = (b"pandas", b"numpy", b"matplotlib")
-# What a run must leave free of its memory limit above what the waiting interpreter holds.
+ANALYST_WORDS = (b"pandas", b"matplotlib")
+# What a run's memory limit must leave free above what the waiting interpreter holds: this, or a
+# quarter of the limit if more (a program that would fit cold must fit in its ready sandbox too).
 MEMORY_MARGIN_BYTES = 32 * 1024 * 1024
-STATUS_DIR = "ready"  # under the host state directory: one file per process with a pool, for doctor
+NO_ROOM_BACKOFF_S = 1.0
+SO_SNDBUFFORCE = getattr(socket, "SO_SNDBUFFORCE", 32)  # root may pass net.core.wmem_max
+HAND_OVER_BUFFER_BYTES = 4 << 20  # after admission had no room for a ready sandbox, before it is asked again
+STATUS_DIR = "ready"
+log = logging.getLogger(__name__)  # under the host state directory: one file per process with a pool, for doctor
 
 
 @dataclass(frozen=True)
@@ -207,6 +213,8 @@ class ReadyPool:
         self.counts = {"made": 0, "claimed": 0, "failed": 0, "recycled": 0, "fell_back": 0}
         self.changed = threading.Condition()
         self.closed = False
+        self.pid = os.getpid()
+        self.no_room_until = 0.0  # admission had no room for a sandbox: not asked again before this
         self.thread = threading.Thread(target=self._loop, name="cordon-ready-pool", daemon=True)
         self.thread.start()
 
@@ -226,23 +234,32 @@ class ReadyPool:
             ready = self.idle.get(cls)
             if ready is None:
                 return None, self.stopped.get(cls) or "no ready sandbox of its class yet"
-            if ready.memory_bytes + MEMORY_MARGIN_BYTES > spec.limits.memory_mib * 1024 * 1024:
-                return None, "its memory limit is below what a ready sandbox of its class already holds"
+            limit = spec.limits.memory_mib * 1024 * 1024
+            if ready.memory_bytes + max(MEMORY_MARGIN_BYTES, limit // 4) > limit:
+                return None, "its memory limit is too close to what a ready sandbox of its class already holds"
             del self.idle[cls]
             self.in_use[ready.id] = ready
             self.counts["claimed"] += 1
             self.changed.notify_all()  # the thread makes its replacement
-        ready.claim(run_id)
+        try:
+            ready.claim(run_id)
+        except BaseException:  # never handed out: torn down here, its lock held until it is gone
+            with self.changed:
+                self.in_use.pop(ready.id, None)
+            self._discard(ready)
+            raise
         self._publish()
         return ready, ""
 
     def finished(self, ready: Ready, run_id: str, *, fell_back: bool = False) -> CleanupCheck:
         """The run that took `ready` is over (torn down by the supervisor): the audit's single-use
         check, and the sandbox's lock released."""
-        check = ready.single_use_check(run_id)
-        ready.host.close()
-        self.supervisor.admission.release(ready.id)  # held still if the run never took it over
-        ready.lock.release()
+        try:
+            check = ready.single_use_check(run_id)
+            ready.host.close()
+            self.supervisor.admission.release(ready.id)  # held still if the run never took it over
+        finally:
+            ready.lock.release()
         with self.changed:
             self.in_use.pop(ready.id, None)
             if fell_back:
@@ -261,10 +278,30 @@ class ReadyPool:
         return len(idle)
 
     def close(self) -> None:
+        """Stop making sandboxes and tear down the idle ones (this process's pool only: a forked
+        child's copy of its parent's pool is never closed, the parent's sandboxes are not its)."""
+        if os.getpid() != self.pid:
+            return
         with self.changed:
             self.closed = True
             self.changed.notify_all()
+        if self.thread is not threading.current_thread():
+            self.thread.join(timeout=self.settings.make_timeout_s + 10)  # a sandbox being made
         self.drain()
+
+    @classmethod
+    def close_mine(cls) -> None:
+        """Close every pool of this process (a worker process that ends: Celery's children leave
+        with os._exit, which runs no atexit handler)."""
+        with cls._mine_lock:
+            pools = [pool for key, pool in cls._mine.items() if key[0] == os.getpid()]
+        for pool in pools:
+            pool.close()
+
+    @classmethod
+    def _forget_inherited(cls) -> None:
+        """In a forked child: the parent's pools are the parent's (never used, never closed here)."""
+        cls._mine = {key: pool for key, pool in cls._mine.items() if key[0] == os.getpid()}
 
     # --- the pool's thread ----------------------------------------------------------
 
@@ -289,32 +326,44 @@ class ReadyPool:
                 if self.closed or todo is None:
                     return
                 kind, cls = todo
-                if kind == "recycle":
-                    stale = self.idle.pop(cls)
-                else:
+                stale = self.idle.pop(cls) if kind == "recycle" else None
+                if stale is None:
                     self.making.add(cls)
-            if kind == "recycle":
-                self._discard(stale)
-                with self.changed:
-                    self.counts["recycled"] += 1
-                continue
             try:
-                ready = self._make(cls)
-            except Exception as exc:  # recorded, counted, and shown by doctor
+                self._step(cls, stale)
+            except Exception:  # the pool lives on: a failure is counted, and doctor shows it
+                log.exception("ready sandboxes: %s of %s failed", kind, cls.label)
                 with self.changed:
-                    self._failed(cls, f"{type(exc).__name__}: {exc}")
-                ready = None
-            with self.changed:
-                self.making.discard(cls)
-                if ready is not None:
-                    if cls in self.wanted and not self.closed:
-                        self.idle[cls] = ready
-                        self.failures.pop(cls, None)
-                        self.counts["made"] += 1
-                    else:
-                        threading.Thread(target=self._discard, args=(ready,), daemon=True).start()
-                self.changed.notify_all()
+                    self._failed(cls, "an unexpected error in the pool (see the worker's log)")
+                    self.making.discard(cls)
             self._publish()
+
+    def _step(self, cls: ReadyClass, stale: Ready | None) -> None:
+        """Recycle `stale`, or make one sandbox of `cls` (the lock not held)."""
+        if stale is not None:
+            self._discard(stale)
+            with self.changed:
+                self.counts["recycled"] += 1
+            return
+        try:
+            ready = self._make(cls)
+        except Exception as exc:  # recorded, counted, and shown by doctor
+            with self.changed:
+                self._failed(cls, f"{type(exc).__name__}: {exc}")
+            ready = None
+        else:
+            if ready is None:  # no room now: asked again after a pause, not in a loop
+                self.no_room_until = time.monotonic() + NO_ROOM_BACKOFF_S
+        with self.changed:
+            self.making.discard(cls)
+            keep = ready is not None and cls in self.wanted and not self.closed
+            if ready is not None and keep:
+                self.idle[cls] = ready
+                self.failures.pop(cls, None)
+                self.counts["made"] += 1
+            self.changed.notify_all()
+        if ready is not None and not keep:
+            self._discard(ready)
 
     def _next(self) -> tuple[str, ReadyClass] | None:
         """(lock held) What to do: recycle a sandbox past its age, or make one a class lacks."""
@@ -322,6 +371,8 @@ class ReadyPool:
         for cls, ready in self.idle.items():
             if now - ready.made_at > self.settings.max_age_s:
                 return "recycle", cls
+        if now < self.no_room_until:
+            return None
         for cls in reversed(self.wanted):  # the most recently met first
             lacking = cls not in self.idle and cls not in self.making and cls not in self.stopped
             if lacking and self._room_for_one():
@@ -330,15 +381,26 @@ class ReadyPool:
 
     def _next_check(self) -> float:
         """(lock held) Seconds until the oldest idle sandbox is due for recycling (or a while)."""
-        ages = [ready.made_at + self.settings.max_age_s - time.monotonic() for ready in self.idle.values()]
-        return max(0.05, min([5.0, *ages]))
+        now = time.monotonic()
+        ages = [ready.made_at + self.settings.max_age_s - now for ready in self.idle.values()]
+        return max(0.05, min([5.0, self.no_room_until - now if self.no_room_until > now else 5.0, *ages]))
 
     def _room_for_one(self) -> bool:
-        """Whether admission would give a ready sandbox a slot now (checked again, for real, in _make)."""
+        """Whether admission would give a ready sandbox its room now (asked for real in _make)."""
         entries = self.supervisor.admission.active()
         capacity = self.supervisor.admission.capacity
         used = {e.slot for e in entries if e.slot >= 0}
-        return capacity.slots - len(used) > self.settings.free_slots
+        memory = sum(e.memory_mib for e in entries) + 2 * self._room_mib()
+        return capacity.slots - len(used) > self.settings.free_slots and memory <= capacity.memory_mib
+
+    def _room(self, cls: ReadyClass) -> Limits:
+        """What a waiting sandbox's cgroups allow: its room, and the most processes any run may
+        have (the launch's process rlimit is fixed then; the run's pids cap is set at hand-over)."""
+        return Limits(memory_mib=self.settings.room_mib, cpus=float(cls.threads),
+                      max_processes=self.supervisor.maxima.max_processes)  # fmt: skip
+
+    def _room_mib(self) -> int:
+        return self.settings.room_mib + HOST_OVERHEAD_MIB
 
     def _failed(self, cls: ReadyClass, why: str) -> None:
         """(lock held)"""
@@ -355,19 +417,26 @@ class ReadyPool:
         started = time.monotonic()
         lock = RunLock(supervisor.locks_dir, sandbox_id)
         lock.acquire()
-        room = Limits(memory_mib=self.settings.room_mib, cpus=float(cls.threads))
+        room = self._room(cls)
         memory = engine.reservation(room).memory_mib
-        reservation = supervisor.admission.try_acquire(
-            sandbox_id, memory_mib=memory, keep_free_slots=self.settings.free_slots
-        )
+        try:
+            reservation = supervisor.admission.try_acquire(
+                sandbox_id, memory_mib=memory, keep_free_slots=self.settings.free_slots, keep_free_mib=memory
+            )
+        except BaseException:
+            lock.release()
+            raise
         if reservation is None:
             lock.release()
             return None
-        image = supervisor.images.resolve(cls.image)
         spec = RunSpec(runtime=cls.runtime, script=b"", limits=room, engine=cls.engine)
         ctx: RunContext | None = None
         host, sandbox = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
+            # One message holds the run's argv and environment: past the default buffer, it would
+            # not fit (EMSGSIZE, and the run would start cold).
+            host.setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE, HAND_OVER_BUFFER_BYTES)
+            image = supervisor.images.resolve(cls.image)
             if image.digest != cls.digest:
                 raise HandOverError(f"image {cls.image} is now {image.digest}, not {cls.digest}")
             ctx = supervisor.context(spec, sandbox_id, reservation.slot, image, engine)
@@ -379,6 +448,7 @@ class ReadyPool:
             said = _receive(host, timeout=self.settings.make_timeout_s)
             if not said.get("ready"):
                 raise HandOverError(f"its interpreter said: {said.get('problem') or said}")
+            memory_now = engine.sample(ctx).memory_bytes or 0
         except BaseException:
             sandbox.close()
             host.close()
@@ -388,14 +458,15 @@ class ReadyPool:
                 supervisor.admission.release(sandbox_id)
             lock.release()
             raise
-        memory_now = engine.sample(ctx).memory_bytes or 0
         return Ready(sandbox_id, cls, engine, ctx, host, lock, time.monotonic(), time.monotonic() - started, memory_now)
 
     def _discard(self, ready: Ready) -> None:
         """Tear down a sandbox no run took; a failed audit is counted as a failure of its class."""
-        ready.host.close()
-        checks = self.supervisor.teardown_sandbox(ready.engine, ready.ctx, ready.id)
-        ready.lock.release()
+        try:
+            ready.host.close()
+            checks = self.supervisor.teardown_sandbox(ready.engine, ready.ctx, ready.id)
+        finally:
+            ready.lock.release()
         failed = [c for c in checks if not c.ok]
         if failed:
             with self.changed:
@@ -425,11 +496,14 @@ class ReadyPool:
         try:
             directory.mkdir(mode=0o700, exist_ok=True)
             path = directory / f"{os.getpid()}.json"
-            tmp = path.with_suffix(".tmp")
+            tmp = directory / f"{os.getpid()}.{threading.get_ident()}.tmp"
             tmp.write_text(json.dumps(self.status()))
             tmp.replace(path)
         except OSError:
             pass  # doctor shows an older figure; the pool works on
+
+
+os.register_at_fork(after_in_child=ReadyPool._forget_inherited)
 
 
 def status_files(host_state_dir: Path) -> list[dict[str, Any]]:

@@ -211,23 +211,30 @@ class Supervisor:
             kept_mib = -(-(spec.limits.stdout_max_bytes + spec.limits.stderr_max_bytes) // MIB) if keep_output else 0
             memory_mib = need.memory_mib + kept_mib
             ready, cold_reason = self._claim_ready(engine, spec, image, run_id)
+            reservation = None
             if ready is not None:
                 ctx = ready.for_run(run_id, spec, program_argv(spec, engine.script_dir))
-                reservation = self.admission.acquire(
-                    run_id, memory_mib=memory_mib, cpus=need.cpus, cancelled=cancelled, take=ready.id
-                )
-                _announce(emit, Phase.ADMITTED, slot=reservation.slot)
-                _announce(emit, Phase.STARTING)
-                failure = self._hand_over(engine, ctx, ready, result, ready_checks)
+                try:
+                    reservation = self.admission.acquire(
+                        run_id, memory_mib=memory_mib, cpus=need.cpus, cancelled=cancelled, take=ready.id,
+                        on_wait=self._drain_ready,
+                    )  # fmt: skip
+                except RunnerError as exc:
+                    if exc.code != "ready_reservation_lost":
+                        raise
+                    failure = self._abandon(engine, ctx, ready, ready_checks, exc.message)
+                else:
+                    _announce(emit, Phase.ADMITTED, slot=reservation.slot)
+                    _announce(emit, Phase.STARTING)
+                    failure = self._hand_over(engine, ctx, ready, result, ready_checks)
                 if failure:
                     cold_reason, ctx, fell_back = f"its ready sandbox failed at hand-over ({failure})", None, True
-            else:
+            if reservation is None:
                 reservation = self.admission.acquire(
                     run_id, memory_mib=memory_mib, cpus=need.cpus, cancelled=cancelled, on_wait=self._drain_ready
                 )
                 _announce(emit, Phase.ADMITTED, slot=reservation.slot)
             if ctx is None:
-                result.sandbox_start = "cold"
                 if cold_reason:
                     result.engine_note = f"{result.engine_note}; sandbox started cold: {cold_reason}"[:500]
                 ctx = self._stage(spec, run_id, reservation.slot, image, engine)
@@ -238,6 +245,7 @@ class Supervisor:
                 engine.prepare(ctx)
                 self._write_script(ctx)
                 ctx.process = engine.start(ctx)
+                result.sandbox_start = "cold"
             result.sandbox_id = f"{engine.name}:{run_id}"
             result.evidence["host_uid"] = ctx.uid
             t_start = time.monotonic()
@@ -311,8 +319,9 @@ class Supervisor:
         return ReadyPool.here(self, self.ready_settings)
 
     def _claim_ready(self, engine: Engine, spec: RunSpec, image: ImageRef, run_id: str) -> tuple[Ready | None, str]:
-        """This run's ready sandbox, or None and why the run starts cold ("" when they are off)."""
-        if not self.ready_settings.enabled:
+        """This run's ready sandbox, or None and why the run starts cold ("" when they are off, or
+        the engine makes none: a microVM's start is its vm_start)."""
+        if not self.ready_settings.enabled or not engine.ready_sandboxes:
             return None, ""
         return self._ready_pool().claim(engine, spec, image, run_id)
 
@@ -329,24 +338,29 @@ class Supervisor:
         run to start cold in the reservation it holds. A staging refusal is the run's own: raised."""
         t0 = time.monotonic()
         self._stage_inputs(ctx)
-        self._write_script(ctx)
         t1 = time.monotonic()
         try:
+            self._write_script(ctx)
             engine.hand_over(ctx, ready.host)
-        except HandOverError as exc:
-            torn = self.teardown_sandbox(engine, ctx, ready.id, release=False)
-            checks.extend(CleanupCheck(f"ready sandbox {c.name}", c.ok, c.detail) for c in torn)
-            if not all(c.ok for c in torn):  # its uid is the run's: never start on an unclean one
-                raise RunnerError(
-                    "ready_teardown_failed", f"a ready sandbox failed at hand-over ({exc}) and was not removed cleanly",
-                    retryable=True,
-                ) from exc  # fmt: skip
-            return str(exc)
+        except (HandOverError, OSError) as exc:
+            return self._abandon(engine, ctx, ready, checks, str(exc))
         result.sandbox_start = "ready"
         result.timings.update(staging_s=round(t1 - t0, 4), handover_s=round(time.monotonic() - t1, 4))
         result.evidence["ready_sandbox"] = {"id": ready.id, "class": ready.cls.label, "made_s": round(ready.make_s, 3),
                                             "waited_s": round(time.monotonic() - ready.made_at, 3)}  # fmt: skip
         return ""
+
+    def _abandon(self, engine: Engine, ctx: RunContext, ready: Ready, checks: list[CleanupCheck], why: str) -> str:
+        """Tear down a ready sandbox that cannot take its run (its audit added to `checks`); `why`,
+        for the run to start cold, in the reservation it may hold (its uid was this sandbox's)."""
+        torn = self.teardown_sandbox(engine, ctx, ready.id, release=False)
+        checks.extend(CleanupCheck(f"ready sandbox {c.name}", c.ok, c.detail) for c in torn)
+        if not all(c.ok for c in torn):  # never start a run on a uid whose last sandbox is not gone
+            raise RunnerError(
+                "ready_teardown_failed", f"a ready sandbox could not take its run ({why}) nor be removed cleanly",
+                retryable=True,
+            )  # fmt: skip
+        return why
 
     def _validate(self, spec: RunSpec) -> None:
         if spec.runtime not in RUNTIMES:

@@ -170,6 +170,13 @@ def test_a_ready_run_behaves_as_a_cold_one(supervisor: Supervisor) -> None:
     assert b"ready.py" not in ready.stderr
     exit3 = ready_run(supervisor, b"import sys; sys.exit(3)")
     assert exit3.exit_code == 3
+    # An uncaught KeyboardInterrupt: the exit handlers run, then python ends by SIGINT.
+    interrupted = b"import atexit\natexit.register(lambda: print('bye'))\nraise KeyboardInterrupt\n"
+    ready = ready_run(supervisor, interrupted)
+    cold = Supervisor(ready=ReadySettings(enabled=False)).run(RunSpec(runtime="python", script=interrupted))
+    for result in (ready, cold):
+        assert (result.signal, result.stdout) == (2, b"bye\n")
+    assert ready.stderr == cold.stderr and ready.stderr.endswith(b"KeyboardInterrupt\n")
 
 
 def test_limits_written_at_hand_over_bind_the_run_not_the_class(supervisor: Supervisor) -> None:
@@ -183,6 +190,15 @@ def test_limits_written_at_hand_over_bind_the_run_not_the_class(supervisor: Supe
     # The cpu the waiting interpreter spent before the hand-over is not the run's.
     quick = ready_run(supervisor, b"pass", limits=Limits(memory_mib=96, max_processes=5))
     assert quick.cpu_s is not None and quick.cpu_s < 0.5
+    # More than the room, and more processes than the room's default: both are the run's to have.
+    big = ready_run(
+        supervisor,
+        b"import subprocess\nhoard = bytearray(450 << 20)\nhoard[::4096] = b'x' * len(hoard[::4096])\n"
+        b"procs = [subprocess.Popen(['sleep', '2']) for _ in range(80)]\nprint(len(procs))\n",
+        limits=Limits(memory_mib=600, max_processes=100),
+    )
+    assert big.outcome is Outcome.SUCCEEDED and big.stdout == b"80\n", (big.reason, big.stderr[-500:])
+    assert big.peak_memory_bytes is not None and big.peak_memory_bytes > 450 * MIB
 
 
 def test_a_notebook_cell_gets_the_analyst_stack_already_imported(supervisor: Supervisor) -> None:
@@ -317,3 +333,33 @@ def test_the_hostile_battery_through_ready_sandboxes(supervisor: Supervisor, cas
     layout = CgroupLayout.detect()
     assert not any((parent / ready.id).exists() for parent in layout.parents(supervisor.settings.cgroup_parent))
     assert not (supervisor.views_dir / ready.id).exists() and not ready.ctx.run_dir.exists()
+
+
+def test_a_waiting_sandbox_holds_its_slot_and_room_in_admission_and_is_made_anew_when_old(
+    supervisor: Supervisor,
+) -> None:
+    """A pool of its own (recycling after 1 s) beside the module's, on the same host's admission."""
+    young = ReadyPool(supervisor, ReadySettings(enabled=True, max_age_s=1.0, room_mib=128))
+    try:
+        cls = class_of(supervisor, RunSpec(runtime="python", script=b"pass"))
+        deadline = time.monotonic() + 60
+        with young.changed:
+            young._want(cls)
+            while cls not in young.idle and time.monotonic() < deadline:
+                young.changed.wait(0.5)
+            first = young.idle[cls]
+        [held] = [r for r in supervisor.admission.active() if r.run_id == first.id]
+        assert held.slot == first.ctx.slot and held.slot >= 0
+        assert held.memory_mib == supervisor.engines["namespace"].reservation(Limits(memory_mib=128)).memory_mib
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with young.changed:
+                now = young.idle.get(cls)
+            if now is not None and now.id != first.id:
+                break
+            time.sleep(0.1)
+        assert now is not None and now.id != first.id and young.counts["recycled"] >= 1
+        assert not supervisor.admission.holds(first.id) and not (supervisor.views_dir / first.id).exists()
+    finally:
+        young.close()
+    assert not young.idle and not supervisor.admission.holds(now.id)

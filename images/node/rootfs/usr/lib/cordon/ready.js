@@ -19,7 +19,7 @@
 
 const fs = require('fs');
 
-const MESSAGE_MAX_BYTES = 4 << 20;
+const MESSAGE_MAX_BYTES = 2 << 20; // the run's argv (at most 64 arguments of 4 KiB) and environment
 const BUILTINS = [
   'assert', 'buffer', 'child_process', 'crypto', 'events', 'http', 'https', 'net', 'os', 'path',
   'readline', 'stream', 'string_decoder', 'timers', 'url', 'util', 'vm', 'zlib',
@@ -38,6 +38,17 @@ function main() {
   if (problem) {
     process.exit(1);
   }
+  const order = receive(fd);
+  for (const name of Object.keys(process.env)) {
+    delete process.env[name];
+  }
+  Object.assign(process.env, order.env);
+  process.chdir(order.cwd);
+  process.argv = [process.execPath, ...order.argv];
+  require('module').runMain();
+}
+
+function receive(fd) {
   const buffer = Buffer.alloc(MESSAGE_MAX_BYTES);
   let size = 0;
   try {
@@ -49,14 +60,7 @@ function main() {
   if (!size) {
     process.exit(0);
   }
-  const order = JSON.parse(buffer.toString('utf8', 0, size));
-  for (const name of Object.keys(process.env)) {
-    delete process.env[name];
-  }
-  Object.assign(process.env, order.env);
-  process.chdir(order.cwd);
-  process.argv = [process.execPath, ...order.argv];
-  require('module').runMain();
+  return JSON.parse(buffer.toString('utf8', 0, size)); // the buffer is garbage from here on
 }
 
 main();

@@ -20,14 +20,17 @@ the process's start time, which is the sandbox's. End of file before a message: 
 the sandbox; it exits quietly.
 """
 
+import atexit
 import os
 import sys
 
-MESSAGE_MAX_BYTES = 4 << 20
+MESSAGE_MAX_BYTES = 2 << 20  # the run's argv (at most 64 arguments of 4 KiB) and environment, as JSON
+_interrupted = []  # set when the program ended on an uncaught KeyboardInterrupt
 
 
 def main() -> int:
     stack, fd = sys.argv[1], int(sys.argv[2])
+    atexit.register(_end_as_interrupted)  # first, so it runs last: after the program's own handlers
     out, err = _quiet()
     problem = ""
     try:
@@ -129,14 +132,25 @@ def _run(program: str, args: "list[str]") -> int:
         tb = exc.__traceback__.tb_next if exc.__traceback__ is not None else None  # past this frame
         exc.__traceback__ = tb  # what the hook prints
         sys.excepthook(type(exc), exc, tb)
-        if isinstance(exc, KeyboardInterrupt):  # as python ends on one: by SIGINT
-            import signal
-
-            sys.stdout.flush()
-            signal.signal(signal.SIGINT, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGINT)
+        if isinstance(exc, KeyboardInterrupt):
+            _interrupted.append(True)
         return 1
     return 0
+
+
+def _end_as_interrupted() -> None:
+    """As python ends on an uncaught KeyboardInterrupt: by SIGINT, once the threads were joined and
+    every other exit handler ran (the program's, the figures' save)."""
+    if _interrupted:
+        import signal
+
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # noqa: S110 - closed by the program: nothing left to flush
+                pass
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
 
 
 if __name__ == "__main__":
