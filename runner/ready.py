@@ -214,6 +214,7 @@ class ReadyPool:
         self.changed = threading.Condition()
         self.closed = False
         self.pid = os.getpid()
+        self.dirty = False  # the published status is behind: the thread writes it, not a run
         self.no_room_until = 0.0  # admission had no room for a sandbox: not asked again before this
         self.thread = threading.Thread(target=self._loop, name="cordon-ready-pool", daemon=True)
         self.thread.start()
@@ -240,15 +241,15 @@ class ReadyPool:
             del self.idle[cls]
             self.in_use[ready.id] = ready
             self.counts["claimed"] += 1
-            self.changed.notify_all()  # the thread makes its replacement
+            self.dirty = True
         try:
             ready.claim(run_id)
         except BaseException:  # never handed out: torn down here, its lock held until it is gone
             with self.changed:
                 self.in_use.pop(ready.id, None)
+                self.changed.notify_all()
             self._discard(ready)
             raise
-        self._publish()
         return ready, ""
 
     def finished(self, ready: Ready, run_id: str, *, fell_back: bool = False) -> CleanupCheck:
@@ -265,7 +266,8 @@ class ReadyPool:
             if fell_back:
                 self.counts["fell_back"] += 1
                 self._failed(ready.cls, "a ready sandbox failed at hand-over")
-        self._publish()
+            self.dirty = True
+            self.changed.notify_all()  # the thread makes its replacement, now that the run is over
         return check
 
     def drain(self) -> int:
@@ -318,17 +320,25 @@ class ReadyPool:
 
     def _loop(self) -> None:
         while True:
+            todo: tuple[str, ReadyClass] | None = None
             with self.changed:
-                todo = self._next()
-                while todo is None and not self.closed:
-                    self.changed.wait(timeout=self._next_check())
+                while not self.closed:
                     todo = self._next()
-                if self.closed or todo is None:
+                    if todo is not None or self.dirty:
+                        break
+                    self.changed.wait(timeout=self._next_check())
+                if self.closed:
                     return
-                kind, cls = todo
-                stale = self.idle.pop(cls) if kind == "recycle" else None
-                if stale is None:
-                    self.making.add(cls)
+                self.dirty = False
+                stale = None
+                if todo is not None:
+                    kind, cls = todo
+                    stale = self.idle.pop(cls) if kind == "recycle" else None
+                    if stale is None:
+                        self.making.add(cls)
+            if todo is None:  # only the published status was behind (a claim, a run's end)
+                self._publish()
+                continue
             try:
                 self._step(cls, stale)
             except Exception:  # the pool lives on: a failure is counted, and doctor shows it
@@ -375,7 +385,10 @@ class ReadyPool:
             return None
         for cls in reversed(self.wanted):  # the most recently met first
             lacking = cls not in self.idle and cls not in self.making and cls not in self.stopped
-            if lacking and self._room_for_one():
+            # A replacement is made once the run that took the last one is over: not beside it,
+            # where it would take its CPU (and the spawner) from a run that has started.
+            serving = any(ready.cls == cls for ready in self.in_use.values())
+            if lacking and not serving and self._room_for_one():
                 return "make", cls
         return None
 

@@ -22,6 +22,7 @@ import fcntl
 import json
 import os
 import resource
+import select
 import selectors
 import signal
 import socket
@@ -178,6 +179,12 @@ def _child(argv: list[str], env: dict[str, str], fds: list[int], targets: list[i
     os.execve(argv[0], argv, env)  # noqa: S606 - an argv list by design, never a shell
 
 
+def _readable(fd: int) -> bool:
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(0))
+
+
 def _kill(pid: int) -> None:
     try:
         os.kill(pid, signal.SIGKILL)
@@ -277,7 +284,9 @@ class Spawned:
         self.stderr: Any = None
 
     def poll(self) -> int | None:
-        if self.returncode is None:
+        # The pidfd turns readable at the exit: until then the helper has nothing to report, and
+        # its lock (which a spawn in another thread holds for a while) is not waited for.
+        if self.returncode is None and (self.pidfd < 0 or _readable(self.pidfd)):
             self._collect(timeout=0.0)
         return self.returncode
 

@@ -9,10 +9,6 @@ with CORDON_READY on and off.
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import threading
 import time
 from typing import Any
 
@@ -23,7 +19,8 @@ from runner.spec import Limits, RunSpec
 from runner.supervisor import Supervisor
 from tests.bench import Row, p50, targeted
 from tests.bench.bench_classroom import STUDENTS, burst_p95
-from tests.bench.bench_web import Stack
+from tests.bench.bench_runner import bare_bwrap_argv, wall
+from tests.bench.bench_web import Stack, sustained
 
 REPEAT = 30
 CELL_REPEAT = 8
@@ -54,37 +51,13 @@ def _when_ready(supervisor: Supervisor, spec: RunSpec, timeout_s: float = 60.0) 
             pool.changed.wait(0.5)
 
 
-def _wall(argv: list[str]) -> float:
-    started = time.monotonic()
-    subprocess.run(argv, check=True, capture_output=True)
-    return time.monotonic() - started
-
-
 def _in_process(ready: Supervisor, cold: Supervisor) -> list[Row]:
     store = ImageStore(paths_from_env())
-    bwrap = shutil.which("bwrap") or "bwrap"
     rows: list[Row] = []
     programs = {"python": (["/usr/bin/python3", "-c", "pass"], b"pass"), "node": (["/usr/bin/node", "-e", "0"], b"0")}
     for runtime, (argv, script) in programs.items():
         rootfs = str(store.resolve(runtime).rootfs)
-        bare_bwrap = [
-            bwrap,
-            "--unshare-all",
-            "--unshare-user",
-            "--die-with-parent",
-            "--ro-bind",
-            rootfs,
-            "/",
-            "--proc",
-            "/proc",
-            "--dev",
-            "/dev",
-            "--tmpfs",
-            "/tmp",
-            "--clearenv",
-            "--",
-            *argv,
-        ]
+        bare_bwrap = bare_bwrap_argv(rootfs, argv)
         spec = RunSpec(runtime=runtime, script=script, engine="namespace")
         _timed(cold, spec, "cold")  # warm-up: image verification, caches
         _when_ready(ready, spec)
@@ -92,7 +65,7 @@ def _in_process(ready: Supervisor, cold: Supervisor) -> list[Row]:
         for _ in range(REPEAT):
             _when_ready(ready, spec)
             series["ready"].append(_timed(ready, spec, "ready"))
-            series["bwrap"].append(_wall(bare_bwrap))
+            series["bwrap"].append(wall(bare_bwrap))
             series["cold"].append(_timed(cold, spec, "cold"))
         took = {k: p50(v) for k, v in series.items()}
         label = " ".join(argv).replace("/usr/bin/", "")
@@ -145,24 +118,7 @@ def _web(ready_on: bool) -> dict[str, Any]:
         for _ in range(SEQUENTIAL):
             time.sleep(0.1)  # a ready sandbox's replacement is made between a person's runs
             latencies.append(stack.one_run())
-        done = 0
-        lock = threading.Lock()
-        stop_at = time.monotonic() + SUSTAIN_S
-
-        def client() -> None:
-            nonlocal done
-            while time.monotonic() < stop_at:
-                stack.one_run()
-                with lock:
-                    done += 1
-
-        started = time.monotonic()
-        clients = [threading.Thread(target=client) for _ in range(2 * (os.cpu_count() or 1))]
-        for thread in clients:
-            thread.start()
-        for thread in clients:
-            thread.join()
-        return {"p50": p50(latencies), "rate": done / (time.monotonic() - started)}
+        return {"p50": p50(latencies), "rate": sustained(stack, SUSTAIN_S)}
     finally:
         stack.close()
 

@@ -27,10 +27,17 @@ REPEAT = 30
 RATIO_TARGET = {"python": 1.3, "node": 1.15}
 
 
-def _wall(argv: list[str]) -> float:
+def wall(argv: list[str]) -> float:
     started = time.monotonic()
     subprocess.run(argv, check=True, capture_output=True)
     return time.monotonic() - started
+
+
+def bare_bwrap_argv(rootfs: str, argv: list[str]) -> list[str]:
+    """`argv` in a bare bwrap sandbox of the image: what a supervised run is measured against."""
+    bwrap = shutil.which("bwrap") or "bwrap"
+    return [bwrap, "--unshare-all", "--unshare-user", "--die-with-parent", "--ro-bind", rootfs, "/",
+            "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--clearenv", "--", *argv]  # fmt: skip
 
 
 def _supervised(supervisor: Supervisor, runtime: str, script: bytes, limits: Limits | None = None) -> float:
@@ -43,20 +50,18 @@ def _supervised(supervisor: Supervisor, runtime: str, script: bytes, limits: Lim
 def run() -> list[Row]:
     supervisor = Supervisor()
     store = ImageStore(paths_from_env())
-    bwrap = shutil.which("bwrap") or "bwrap"
     rows: list[Row] = []
     programs = {"python": (["/usr/bin/python3", "-c", "pass"], b"pass"), "node": (["/usr/bin/node", "-e", "0"], b"0")}
     for runtime, (argv, script) in programs.items():
         rootfs = str(store.resolve(runtime).rootfs)
-        bare_bwrap = [bwrap, "--unshare-all", "--unshare-user", "--die-with-parent", "--ro-bind", rootfs, "/",
-                      "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--clearenv", "--", *argv]  # fmt: skip
+        bare_bwrap = bare_bwrap_argv(rootfs, argv)
         _supervised(supervisor, runtime, script)  # warm-up (image verification, caches)
-        _wall(bare_bwrap)
+        wall(bare_bwrap)
         series: dict[str, list[float]] = {"supervised": [], "bwrap": [], "bare": []}
         for _ in range(REPEAT):
             series["supervised"].append(_supervised(supervisor, runtime, script))
-            series["bwrap"].append(_wall(bare_bwrap))
-            series["bare"].append(_wall(["chroot", rootfs, *argv]))
+            series["bwrap"].append(wall(bare_bwrap))
+            series["bare"].append(wall(["chroot", rootfs, *argv]))
         supervised, bwrap_only, bare = (p50(series[k]) for k in ("supervised", "bwrap", "bare"))
         label = " ".join(argv[:1] + argv[1:]).replace("/usr/bin/", "")
         rows += [
