@@ -61,6 +61,7 @@ class Admission:
         self.capacity = capacity
         state_dir.mkdir(parents=True, exist_ok=True)
         self._ledger = state_dir / "admission.json"
+        self._waiting_dir = state_dir / "waiting"
 
     def acquire(
         self,
@@ -85,25 +86,52 @@ class Admission:
             )
         deadline = time.monotonic() + self.capacity.wait_s
         delay = 0.02
-        while True:
-            with self._locked() as entries:
-                reservation = self._try(entries, run_id, memory_mib, cpus, take=take)
-                if reservation is not None:
-                    return reservation
-                in_use = sum(e.memory_mib for e in entries)
-                slots_used = sum(1 for e in entries if e.slot != NO_SLOT)  # warm bases hold memory, no slot
-            if delay == 0.02:
-                on_wait()
-            if time.monotonic() >= deadline or cancelled():
-                raise RunnerError(
-                    "no_capacity",
-                    f"no host capacity within {self.capacity.wait_s:g} s ({slots_used} of "
-                    f"{self.capacity.slots} slots and {in_use} of {self.capacity.memory_mib} MiB in use)",
-                    outcome=Outcome.REJECTED_CAPACITY,
-                    retryable=True,
-                )
-            time.sleep(delay)
-            delay = min(delay * 2, 0.5)
+        try:
+            while True:
+                with self._locked() as entries:
+                    reservation = self._try(entries, run_id, memory_mib, cpus, take=take)
+                    if reservation is not None:
+                        return reservation
+                    in_use = sum(e.memory_mib for e in entries)
+                    slots_used = sum(1 for e in entries if e.slot != NO_SLOT)  # warm bases: memory, no slot
+                if delay == 0.02:
+                    self._mark_waiting(run_id)
+                    on_wait()
+                self._wait(deadline, delay, cancelled, slots_used, in_use)
+                delay = min(delay * 2, 0.5)
+        finally:
+            (self._waiting_dir / run_id).unlink(missing_ok=True)
+
+    def _wait(self, deadline: float, delay: float, cancelled: Callable[[], bool], slots_used: int, in_use: int) -> None:
+        """Sleep before the next try, or give up: past the bound, or cancelled."""
+        if time.monotonic() >= deadline or cancelled():
+            raise RunnerError(
+                "no_capacity",
+                f"no host capacity within {self.capacity.wait_s:g} s ({slots_used} of "
+                f"{self.capacity.slots} slots and {in_use} of {self.capacity.memory_mib} MiB in use)",
+                outcome=Outcome.REJECTED_CAPACITY,
+                retryable=True,
+            )
+        time.sleep(delay)
+
+    def _mark_waiting(self, run_id: str) -> None:
+        """A run that waits for room says so (a file named after it, holding its process's pid):
+        every process's idle ready sandboxes give theirs back (runner.ready) while one waits."""
+        self._waiting_dir.mkdir(exist_ok=True)
+        (self._waiting_dir / run_id).write_text(str(os.getpid()))
+
+    def waiting(self) -> int:
+        """How many runs of live processes wait for room on this host now."""
+        count = 0
+        for entry in os.scandir(self._waiting_dir) if self._waiting_dir.is_dir() else ():
+            try:
+                os.kill(int(Path(entry.path).read_text()), 0)
+                count += 1
+            except ProcessLookupError:
+                Path(entry.path).unlink(missing_ok=True)  # its process died waiting
+            except (OSError, ValueError):
+                continue
+        return count
 
     def _try(
         self, entries: list[Reservation], run_id: str, memory_mib: int, cpus: float, *, take: str | None = None,

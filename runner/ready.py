@@ -57,6 +57,7 @@ ANALYST_WORDS = (b"pandas", b"matplotlib")
 # quarter of the limit if more (a program that would fit cold must fit in its ready sandbox too).
 MEMORY_MARGIN_BYTES = 32 * 1024 * 1024
 NO_ROOM_BACKOFF_S = 1.0
+WAITERS_CHECK_S = 0.25  # how often a pool holding idle sandboxes looks for runs waiting for room
 SO_SNDBUFFORCE = getattr(socket, "SO_SNDBUFFORCE", 32)  # root may pass net.core.wmem_max
 HAND_OVER_BUFFER_BYTES = 4 << 20  # after admission had no room for a ready sandbox, before it is asked again
 STATUS_DIR = "ready"
@@ -333,7 +334,7 @@ class ReadyPool:
                 stale = None
                 if todo is not None:
                     kind, cls = todo
-                    stale = self.idle.pop(cls) if kind == "recycle" else None
+                    stale = self.idle.pop(cls) if kind in ("recycle", "yield") else None
                     if stale is None:
                         self.making.add(cls)
             if todo is None:  # only the published status was behind (a claim, a run's end)
@@ -353,7 +354,7 @@ class ReadyPool:
         if stale is not None:
             self._discard(stale)
             with self.changed:
-                self.counts["recycled"] += 1
+                self.counts["recycled"] += 1  # made anew when old, or gave its room to a waiting run
             return
         try:
             ready = self._make(cls)
@@ -383,6 +384,9 @@ class ReadyPool:
                 return "recycle", cls
         if now < self.no_room_until:
             return None
+        if self.supervisor.admission.waiting():  # a run waits for room: give it ours, make none
+            self.no_room_until = now + WAITERS_CHECK_S
+            return ("yield", next(iter(self.idle))) if self.idle else None
         for cls in reversed(self.wanted):  # the most recently met first
             lacking = cls not in self.idle and cls not in self.making and cls not in self.stopped
             # A replacement is made once the run that took the last one is over: not beside it,
@@ -396,7 +400,9 @@ class ReadyPool:
         """(lock held) Seconds until the oldest idle sandbox is due for recycling (or a while)."""
         now = time.monotonic()
         ages = [ready.made_at + self.settings.max_age_s - now for ready in self.idle.values()]
-        return max(0.05, min([5.0, self.no_room_until - now if self.no_room_until > now else 5.0, *ages]))
+        # Holding idle sandboxes, it looks for waiting runs often; holding none, rarely.
+        every = WAITERS_CHECK_S if self.idle else 5.0
+        return max(0.05, min([every, self.no_room_until - now if self.no_room_until > now else every, *ages]))
 
     def _room_for_one(self) -> bool:
         """Whether admission would give a ready sandbox its room now (asked for real in _make)."""

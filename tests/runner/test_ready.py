@@ -363,3 +363,24 @@ def test_a_waiting_sandbox_holds_its_slot_and_room_in_admission_and_is_made_anew
     finally:
         young.close()
     assert not young.idle and not supervisor.admission.holds(now.id)
+
+
+def test_idle_sandboxes_give_their_room_to_a_run_that_waits_for_it(supervisor: Supervisor) -> None:
+    """A run of any process that waits for room marks it (runner.admission); every pool holding an
+    idle sandbox then tears it down, and makes none until no run waits."""
+    cls = class_of(supervisor, RunSpec(runtime="python", script=b"pass"))
+    ready = wait_ready(supervisor, cls)
+    the_pool = pool(supervisor)
+    marker = supervisor.admission._waiting_dir / "a-run-that-waits"
+    supervisor.admission._mark_waiting(marker.name)
+    try:
+        assert supervisor.admission.waiting() == 1
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and (cls in the_pool.idle or supervisor.admission.holds(ready.id)):
+            time.sleep(0.05)  # taken out of the pool, then torn down
+        assert cls not in the_pool.idle and not supervisor.admission.holds(ready.id)
+        time.sleep(1.0)
+        assert cls not in the_pool.idle and cls not in the_pool.making  # none made while it waits
+    finally:
+        marker.unlink()
+    assert wait_ready(supervisor, cls, timeout_s=15).id != ready.id  # made again once nobody waits
