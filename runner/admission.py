@@ -43,6 +43,9 @@ class Capacity:
 
 
 NO_SLOT = -1  # a reservation that is not a run's holds no sandbox slot
+# The longest pause between two tries of a waiting run: room given back (a run's end, an idle ready
+# sandbox's yield: runner.ready) is taken within this.
+WAIT_STEP_MAX_S = 0.1
 
 
 @dataclass(frozen=True)
@@ -98,7 +101,7 @@ class Admission:
                     self._mark_waiting(run_id)
                     on_wait()
                 self._wait(deadline, delay, cancelled, slots_used, in_use)
-                delay = min(delay * 2, 0.5)
+                delay = min(delay * 2, WAIT_STEP_MAX_S)
         finally:
             (self._waiting_dir / run_id).unlink(missing_ok=True)
 
@@ -189,6 +192,14 @@ class Admission:
     def holds(self, run_id: str) -> bool:
         with self._locked() as entries:
             return any(e.run_id == run_id for e in entries)
+
+    def peek(self) -> list[Reservation]:
+        """The ledger as last written, without its lock (advice only: a dead owner's entries are
+        still there until the next locked call reclaims them)."""
+        try:
+            return self._read()
+        except ValueError:  # never half-written (it is replaced whole), but advice may be wrong
+            return []
 
     def active(self) -> list[Reservation]:
         with self._locked() as entries:

@@ -57,7 +57,10 @@ ANALYST_WORDS = (b"pandas", b"matplotlib")
 # quarter of the limit if more (a program that would fit cold must fit in its ready sandbox too).
 MEMORY_MARGIN_BYTES = 32 * 1024 * 1024
 NO_ROOM_BACKOFF_S = 1.0
-WAITERS_CHECK_S = 0.25  # how often a pool holding idle sandboxes looks for runs waiting for room
+WAITERS_CHECK_S = 0.05
+# A replacement is made once this process has had no run for this long: runs that come back to back
+# (a queue being drained) gain nothing from one, whose making would only take CPU from them.
+IDLE_BEFORE_MAKE_S = 0.05  # how often a pool holding idle sandboxes looks for runs waiting for room
 SO_SNDBUFFORCE = getattr(socket, "SO_SNDBUFFORCE", 32)  # root may pass net.core.wmem_max
 HAND_OVER_BUFFER_BYTES = 4 << 20  # after admission had no room for a ready sandbox, before it is asked again
 STATUS_DIR = "ready"
@@ -216,6 +219,8 @@ class ReadyPool:
         self.closed = False
         self.pid = os.getpid()
         self.dirty = False  # the published status is behind: the thread writes it, not a run
+        self.last_run_end = 0.0  # time.monotonic() when a run of this process last ended
+        self.runs_now = 0  # runs of this process under way (ready or cold): no sandbox is made then
         self.no_room_until = 0.0  # admission had no room for a sandbox: not asked again before this
         self.thread = threading.Thread(target=self._loop, name="cordon-ready-pool", daemon=True)
         self.thread.start()
@@ -268,8 +273,20 @@ class ReadyPool:
                 self.counts["fell_back"] += 1
                 self._failed(ready.cls, "a ready sandbox failed at hand-over")
             self.dirty = True
-            self.changed.notify_all()  # the thread makes its replacement, now that the run is over
+            self.changed.notify_all()
         return check
+
+    def run_begins(self) -> None:
+        """A run of this process begins (any run): no sandbox is made beside it."""
+        with self.changed:
+            self.runs_now += 1
+
+    def run_ends(self) -> None:
+        """It ended: replacements are made once the process has been idle a moment."""
+        with self.changed:
+            self.runs_now -= 1
+            self.last_run_end = time.monotonic()
+            self.changed.notify_all()
 
     def drain(self) -> int:
         """Tear down every idle sandbox of this process (a run needs their room); how many."""
@@ -377,16 +394,18 @@ class ReadyPool:
             self._discard(ready)
 
     def _next(self) -> tuple[str, ReadyClass] | None:
-        """(lock held) What to do: recycle a sandbox past its age, or make one a class lacks."""
+        """(lock held) What to do: give an idle sandbox's room to a run that waits for it, recycle
+        one past its age, or make one a class lacks."""
         now = time.monotonic()
+        if self.supervisor.admission.waiting():
+            # Runs wait for room (a burst): ours is theirs, and none is made for a while after.
+            self.no_room_until = now + NO_ROOM_BACKOFF_S
+            return ("yield", next(iter(self.idle))) if self.idle else None
         for cls, ready in self.idle.items():
             if now - ready.made_at > self.settings.max_age_s:
                 return "recycle", cls
-        if now < self.no_room_until:
+        if now < self.no_room_until or now - self.last_run_end < IDLE_BEFORE_MAKE_S or self.runs_now:
             return None
-        if self.supervisor.admission.waiting():  # a run waits for room: give it ours, make none
-            self.no_room_until = now + WAITERS_CHECK_S
-            return ("yield", next(iter(self.idle))) if self.idle else None
         for cls in reversed(self.wanted):  # the most recently met first
             lacking = cls not in self.idle and cls not in self.making and cls not in self.stopped
             # A replacement is made once the run that took the last one is over: not beside it,
@@ -401,16 +420,22 @@ class ReadyPool:
         now = time.monotonic()
         ages = [ready.made_at + self.settings.max_age_s - now for ready in self.idle.values()]
         # Holding idle sandboxes, it looks for waiting runs often; holding none, rarely.
-        every = WAITERS_CHECK_S if self.idle else 5.0
-        return max(0.05, min([every, self.no_room_until - now if self.no_room_until > now else every, *ages]))
+        every = WAITERS_CHECK_S if self.idle else 1.0
+        waits = [t - now for t in (self.no_room_until, self.last_run_end + IDLE_BEFORE_MAKE_S) if t > now]
+        return max(0.01, min([every, *waits, *ages]))
 
     def _room_for_one(self) -> bool:
-        """Whether admission would give a ready sandbox its room now (asked for real in _make)."""
-        entries = self.supervisor.admission.active()
+        """Whether admission would give a ready sandbox its room now (asked for real in _make), on
+        a host where no run is under way: the CPU a sandbox's making takes would be theirs, and a
+        busy host gains nothing from a sandbox made ahead (its runs come back to back; measured in
+        a classroom's deadline burst, making them between runs slowed grading by a quarter)."""
+        entries = self.supervisor.admission.peek()  # the host-wide lock is for runs, not for advice
         capacity = self.supervisor.admission.capacity
         used = {e.slot for e in entries if e.slot >= 0}
+        running = sum(1 for e in entries if e.slot >= 0 and not e.run_id.startswith(PREFIX))
         memory = sum(e.memory_mib for e in entries) + 2 * self._room_mib()
-        return capacity.slots - len(used) > self.settings.free_slots and memory <= capacity.memory_mib
+        room = capacity.slots - len(used) > self.settings.free_slots and memory <= capacity.memory_mib
+        return room and running == 0
 
     def _room(self, cls: ReadyClass) -> Limits:
         """What a waiting sandbox's cgroups allow: its room, and the most processes any run may

@@ -182,6 +182,9 @@ class Supervisor:
         result = RunResult(outcome=Outcome.SANDBOX_ERROR, run_id=run_id, limits=spec.limits)
         lock = RunLock(self.locks_dir, run_id)
         lock.acquire()
+        pool = self._ready_pool() if self.ready_settings.enabled else None
+        if pool is not None:
+            pool.run_begins()
         ctx: RunContext | None = None
         engine: Engine | None = None
         ready: Ready | None = None
@@ -296,8 +299,10 @@ class Supervisor:
             evidence.engine_error, result.error = error, error
         finally:
             result.cleanup = [*ready_checks, *self.teardown_sandbox(engine, ctx, run_id)]
-            if ready is not None:
-                result.cleanup.append(self._ready_pool().finished(ready, run_id, fell_back=fell_back))
+            if ready is not None and pool is not None:
+                result.cleanup.append(pool.finished(ready, run_id, fell_back=fell_back))
+            if pool is not None:
+                pool.run_ends()
             lock.release()
         if ctx is not None and ctx.egress is not None:
             result.egress = ctx.egress.proxy.summary()

@@ -374,8 +374,20 @@ def run() -> list[Row]:
     ]  # fmt: skip
 
 
-def burst_p95(*, ready: bool) -> float | None:
-    """The deadline burst alone, on a stack with ready sandboxes on or off: submit->graded p95 (s)."""
+STARTS = """
+import json
+from collections import Counter
+from playground.models import Run
+runs = Run.objects.filter(kind__in=("test", "check"))
+print(json.dumps({"starts": Counter(r.sandbox_start or "none" for r in runs),
+                  "total_s": sorted(r.timings.get("total_s", 0) for r in runs),
+                  "start_s": sorted(r.timings.get("start_s", 0) for r in runs)}))
+"""
+
+
+def burst_p95(*, ready: bool) -> tuple[float | None, dict[str, Any]]:
+    """The deadline burst alone, on a stack with ready sandboxes on or off: submit->graded p95 (s),
+    and how its grading runs' sandboxes started, with their supervised times (s)."""
     env = {"CORDON_GRADING_SLOTS": str(CONCURRENCY), "CORDON_READY": "true" if ready else "false"}
     stack = Stack(env=env, concurrency=CONCURRENCY, grading_concurrency=CONCURRENCY)
     try:
@@ -386,6 +398,7 @@ def burst_p95(*, ready: bool) -> float | None:
         sent = room.submit(burst, _moments(random.Random(SEED), students))  # noqa: S311 - moments, not secrets
         room.drain(burst, sent.accepted)
         part = Summary.of(*room.snapshot(burst))
+        starts: dict[str, Any] = json.loads(stack._manage("shell", "-c", STARTS).strip().splitlines()[-1])
     finally:
         stack.close()
-    return _p95(part.waits_s) if part.waits_s and part.graded == STUDENTS else None
+    return (_p95(part.waits_s) if part.waits_s and part.graded == STUDENTS else None), starts
