@@ -18,8 +18,8 @@ module's state is drawn again then. Its price: the memory and the admission slot
 it waits (CORDON_READY=false turns it off).
 
 The class of a run (ReadyClass): its image, runtime, the modules its interpreter imports ahead
-("analyst": numpy, pandas, matplotlib, for a notebook cell or a script that names them; "bare":
-none), what is fixed when the interpreter starts (OpenMP's thread count, node's heap cap). A run
+("analyst": numpy, pandas, matplotlib, for a notebook cell or a script that names pandas or
+matplotlib; "bare": none), what is fixed when the interpreter starts (OpenMP's thread count, node's heap cap). A run
 with scoped egress (its network is joined before the sandbox is made) or a node run with stdin
 (node cannot be passed an fd) starts cold, and says why.
 """
