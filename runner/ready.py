@@ -407,11 +407,9 @@ class ReadyPool:
         if now < self.no_room_until or now - self.last_run_end < IDLE_BEFORE_MAKE_S or self.runs_now:
             return None
         for cls in reversed(self.wanted):  # the most recently met first
+            # (A replacement waits for the run that took the last one: runs_now above.)
             lacking = cls not in self.idle and cls not in self.making and cls not in self.stopped
-            # A replacement is made once the run that took the last one is over: not beside it,
-            # where it would take its CPU (and the spawner) from a run that has started.
-            serving = any(ready.cls == cls for ready in self.in_use.values())
-            if lacking and not serving and self._room_for_one():
+            if lacking and self._room_for_one():
                 return "make", cls
         return None
 

@@ -19,7 +19,7 @@ from runner.spec import Limits, RunSpec
 from runner.supervisor import Supervisor
 from tests.bench import Row, p50, targeted
 from tests.bench.bench_classroom import STUDENTS, burst_p95
-from tests.bench.bench_runner import bare_bwrap_argv, wall
+from tests.bench.bench_runner import STARTUP_PROGRAMS, bare_bwrap_argv, wall
 from tests.bench.bench_web import Stack, sustained
 
 REPEAT = 30
@@ -54,8 +54,7 @@ def _when_ready(supervisor: Supervisor, spec: RunSpec, timeout_s: float = 60.0) 
 def _in_process(ready: Supervisor, cold: Supervisor) -> list[Row]:
     store = ImageStore(paths_from_env())
     rows: list[Row] = []
-    programs = {"python": (["/usr/bin/python3", "-c", "pass"], b"pass"), "node": (["/usr/bin/node", "-e", "0"], b"0")}
-    for runtime, (argv, script) in programs.items():
+    for runtime, (argv, script) in STARTUP_PROGRAMS.items():
         rootfs = str(store.resolve(runtime).rootfs)
         bare_bwrap = bare_bwrap_argv(rootfs, argv)
         spec = RunSpec(runtime=runtime, script=script, engine="namespace")

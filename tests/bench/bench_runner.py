@@ -27,6 +27,13 @@ REPEAT = 30
 RATIO_TARGET = {"python": 1.3, "node": 1.15}
 
 
+# The empty program of each runtime: its argv in a bare sandbox, and the same as a run's script.
+STARTUP_PROGRAMS = {
+    "python": (["/usr/bin/python3", "-c", "pass"], b"pass"),
+    "node": (["/usr/bin/node", "-e", "0"], b"0"),
+}
+
+
 def wall(argv: list[str]) -> float:
     started = time.monotonic()
     subprocess.run(argv, check=True, capture_output=True)
@@ -51,8 +58,7 @@ def run() -> list[Row]:
     supervisor = Supervisor()
     store = ImageStore(paths_from_env())
     rows: list[Row] = []
-    programs = {"python": (["/usr/bin/python3", "-c", "pass"], b"pass"), "node": (["/usr/bin/node", "-e", "0"], b"0")}
-    for runtime, (argv, script) in programs.items():
+    for runtime, (argv, script) in STARTUP_PROGRAMS.items():
         rootfs = str(store.resolve(runtime).rootfs)
         bare_bwrap = bare_bwrap_argv(rootfs, argv)
         _supervised(supervisor, runtime, script)  # warm-up (image verification, caches)
