@@ -9,11 +9,16 @@ STAMP := $(VENV)/.cordon-installed
 # Debian packages the host needs: sandboxing, image builds, Redis, and a Python venv.
 DEB_PACKAGES := bubblewrap mmdebstrap redis-server python3-venv libseccomp2 ca-certificates
 # Only the tests need a browser (Debian's Chromium, driven by Playwright), PostgreSQL (the tests
-# start private clusters of their own: tests/pg.py; Debian's own cluster is left as it is), and ip
-# and openssl (the egress tests' own test host in a network namespace, with its own certificate).
-TEST_DEB_PACKAGES := chromium postgresql iproute2 openssl
+# start private clusters of their own: tests/pg.py; Debian's own cluster is left as it is), ip
+# and openssl (the egress tests' own test host in a network namespace, with its own certificate),
+# and Node (its test runner over the browser code's pure modules: tests/js).
+TEST_DEB_PACKAGES := chromium postgresql iproute2 openssl nodejs
+# The browser code's tooling (eslint) is a devDependency of the package that builds the vendored
+# CodeMirror bundle, installed from its lock; the stamp says it is.
+FRONTEND := playground/frontend
+FRONTEND_STAMP := $(FRONTEND)/node_modules/.cordon-installed
 
-.PHONY: help system test-system debs kvm-access cgroup-tuning venv images migrate run test test-hosts fuzz test-vm test-vm-system lint bench
+.PHONY: help system test-system node-system debs kvm-access cgroup-tuning venv images migrate run test test-hosts fuzz test-vm test-vm-system lint bench
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -23,6 +28,12 @@ system: ## install the Debian packages Cordon needs, if any is missing
 
 test-system:
 	@$(MAKE) -s --no-print-directory debs PACKAGES="$(TEST_DEB_PACKAGES)"
+
+# Node and npm for eslint: Debian's, unless both are on PATH already (NodeSource's nodejs, for one,
+# carries its own npm and conflicts with Debian's npm package).
+node-system:
+	@command -v node >/dev/null && command -v npm >/dev/null || \
+		$(MAKE) -s --no-print-directory debs PACKAGES="nodejs npm"
 
 debs:
 	@missing=$$(for p in $(PACKAGES); do \
@@ -66,6 +77,10 @@ $(STAMP): pyproject.toml | system
 
 venv: $(STAMP) ## create the virtualenv and install Cordon into it
 
+$(FRONTEND_STAMP): $(FRONTEND)/package.json $(FRONTEND)/package-lock.json | node-system
+	cd $(FRONTEND) && npm ci --no-audit --no-fund
+	@touch $@
+
 images: venv ## build the guest images (cached: a no-op when recipes are unchanged)
 	$(PY) -m runner images build
 
@@ -81,6 +96,7 @@ run: images migrate kvm-access cgroup-tuning ## serve Cordon on 127.0.0.1:8000 w
 	exec $(VENV)/bin/honcho start
 
 test: images kvm-access test-system ## run the test suite, then the several-hosts proof (make test-hosts, ~2 min)
+	node --test tests/js/*.test.mjs
 	@$(PY) manage.py collectstatic --noinput -v0
 	$(PY) -m pytest
 	$(PY) -m tests.hosts
@@ -106,10 +122,12 @@ test-vm: images test-vm-system ## run the hostile battery through real smolvm mi
 test-vm-system:
 	@$(MAKE) -s --no-print-directory debs PACKAGES="qemu-system-x86 zstd e2fsprogs"
 
-lint: venv ## ruff (format and lint) and mypy
+lint: venv $(FRONTEND_STAMP) ## ruff (format and lint), mypy, the import contracts (pyproject.toml), eslint over the browser code
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy .
+	$(VENV)/bin/lint-imports
+	$(FRONTEND)/node_modules/.bin/eslint --max-warnings 0 --config $(FRONTEND)/eslint.config.mjs static/js tests/js
 
 bench: images cgroup-tuning ## run the benchmarks; prints a table and saves JSON under var/bench/
 	$(PY) -m tests.bench

@@ -28,6 +28,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
 from playground.csvcells import csv_cell
+from playground.errors import ServiceError
 from playground.limits import limit_pairs, limits_from_record
 from playground.models import (
     ApiToken,
@@ -47,7 +48,6 @@ from playground.selectors.overview import Rate, overview
 from playground.selectors.runs import LIST_DEFERRED, run_egress_view, run_log_read
 from playground.services.accounts import tokens_revoke
 from playground.services.audit import record_staff_access
-from playground.services.errors import ServiceError
 from playground.services.hosts import hosts_drain
 from playground.services.retention import purge_user_data
 from playground.services.runs import run_cancel, run_rerun

@@ -36,12 +36,7 @@ def engines_here() -> tuple[list[str], dict[str, Any]]:
     from runner.supervisor import SupervisorSettings
 
     registry = Registry(SupervisorSettings.from_env(), paths_from_env().host_state_dir)
-    report = {
-        "namespace": registry.available("namespace").why,
-        "smolvm_canary": registry.read_canary() or {},
-        "require_vm": registry.settings.require_vm,
-    }
-    return registry.serves(), report
+    return registry.serves(), registry.report()
 
 
 WORKER_KINDS = ("all", "runs", "grading")
@@ -186,7 +181,7 @@ class HostLoop(threading.Thread):
 class GradingLoop(threading.Thread):
     """Every REAP_S: the grading runs whose own task did not settle them (its worker was lost after
     the run) become results, and free grading slots are handed out. Each result is settled on its
-    own (services/grading.settle); a failed round is logged and the next tries again."""
+    own (services/grading_settle.settle); a failed round is logged and the next tries again."""
 
     def __init__(self) -> None:
         super().__init__(name="cordon-grading-loop", daemon=True)
@@ -194,12 +189,12 @@ class GradingLoop(threading.Thread):
     def run(self) -> None:
         from django.db import close_old_connections
 
-        from playground.services import grading
+        from playground.services import grading_settle
 
         while True:
             time.sleep(REAP_S)
             try:
-                grading.settle()
+                grading_settle.settle()
             except Exception:
                 log.warning("grading loop round failed", exc_info=True)
             finally:

@@ -14,10 +14,11 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from django.conf import settings
 from ninja import Schema
-from pydantic import Field
+from pydantic import Field, TypeAdapter, ValidationError
 
 from playground.bodies import NO_NUL
-from runner.egress import ATTEMPTS_KEPT, Policy, policy_problem
+from runner.egress.policy import Policy, policy_problem
+from runner.spec import ATTEMPTS_KEPT
 
 if TYPE_CHECKING:
     from playground.models import Course
@@ -48,6 +49,18 @@ EgressPolicy = Annotated[
 # (playground/openapi.py: an empty list only), as it is when the document is asked for.
 WITHIN_SITE_CEILING = "x-within-site-ceiling"
 SiteEgressPolicy = Annotated[EgressPolicy, Field(json_schema_extra={WITHIN_SITE_CEILING: True})]
+_POLICY_SHAPE: TypeAdapter[list[str]] = TypeAdapter(EgressPolicy)
+SHAPE_SAID = f"egress is a list of at most {MAX_RULES} destinations, each at most {RULE_MAX_CHARS} characters"
+
+
+def shape_problem(rules: Any) -> str | None:
+    """What is wrong with the shape of a policy that did not come through the API's schema (a
+    stored notebook's cell), checked by that same schema; None when it has the API's shape."""
+    try:
+        _POLICY_SHAPE.validate_python(rules, strict=True)
+    except ValidationError:
+        return SHAPE_SAID
+    return None
 
 
 class EgressAttemptOut(Schema):

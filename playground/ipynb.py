@@ -18,8 +18,8 @@ import nbformat
 from nbformat import v4
 
 from playground.displays import sanitise_html
+from playground.errors import ServiceError
 from playground.markdown import render_markdown
-from playground.services.errors import ServiceError
 from runner import bounded
 from runner.spec import RUNTIMES
 from runner.units import size_words

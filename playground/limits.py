@@ -9,6 +9,7 @@ document. A run's stored limits (Limits.to_json) become Limits again only throug
 from __future__ import annotations
 
 import sys
+from collections.abc import Collection
 from dataclasses import fields
 from typing import Annotated, Any
 
@@ -139,18 +140,23 @@ def limits_from_record(data: dict[str, Any]) -> Limits:
     return Limits.from_json(data)
 
 
-def over_maximum(limits: Limits, maxima: Limits | None = None) -> list[tuple[str, str, str]]:
-    """(field, code, message) for each limit out of range or over the operator's maximum, as the
-    API words it (`limits.<name>`)."""
+def over_maximum(
+    limits: Limits, maxima: Limits | None = None, *, field: str = "limits", names: Collection[str] | None = None
+) -> list[tuple[str, str, str]]:
+    """(field, code, message) for each limit out of range or over `maxima` (default: the operator's),
+    as the API words it (`<field>.<name>`); with `names`, only those limits are checked. The one
+    check of limits against a ceiling: a run's against the maxima, a course's against its own."""
     maxima = maxima or settings.CORDON_MAXIMA
     problems = []
     for name, _ in limits.over(maxima):
-        value, maximum, field = getattr(limits, name), getattr(maxima, name), f"limits.{name}"
+        if names is not None and name not in names:
+            continue
+        value, maximum, where = getattr(limits, name), getattr(maxima, name), f"{field}.{name}"
         if value <= 0:
-            problems.append((field, "invalid_limit", f"{field} must be greater than 0; got {value}"))
+            problems.append((where, "invalid_limit", f"{where} must be greater than 0; got {value}"))
         else:
-            problems.append((field, "limit_over_maximum",
-                             f"{field} is over the maximum on this service: {value} (maximum {maximum})"))  # fmt: skip
+            problems.append((where, "limit_over_maximum",
+                             f"{where} is over the maximum here: {value} (maximum {maximum:g})"))  # fmt: skip
     return problems
 
 

@@ -13,7 +13,7 @@ from datetime import date
 from pathlib import PurePosixPath
 from typing import Any, BinaryIO, Literal, Protocol
 
-from playground.services.errors import ServiceError
+from playground.errors import ServiceError
 
 ColumnType = Literal["integer", "number", "boolean", "date", "datetime", "string", "empty"]
 

@@ -15,7 +15,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from runner.config import ENV_FILE, PROJECT_ROOT, paths_from_env
-from runner.egress import ceiling_from_env
+from runner.egress.policy import ceiling_from_env
 from runner.env import ConfigError, env_bool, env_int, env_list, env_str, load_env_file
 from runner.spec import maxima_from_env
 

@@ -9,7 +9,7 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
 from playground.models import RunKind
-from playground.services import dispatch, execution, grading, hosts, retention
+from playground.services import dispatch, execution, grading_settle, hosts, retention
 
 
 # A database briefly away (a restart, no free connection) before the claim: the task is tried again
@@ -28,7 +28,7 @@ def execute_run(self: Any, run_id: str) -> str:
         return "sent back: this host is draining" if dispatch.resend(run_id=run_id) else "not claimable"
     final = execution.run_execute(run_id=run_id, worker=settings.CORDON_HOST_NAME)
     if final is not None and final.kind != RunKind.RUN:
-        grading.settle(run_id=run_id)  # its own result (a bounded comparison), and the slot it freed
+        grading_settle.settle(run_id=run_id)  # its own result (a bounded comparison), and the slot it freed
     return "not claimable" if final is None else final.outcome or ""
 
 

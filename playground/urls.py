@@ -4,12 +4,7 @@ from django.urls import path
 
 from playground import views, views_courses
 from playground.api import api
-from playground.api_courses import router as courses_router
 from playground.throttle import throttled_login
-
-# The classroom's operations (courses, assignments, submissions, gradebook), in their own module
-# built on api.py's schemas: mounted here, once both are imported.
-api.add_router("/", courses_router)
 
 urlpatterns = [
     path("", views.home, name="home"),

@@ -12,6 +12,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
 
 from playground import throttle
+from playground.errors import ServiceError
 from playground.models import Membership, Role
 from playground.selectors.courses import (
     assignment_for_member,
@@ -24,7 +25,6 @@ from playground.selectors.courses import (
 )
 from playground.services.audit import record_staff_access
 from playground.services.courses import course_join as join_course
-from playground.services.errors import ServiceError
 from runner.spec import RUNTIMES
 
 

@@ -19,9 +19,14 @@ it waits (CORDON_READY=false turns it off).
 
 The class of a run (ReadyClass): its image, runtime, the modules its interpreter imports ahead
 ("analyst": numpy, pandas, matplotlib, for a notebook cell or a script that names pandas or
-matplotlib; "bare": none), what is fixed when the interpreter starts (OpenMP's thread count, node's heap cap). A run
-with scoped egress (its network is joined before the sandbox is made) or a node run with stdin
-(node cannot be passed an fd) starts cold, and says why.
+matplotlib; "bare": none), what is fixed when the interpreter starts (OpenMP's thread count, node's
+heap cap), and what the engine fixes (Engine.ready_fit). A run with scoped egress (its network is
+joined before the sandbox is made) starts cold, as does one its engine cannot take (a node run
+with stdin on `namespace`), and says why.
+
+On the smolvm engine no interpreter waits (Engine.ready_interpreter): a ready sandbox is a branch
+of the warm base of the run's size, its areas mounted, its child waiting on the socket; the guest's
+entropy and clock are refreshed at hand-over (runner.engines.smolvm.child.take_run).
 """
 
 from __future__ import annotations
@@ -40,10 +45,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from runner.engines.base import HOST_OVERHEAD_MIB, Engine, HandOverError, RunContext
+from runner.engines.base import Engine, HandOverError, RunContext
 from runner.env import env_bool, env_float, env_int
+from runner.host.locks import RunLock
 from runner.images import ImageRef
-from runner.locks import RunLock
 from runner.spec import CleanupCheck, Limits, RunSpec
 
 if TYPE_CHECKING:
@@ -56,15 +61,15 @@ ANALYST_WORDS = (b"pandas", b"matplotlib")
 # What a run's memory limit must leave free above what the waiting interpreter holds: this, or a
 # quarter of the limit if more (a program that would fit cold must fit in its ready sandbox too).
 MEMORY_MARGIN_BYTES = 32 * 1024 * 1024
-NO_ROOM_BACKOFF_S = 1.0
-WAITERS_CHECK_S = 0.05
+NO_ROOM_BACKOFF_S = 1.0  # after admission had no room for a ready sandbox, before it is asked again
+WAITERS_CHECK_S = 0.05  # how often a pool holding idle sandboxes looks for runs waiting for room
 # A replacement is made once this process has had no run for this long: runs that come back to back
 # (a queue being drained) gain nothing from one, whose making would only take CPU from them.
-IDLE_BEFORE_MAKE_S = 0.05  # how often a pool holding idle sandboxes looks for runs waiting for room
+IDLE_BEFORE_MAKE_S = 0.05
 SO_SNDBUFFORCE = getattr(socket, "SO_SNDBUFFORCE", 32)  # root may pass net.core.wmem_max
-HAND_OVER_BUFFER_BYTES = 4 << 20  # after admission had no room for a ready sandbox, before it is asked again
-STATUS_DIR = "ready"
-log = logging.getLogger(__name__)  # under the host state directory: one file per process with a pool, for doctor
+HAND_OVER_BUFFER_BYTES = 4 << 20  # one hand-over message: the run's argv and environment
+STATUS_DIR = "ready"  # under the host state directory: one file per process with a pool, for doctor
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -100,13 +105,15 @@ class ReadyClass:
     image: str
     digest: str
     runtime: str
-    stack: str  # "bare" or "analyst"
+    stack: str  # "bare" or "analyst"; "vm" where no interpreter waits (Engine.ready_interpreter)
     threads: int  # OMP_NUM_THREADS, read as numpy loads
-    heap_mib: int  # node's --max-old-space-size (0 for python)
+    heap_mib: int  # node's --max-old-space-size (0 for python, and where no interpreter waits)
+    fixed: str = ""  # what the engine fixes beyond these (Engine.ready_fit): a microVM's base
 
     @property
     def label(self) -> str:
         extra = f", heap {self.heap_mib} MiB" if self.heap_mib else ""
+        extra += f", branch of {self.fixed}" if self.fixed else ""
         where = f"{self.image} {self.digest[7:19]}, {self.threads} threads{extra}"
         return f"{self.runtime}/{self.stack} on {self.engine} ({where})"
 
@@ -117,20 +124,25 @@ def ready_class(spec: RunSpec, image: ImageRef, engine: Engine) -> tuple[ReadyCl
         return None, f"the {engine.name} engine makes no ready sandboxes"
     if spec.egress:
         return None, "a run with egress starts cold (its network is joined before its sandbox is made)"
-    if spec.runtime == "node" and spec.stdin:
-        return None, "a node run with stdin starts cold (node cannot be handed it)"
     if spec.runtime not in READY_PROGRAMS:
         return None, f"no ready program for {spec.runtime}"
-    analyst = spec.runtime == "python" and (spec.cell or any(word in spec.script for word in ANALYST_WORDS))
-    heap = max(16, int(spec.limits.memory_mib * 0.6)) if spec.runtime == "node" else 0  # program_argv's
+    fixed, why = engine.ready_fit(spec, image)
+    if fixed is None:
+        return None, why
+    stack, heap = "vm", 0
+    if engine.ready_interpreter:
+        analyst = spec.runtime == "python" and (spec.cell or any(word in spec.script for word in ANALYST_WORDS))
+        stack = "analyst" if analyst else "bare"
+        heap = max(16, int(spec.limits.memory_mib * 0.6)) if spec.runtime == "node" else 0  # program_argv's
     return ReadyClass(
         engine=engine.name,
         image=image.name,
         digest=image.digest,
         runtime=spec.runtime,
-        stack="analyst" if analyst else "bare",
+        stack=stack,
         threads=max(1, math.ceil(spec.limits.cpus)),
         heap_mib=heap,
+        fixed=fixed,
     ), ""
 
 
@@ -157,7 +169,8 @@ class Ready:
     lock: RunLock
     made_at: float  # time.monotonic()
     make_s: float
-    memory_bytes: int  # what its cgroup held once ready
+    memory_bytes: int  # what its program's memory held once ready (0 where unknown: a VM)
+    reserved_mib: int = 0  # what it holds in admission while it waits
     claims: list[str] = field(default_factory=list)
 
     def claim(self, run_id: str) -> None:
@@ -222,6 +235,7 @@ class ReadyPool:
         self.last_run_end = 0.0  # time.monotonic() when a run of this process last ended
         self.runs_now = 0  # runs of this process under way (ready or cold): no sandbox is made then
         self.no_room_until = 0.0  # admission had no room for a sandbox: not asked again before this
+        self.no_room: set[ReadyClass] = set()  # classes lacking a sandbox that admission had no room for, lately
         self.thread = threading.Thread(target=self._loop, name="cordon-ready-pool", daemon=True)
         self.thread.start()
 
@@ -242,7 +256,7 @@ class ReadyPool:
             if ready is None:
                 return None, self.stopped.get(cls) or "no ready sandbox of its class yet"
             limit = spec.limits.memory_mib * 1024 * 1024
-            if ready.memory_bytes + max(MEMORY_MARGIN_BYTES, limit // 4) > limit:
+            if engine.ready_interpreter and ready.memory_bytes + max(MEMORY_MARGIN_BYTES, limit // 4) > limit:
                 return None, "its memory limit is too close to what a ready sandbox of its class already holds"
             del self.idle[cls]
             self.in_use[ready.id] = ready
@@ -257,6 +271,18 @@ class ReadyPool:
             self._discard(ready)
             raise
         return ready, ""
+
+    def wait_ready(self, cls: ReadyClass, timeout_s: float) -> Ready | None:
+        """Ask for a sandbox of `cls` (as a run of it does) and wait until one is idle; None if none
+        is within `timeout_s`, or the class was given up (status() says why). For tests and
+        benchmarks, which time runs through a sandbox made ahead."""
+        deadline = time.monotonic() + timeout_s
+        with self.changed:
+            self._want(cls)
+            while cls not in self.idle and cls not in self.stopped and time.monotonic() < deadline:
+                self.changed.wait(min(0.5, max(0.0, deadline - time.monotonic())))
+                self._want(cls)  # still among the classes kept, however many others came meanwhile
+            return self.idle.get(cls)
 
     def finished(self, ready: Ready, run_id: str, *, fell_back: bool = False) -> CleanupCheck:
         """The run that took `ready` is over (torn down by the supervisor): the audit's single-use
@@ -302,6 +328,8 @@ class ReadyPool:
         child's copy of its parent's pool is never closed, the parent's sandboxes are not its)."""
         if os.getpid() != self.pid:
             return
+        with ReadyPool._mine_lock:  # the next `here` makes a new one
+            ReadyPool._mine = {key: pool for key, pool in ReadyPool._mine.items() if pool is not self}
         with self.changed:
             self.closed = True
             self.changed.notify_all()
@@ -409,8 +437,11 @@ class ReadyPool:
         for cls in reversed(self.wanted):  # the most recently met first
             # (A replacement waits for the run that took the last one: runs_now above.)
             lacking = cls not in self.idle and cls not in self.making and cls not in self.stopped
-            if lacking and self._room_for_one():
+            if lacking and self._room_for_one(cls):
+                self.no_room.discard(cls)
                 return "make", cls
+            if lacking:
+                self.no_room.add(cls)  # shown by doctor: why a class has none ready
         return None
 
     def _next_check(self) -> float:
@@ -422,7 +453,7 @@ class ReadyPool:
         waits = [t - now for t in (self.no_room_until, self.last_run_end + IDLE_BEFORE_MAKE_S) if t > now]
         return max(0.01, min([every, *waits, *ages]))
 
-    def _room_for_one(self) -> bool:
+    def _room_for_one(self, cls: ReadyClass) -> bool:
         """Whether admission would give a ready sandbox its room now (asked for real in _make), on
         a host where no run is under way: the CPU a sandbox's making takes would be theirs, and a
         busy host gains nothing from a sandbox made ahead (its runs come back to back; measured in
@@ -431,18 +462,21 @@ class ReadyPool:
         capacity = self.supervisor.admission.capacity
         used = {e.slot for e in entries if e.slot >= 0}
         running = sum(1 for e in entries if e.slot >= 0 and not e.run_id.startswith(PREFIX))
-        memory = sum(e.memory_mib for e in entries) + 2 * self._room_mib()
+        room_limits = self._room(cls)
+        if room_limits is None:
+            return False
+        need = self.supervisor.engines[cls.engine].reservation(room_limits).memory_mib
+        memory = sum(e.memory_mib for e in entries) + 2 * need
         room = capacity.slots - len(used) > self.settings.free_slots and memory <= capacity.memory_mib
         return room and running == 0
 
-    def _room(self, cls: ReadyClass) -> Limits:
-        """What a waiting sandbox's cgroups allow: its room, and the most processes any run may
-        have (the launch's process rlimit is fixed then; the run's pids cap is set at hand-over)."""
-        return Limits(memory_mib=self.settings.room_mib, cpus=float(cls.threads),
+    def _room(self, cls: ReadyClass) -> Limits | None:
+        """What a waiting sandbox's cgroups allow: its room (or what the engine's fixed part needs:
+        a microVM's memory), and the most processes any run may have (the launch's process rlimit
+        is fixed then; the run's pids cap is set at hand-over); None if it can no longer be made."""
+        room = Limits(memory_mib=self.settings.room_mib, cpus=float(cls.threads),
                       max_processes=self.supervisor.maxima.max_processes)  # fmt: skip
-
-    def _room_mib(self) -> int:
-        return self.settings.room_mib + HOST_OVERHEAD_MIB
+        return self.supervisor.engines[cls.engine].ready_room(cls.fixed, room)
 
     def _failed(self, cls: ReadyClass, why: str) -> None:
         """(lock held)"""
@@ -457,9 +491,11 @@ class ReadyPool:
         engine = supervisor.engines[cls.engine]
         sandbox_id = PREFIX + uuid.uuid4().hex[:12]
         started = time.monotonic()
+        room = self._room(cls)
+        if room is None:
+            raise HandOverError(f"what its class fixes ({cls.fixed}) is gone")
         lock = RunLock(supervisor.locks_dir, sandbox_id)
         lock.acquire()
-        room = self._room(cls)
         memory = engine.reservation(room).memory_mib
         try:
             reservation = supervisor.admission.try_acquire(
@@ -489,7 +525,7 @@ class ReadyPool:
             ctx.ready_end = None
             said = _receive(host, timeout=self.settings.make_timeout_s)
             if not said.get("ready"):
-                raise HandOverError(f"its interpreter said: {said.get('problem') or said}")
+                raise HandOverError(f"it said: {said.get('problem') or said}")
             memory_now = engine.sample(ctx).memory_bytes or 0
         except BaseException:
             sandbox.close()
@@ -500,7 +536,8 @@ class ReadyPool:
                 supervisor.admission.release(sandbox_id)
             lock.release()
             raise
-        return Ready(sandbox_id, cls, engine, ctx, host, lock, time.monotonic(), time.monotonic() - started, memory_now)
+        return Ready(sandbox_id, cls, engine, ctx, host, lock, time.monotonic(), time.monotonic() - started,
+                     memory_now, memory)  # fmt: skip
 
     def _discard(self, ready: Ready) -> None:
         """Tear down a sandbox no run took; a failed audit is counted as a failure of its class."""
@@ -528,7 +565,9 @@ class ReadyPool:
                     "in_use": sum(1 for r in self.in_use.values() if r.cls == cls),
                     "failures": self.failures.get(cls, 0),
                     "memory_bytes": ready.memory_bytes if ready else 0,
+                    "reserved_mib": ready.reserved_mib if ready else 0,
                     "stopped": self.stopped.get(cls, ""),
+                    "no_room": cls in self.no_room and ready is None,
                 })  # fmt: skip
             return {"pid": os.getpid(), "classes": sorted(classes, key=lambda c: c["class"]), **self.counts}
 
@@ -569,9 +608,9 @@ def _receive(host: socket.socket, *, timeout: float) -> dict[str, Any]:
     try:
         message = host.recv(65536)
     except TimeoutError as exc:
-        raise HandOverError(f"its interpreter was not ready within {timeout:g} s") from exc
+        raise HandOverError(f"it was not ready within {timeout:g} s") from exc
     host.settimeout(None)
     if not message:
-        raise HandOverError("its interpreter exited before it was ready")
+        raise HandOverError("it exited before it was ready")
     said: dict[str, Any] = json.loads(message)
     return said

@@ -318,6 +318,11 @@ class ImageInfo:
     digest: str
 
 
+# Attempts a run's record keeps; the totals count every one. A program looping on refused requests
+# would otherwise grow the supervisor's memory and the record as it liked.
+ATTEMPTS_KEPT = 1000
+
+
 @dataclass
 class RunResult:
     outcome: Outcome
@@ -362,7 +367,7 @@ class RunResult:
     # runner.ready) or "cold" (made for it); None if no sandbox was made.
     sandbox_start: str | None = None
     # A run with an egress policy: the policy, every attempt through its proxy, the totals and
-    # the cap it passed (runner.egress.EgressProxy.summary); None for a run without network.
+    # the cap it passed (runner.egress.proxy.EgressProxy.summary); None for a run without network.
     egress: dict[str, Any] | None = None
 
     @property

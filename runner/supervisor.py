@@ -19,17 +19,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runner import hostfs
-from runner.admission import Admission, Capacity
 from runner.cells import CELL_PROGRAMS, SESSION_DIR, export_session, stage_state
 from runner.classify import Evidence, classify
-from runner.config import PROJECT_ROOT, Paths, paths_from_env
-from runner.egress import Caps, EgressSettings, Policy, RunEgress, policy_problem
-from runner.engines.base import Collected, Engine, HandOverError, RunContext
-from runner.env import ConfigError, env_bool, env_choice, env_float, env_int, env_path, env_str
+from runner.config import Paths, paths_from_env
+from runner.egress.policy import Policy, policy_problem
+from runner.egress.proxy import Caps, EgressSettings, RunEgress
+from runner.engines.base import Collected, EgressReach, Engine, HandOverError, RunContext
+from runner.env import ConfigError, env_bool, env_float, env_int, env_str
 from runner.files import export_outputs, stage_inputs
+from runner.host import hostfs
+from runner.host.admission import Admission, Capacity
+from runner.host.locks import RunLock
 from runner.images import ImageError, ImageRef, ImageStore
-from runner.locks import RunLock
 from runner.ready import Ready, ReadyPool, ReadySettings
 from runner.registry import Registry
 from runner.spec import (
@@ -71,16 +72,12 @@ def record_interval(t: float) -> float:
 
 @dataclass(frozen=True)
 class SupervisorSettings:
+    """The settings every engine shares; each engine reads its own (Engine.from_host)."""
+
     uid_base: int = 1_900_000
     stop_grace_s: float = 0.5
     cgroup_parent: str = "cordon"
-    boot_timeout_s: float = 20.0
     require_vm: bool = False
-    smolvm_state_dir: Path = Path("/var/lib/cordon/smolvm")
-    smolvm_warm: str = "auto"  # warm starts: auto (where the warm canary passed), true, false
-    smolvm_warm_build: str = "lazy"  # bases built on a run's first need, or at the worker's start
-    smolvm_warm_max_bases: int = 4
-    smolvm_warm_max_age_s: float = 86400.0
 
     @classmethod
     def from_env(cls) -> SupervisorSettings:
@@ -88,13 +85,7 @@ class SupervisorSettings:
             uid_base=env_int("CORDON_SANDBOX_UID_BASE", 1_900_000, minimum=1000),
             cgroup_parent=_cgroup_parent(env_str("CORDON_CGROUP_PARENT", "cordon")),
             stop_grace_s=env_float("CORDON_STOP_GRACE_S", 0.5, minimum=0.0),
-            boot_timeout_s=env_float("CORDON_SMOLVM_BOOT_TIMEOUT_S", 20.0, minimum=1.0),
             require_vm=env_bool("CORDON_REQUIRE_VM", False),
-            smolvm_state_dir=env_path("CORDON_SMOLVM_STATE_DIR", Path("/var/lib/cordon/smolvm"), base=PROJECT_ROOT),
-            smolvm_warm=env_choice("CORDON_SMOLVM_WARM", "auto", ("auto", "true", "false")),
-            smolvm_warm_build=env_choice("CORDON_SMOLVM_WARM_BUILD", "lazy", ("lazy", "start")),
-            smolvm_warm_max_bases=env_int("CORDON_SMOLVM_WARM_MAX_BASES", 4, minimum=1, maximum=64),
-            smolvm_warm_max_age_s=env_float("CORDON_SMOLVM_WARM_MAX_AGE_S", 86400.0, minimum=60.0),
         )
 
 
@@ -141,6 +132,7 @@ class Supervisor:
         self.settings = settings or SupervisorSettings.from_env()
         self.maxima = maxima or maxima_from_env()
         self.egress = egress or EgressSettings.from_env()
+        self._egress: dict[str, RunEgress] = {}  # each run with egress: its proxy, from before its sandbox to its end
         self.ready_settings = ready or ReadySettings.from_env()
         self.admission = admission or Admission(self.paths.host_state_dir / "admission", Capacity.from_env())
         self.images = ImageStore(self.paths)
@@ -242,7 +234,9 @@ class Supervisor:
                     result.engine_note = f"{result.engine_note}; sandbox started cold: {cold_reason}"[:500]
                 ctx = self._stage(spec, run_id, reservation.slot, image, engine)
                 if spec.egress:
-                    ctx.egress = RunEgress.open(Policy.parse(spec.egress), Caps.of(spec.limits), self.egress)
+                    opened = RunEgress.open(Policy.parse(spec.egress), Caps.of(spec.limits), self.egress)
+                    self._egress[run_id] = opened
+                    ctx.egress = EgressReach(opened.namespace.fd, opened.env)
                 if ready is None:
                     _announce(emit, Phase.STARTING)
                 engine.prepare(ctx)
@@ -299,14 +293,15 @@ class Supervisor:
             evidence.engine_error, result.error = error, error
         finally:
             result.cleanup = [*ready_checks, *self.teardown_sandbox(engine, ctx, run_id)]
+            closed_egress = self._egress.pop(run_id, None)  # closed by the teardown; its record is read below
             if ready is not None and pool is not None:
                 result.cleanup.append(pool.finished(ready, run_id, fell_back=fell_back))
             if pool is not None:
                 pool.run_ends()
             lock.release()
-        if ctx is not None and ctx.egress is not None:
-            result.egress = ctx.egress.proxy.summary()
-            evidence.egress_limit = ctx.egress.proxy.limit
+        if closed_egress is not None:
+            result.egress = closed_egress.proxy.summary()
+            evidence.egress_limit = closed_egress.proxy.limit
         evidence.cancelled = evidence.cancelled or evidence.stopped_by == "cancel"
         result.outcome, result.reason = classify(evidence, spec.limits)
         for stream in streams.values():
@@ -450,7 +445,7 @@ class Supervisor:
         for fd in engine.control_fds(ctx):
             os.set_blocking(fd, False)
             selector.register(fd, selectors.EVENT_READ, None)
-        boot_deadline = t_start + self.settings.boot_timeout_s
+        boot_deadline = t_start + engine.boot_timeout_s
         ready_at: float | None = None
         cpu_at_ready: float | None = None
         deadline = float("inf")
@@ -511,14 +506,14 @@ class Supervisor:
             deadline=deadline,
             cpu_time_s=ctx.limits.cpu_time_s,
             usage=usage,
-            egress_limit=ctx.egress is not None and bool(ctx.egress.proxy.limit),
+            egress_limit=self._egress_limit(ctx.run_id),
         )
         if reason == "engine_error":
             evidence.engine_error = failure
         elif reason == "boot_timeout":
             evidence.engine_error = RunnerError(
                 "boot_failed",
-                f"the sandbox did not boot within {self.settings.boot_timeout_s:g} s "
+                f"the sandbox did not boot within {engine.boot_timeout_s:g} s "
                 f"(no readiness from {engine.name}); not the program's fault",
                 retryable=True,
             )
@@ -563,6 +558,10 @@ class Supervisor:
                 self._stop(engine, ctx, evidence, stream.name)
                 evidence.stream_cap_hit = stream.name
                 evidence.bytes_at_cap_time = stream.total
+
+    def _egress_limit(self, run_id: str) -> bool:
+        run_egress = self._egress.get(run_id)
+        return run_egress is not None and bool(run_egress.proxy.limit)
 
     def _stop(self, engine: Engine, ctx: RunContext, evidence: Evidence, reason: str) -> None:
         evidence.stopped_by = reason
@@ -613,8 +612,9 @@ class Supervisor:
                 if pipe is not None:
                     pipe.close()
             checks.extend(engine.teardown(ctx))
-        if ctx is not None and ctx.egress is not None:  # after the sandbox: nothing of the run can reach it now
-            closed, detail = ctx.egress.close()
+        run_egress = self._egress.get(run_id)
+        if run_egress is not None:  # after the sandbox: nothing of the run can reach it now
+            closed, detail = run_egress.close()
             checks.append(CleanupCheck("egress", closed, detail))
         run_dir = ctx.run_dir if ctx is not None else self.runs_dir / run_id
         if run_dir.exists() and not hostfs.mounts_under(run_dir):  # never recurse into a live mount
@@ -635,29 +635,12 @@ class Supervisor:
         return checks
 
     def sweep_bases(self) -> list[str]:
-        """Remove every warm smolvm base that no run is branching (`runner sweep --bases`)."""
-        from runner.engines.smolvm import SmolvmEngine
-
-        engine = self.engines.get("smolvm")
-        return engine.sweep_bases(everything=True) if isinstance(engine, SmolvmEngine) else []
+        """Remove what the engines keep between runs and no run is using (`runner sweep --bases`)."""
+        return [line for engine in self.engines.values() for line in engine.sweep_kept()]
 
     def warm_up(self) -> list[str]:
-        """With warm starts on and CORDON_SMOLVM_WARM_BUILD=start, start building the base of each
-        image at the default size (a worker calls this as it starts); what was started."""
-        from runner.engines.smolvm import SmolvmEngine
-
-        engine = self.engines.get("smolvm")
-        if not isinstance(engine, SmolvmEngine) or engine.warm.build != "start" or not engine.warm_enabled()[0]:
-            return []
-        if not self.registry.available("smolvm").ok:
-            return []
-        started = []
-        for name in sorted(self.images.built()):
-            ref = self.images.resolve(name)
-            key = engine.base_key(ref, Limits())
-            if engine.bases.read(key.name) is None and engine.build_base(ref, key):
-                started.append(key.name)
-        return started
+        """Start making what the engines keep between runs, as a worker starts (what was started)."""
+        return [name for engine in self.engines.values() for name in engine.warm_up(self.images)]
 
     def sweep(self) -> list[str]:
         """Reclaim what crashed supervisors left: cgroups, mounts and directories of dead runs."""

@@ -50,11 +50,14 @@ def images_dir() -> Path:
 @pytest.fixture(scope="session")
 def canary() -> dict[str, object]:
     """This host's smolvm canary verdict: the cached one, or a fresh canary boot if none is cached."""
-    from runner.doctor import run_canary
+    from runner.engines.smolvm.checks import run_canary
+    from runner.engines.smolvm.engine import SmolvmEngine
     from runner.supervisor import Supervisor
 
     supervisor = Supervisor()
-    return supervisor.registry.read_canary() or run_canary(supervisor)
+    engine = supervisor.engines["smolvm"]
+    assert isinstance(engine, SmolvmEngine)
+    return engine.read_canary() or run_canary(engine, supervisor.run)
 
 
 ENGINES = ("namespace", "smolvm")

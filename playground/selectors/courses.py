@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import QuerySet, Sum
 from django.http import Http404
 from django.utils import timezone
 
@@ -19,6 +19,7 @@ from playground.models import (
     Membership,
     Role,
     Submission,
+    SubmissionState,
 )
 
 
@@ -121,3 +122,94 @@ def invitations_for_user(*, user: Any) -> QuerySet[CourseInvitation]:
         names.append(user.email.lower())
     pending = CourseInvitation.objects.filter(identifier__in=names, accepted_at=None).select_related("course")
     return pending.exclude(course__memberships__user=user)
+
+
+# --- the classroom API's reads ---------------------------------------------------------------
+
+# What lists of assignments do not show, and do not read: each can be 64 to 256 KiB.
+ASSIGNMENT_TEXTS = ("instructions", "instructions_html", "starter_code")
+
+
+def memberships_of(*, user: Any) -> QuerySet[Membership]:
+    """A user's memberships with their courses, newest course first."""
+    return Membership.objects.filter(user=user).select_related("course").order_by("-course__created_at")
+
+
+def members(course: Course) -> QuerySet[Membership]:
+    return course.memberships.select_related("user", "course")
+
+
+def member(course: Course, username: str) -> Membership | None:
+    return course.memberships.select_related("user", "course").filter(user__username=username).first()
+
+
+def invitations_of(course: Course) -> QuerySet[CourseInvitation]:
+    return course.invitations.select_related("accepted_by")
+
+
+def course_datasets(course: Course) -> QuerySet[Dataset]:
+    """The course's datasets as they are now (a replaced one: its replacement only)."""
+    return Dataset.objects.filter(course=course, replaced_at=None)
+
+
+def submissions_of(*, assignment: Assignment, student: Any) -> list[Submission]:
+    """A student's submissions to an assignment, newest first, without their code."""
+    found = Submission.objects.filter(assignment=assignment, student=student).defer("code")
+    return list(found.order_by("-created_at"))
+
+
+def submissions_shown(
+    *, assignment: Assignment, viewer: Any, staff: bool, student: str | None = None, limit: int = 1000
+) -> list[Submission]:
+    """The submissions a viewer may list: a student's own; for staff everyone's (or one student's,
+    by username). Without their code, at most `limit`."""
+    submissions = assignment.submissions.select_related("student").defer("code")
+    if not staff:
+        submissions = submissions.filter(student=viewer)
+    elif student:
+        submissions = submissions.filter(student__username=student)
+    return list(submissions[:limit])
+
+
+def attempts_beside(submission: Submission) -> list[Submission]:
+    """Every submission of the same student to the same assignment, with what numbers attempts."""
+    found = Submission.objects.filter(assignment_id=submission.assignment_id, student=submission.student)
+    return list(found.only("id", "created_at", "charged", "student_id"))
+
+
+def assignments_with_max_score(assignments: QuerySet[Assignment]) -> list[tuple[Assignment, float]]:
+    """Each without its texts, with its tests' points summed by the database (a GROUP BY query,
+    which Meta.ordering does not order: ordered here)."""
+    summed: Any = assignments.defer(*ASSIGNMENT_TEXTS).annotate(max_score=Sum("tests__points"))
+    return [(a, float(a.max_score or 0.0)) for a in summed.order_by("due_at", "created_at")]
+
+
+def gradebook(course: Course) -> dict[str, Any]:
+    """Students x assignments: each student's latest graded submission (else their latest one)."""
+    scored = assignments_with_max_score(course.assignments.all())
+    assignments = [assignment for assignment, _ in scored]
+    students = list(course.memberships.filter(role=Role.STUDENT).select_related("user").order_by("user__username"))
+    latest: dict[tuple[int, Any], Submission] = {}
+    attempts: dict[tuple[int, Any], int] = {}
+    for submission in Submission.objects.filter(assignment__course=course).defer("code").order_by("created_at"):
+        key = (submission.student_id, submission.assignment_id)
+        if submission.counted:
+            attempts[key] = attempts.get(key, 0) + 1
+        current = latest.get(key)
+        if current is None or submission.state == SubmissionState.GRADED or current.state != SubmissionState.GRADED:
+            latest[key] = submission
+    rows = []
+    for member in students:
+        cells: list[dict[str, Any] | None] = []
+        for assignment in assignments:
+            found = latest.get((member.user_id, assignment.id))
+            cells.append(None if found is None else {
+                "assignment_id": assignment.id, "score": found.score, "state": found.state,
+                "attempts": attempts.get((member.user_id, assignment.id), 0), "late": found.late,
+                "submission_id": found.id,
+            })  # fmt: skip
+        rows.append({"username": member.user.get_username(), "cells": cells})
+    return {
+        "assignments": [{"id": a.id, "title": a.title, "max_score": max_score} for a, max_score in scored],
+        "students": rows,
+    }  # fmt: skip

@@ -9,9 +9,9 @@ from django.contrib.auth.models import User
 from django.db.models import QuerySet
 from django.http import Http404
 
+from playground.errors import ServiceError
 from playground.models import Dataset
 from playground.previews import empty_table, is_tabular_name, table_preview
-from playground.services.errors import ServiceError
 
 
 def dataset_list_for_user(*, user: User) -> QuerySet[Dataset]:

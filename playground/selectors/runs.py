@@ -12,6 +12,7 @@ from django.http import Http404
 from django.utils import timezone
 
 from playground.live import whole_utf8
+from playground.logs import log_read
 from playground.models import (
     ACTIVE_STATES,
     STAFF_ROLES,
@@ -22,7 +23,6 @@ from playground.models import (
     RunState,
     StaffAccess,
 )
-from playground.services.logs import log_read
 
 # A run's columns that no list of runs shows (one run's record does): lists leave them unread.
 LIST_DEFERRED = ("code", "stdin", "args", "samples", "egress_record", "staged_files")

@@ -21,6 +21,8 @@ from django.db.models.functions import Lower
 from django.utils import timezone
 
 from playground import matching
+from playground.errors import ServiceError
+from playground.limits import over_maximum
 from playground.markdown import SOURCE_MAX_BYTES as MARKDOWN_MAX_BYTES
 from playground.markdown import render_bounded
 from playground.models import (
@@ -36,7 +38,6 @@ from playground.models import (
 )
 from playground.selectors.courses import course_by_join_code
 from playground.selectors.datasets import current_versions
-from playground.services.errors import ServiceError
 from playground.services.runs import check_egress, check_program_input
 from runner.spec import RUNTIMES, Limits
 from runner.units import size_words
@@ -256,12 +257,10 @@ def check_partial_limits(values: Any, *, field: str, ceiling: Limits | None = No
             raise ServiceError("invalid_limit", f"{where} must be a positive number", field=where, status=422)
         if whole and not float(value).is_integer():
             raise ServiceError("invalid_limit", f"{where} must be a whole number", field=where, status=422)
-        if value > getattr(ceiling, name):
-            raise ServiceError(
-                "limit_over_maximum", f"{where} is over the maximum here: {value} (maximum {getattr(ceiling, name):g})",
-                field=where, status=422,
-            )  # fmt: skip
         clean[name] = int(value) if whole else float(value)
+    limits = Limits.from_json({**Limits().to_json(), **clean})
+    for where, code, message in over_maximum(limits, ceiling, field=field, names=clean):
+        raise ServiceError(code, message, field=where, status=422)
     return clean
 
 

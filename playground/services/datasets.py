@@ -14,8 +14,8 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q, Sum
 from django.utils import timezone
 
+from playground.errors import ServiceError
 from playground.models import Assignment, Course, Dataset, RunOutputFile
-from playground.services.errors import ServiceError
 from runner.files import SAFE_NAME
 from runner.units import size_words, size_words_or_unknown
 

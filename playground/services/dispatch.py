@@ -10,16 +10,20 @@ import time
 from dataclasses import dataclass
 from datetime import timedelta
 
+from celery import current_app
 from django.db import transaction
 from django.utils import timezone
 
+from playground.errors import ServiceError
 from playground.limits import limits_from_record
 from playground.models import Run, RunKind, RunState
 from playground.selectors.hosts import live_engines
-from playground.services.errors import ServiceError
 from runner.registry import auto_choice
 
 log = logging.getLogger(__name__)
+# The task a run's message names; sent by name, so that this module (which the tasks use) does not
+# import them, nor the Celery app (the current app: playground/celery.py, made as Django starts).
+EXECUTE_RUN = "playground.tasks.execute_run"
 # The task's hard time limit is the run's own deadline plus this, for boot and teardown.
 TASK_TIME_MARGIN_S = 180
 # Grading runs (a submission's tests, check programs) go to their engine's grading queue, which
@@ -91,11 +95,9 @@ def resend(*, run_id: str) -> bool:
 
 def stop_consuming(*, nodename: str | None, queue: str | None) -> None:
     """Ask the worker `nodename` to stop consuming `queue` (its host is draining); no reply awaited."""
-    from playground.celery import app
-
     if nodename and queue:
         try:
-            app.control.cancel_consumer(queue, destination=[nodename])
+            current_app.control.cancel_consumer(queue, destination=[nodename])
         except Exception:  # the host loop does the same on its next round
             log.warning("could not ask %s to stop consuming %s", nodename, queue, exc_info=True)
 
@@ -119,12 +121,11 @@ class _Sending:
 
 
 def _send(run_id: str, sending: _Sending) -> bool:
-    from playground.tasks import execute_run
-
     try:
-        execute_run.apply_async(
-            args=(run_id,), queue=sending.queue, time_limit=sending.time_limit, priority=sending.priority, retry=False
-        )
+        current_app.send_task(
+            EXECUTE_RUN, args=(run_id,), queue=sending.queue, time_limit=sending.time_limit,
+            priority=sending.priority, retry=False,
+        )  # fmt: skip
     except Exception:  # the broker is unreachable: sent again once it is back
         log.warning("could not enqueue run %s; sending it again when the broker is back", run_id, exc_info=True)
         return False

@@ -21,9 +21,9 @@ from django.utils import timezone
 from playground.egress import egress_problem, record_for_storage
 from playground.limits import limits_from_record
 from playground.live import ChunkBatcher, LivePublisher, final_message, state_message
+from playground.logs import log_append, log_release, log_store
 from playground.models import WORKER_STATES, CleanupCheck, Run, RunCell, RunKind, RunOutputFile, RunState
 from playground.services.cells import cell_finish_read, cell_finish_store
-from playground.services.logs import log_append, log_release, log_store
 from playground.services.runs import record_event, retry_once
 from playground.storage import StorageIntegrityError, fetch_verified, save_verified
 from runner.spec import BACKGROUND_CPU_WEIGHT, DEFAULT_CPU_WEIGHT, Outcome, Phase, RunnerError, RunResult, RunSpec

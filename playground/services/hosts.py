@@ -16,9 +16,9 @@ from typing import Any
 
 from django.utils import timezone
 
+from playground.logs import spool_root
 from playground.models import WORKER_STATES, Run, WorkerHost
 from playground.services.execution import work_root
-from playground.services.logs import spool_root
 
 log = logging.getLogger(__name__)
 # A finished run's directories left on its worker's host are swept once this old (not at once:
@@ -67,7 +67,7 @@ def host_sweep(*, min_age_s: float = LOCAL_DEBRIS_AGE_S) -> list[str]:
 
 def worker_debris_sweep(*, min_age_s: float) -> list[str]:
     """The worker's per-run directories on this host (services/execution.py's work directory, the
-    log spool: services/logs.py) whose run is over (or gone) and that were last touched at least
+    log spool: logs.py) whose run is over (or gone) and that were last touched at least
     `min_age_s` ago; 0 at a worker's start, when nothing of this host's can still be running."""
     swept = []
     cutoff = time.time() - min_age_s

@@ -27,7 +27,8 @@ from django.db.models import F
 from django.http import Http404
 from django.utils import timezone
 
-from playground.egress import MAX_RULES, RULE_MAX_CHARS
+from playground.egress import shape_problem
+from playground.errors import ServiceError
 from playground.ipynb import MAX_CELLS, cells_from_ipynb, cells_from_script
 from playground.limits import limits_from_record
 from playground.markdown import SOURCE_MAX_BYTES as MARKDOWN_MAX_BYTES
@@ -37,7 +38,6 @@ from playground.selectors.cells import notebook_chain
 from playground.selectors.notebooks import input_key, inputs_found
 from playground.services import runs as run_services
 from playground.services.cells import cell_record_create
-from playground.services.errors import ServiceError
 from runner.spec import RUNTIMES
 from runner.units import size_words, size_words_or_unknown
 
@@ -365,15 +365,9 @@ def _clean_egress(index: int, rules: Any) -> list[str]:
     """A cell's egress policy, checked for shape only: the rules and the ceiling are checked when
     the cell runs (the API's schema checks the same for a save; this guards other callers)."""
     rules = [] if rules is None else rules
-    if (
-        not isinstance(rules, list)
-        or len(rules) > MAX_RULES
-        or not all(isinstance(rule, str) and len(rule) <= RULE_MAX_CHARS for rule in rules)
-    ):
-        raise ServiceError(
-            "egress_invalid", f"cell {index + 1}: egress is a list of at most {MAX_RULES} destinations, each at most "
-            f"{RULE_MAX_CHARS} characters", field=f"cells.{index}.egress", status=422,
-        )  # fmt: skip
+    problem = shape_problem(rules)
+    if problem is not None:
+        raise ServiceError("egress_invalid", f"cell {index + 1}: {problem}", field=f"cells.{index}.egress", status=422)
     return list(rules)
 
 

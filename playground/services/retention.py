@@ -10,10 +10,10 @@ from django.contrib.auth.models import User
 from django.db.models import QuerySet
 from django.utils import timezone
 
+from playground.logs import log_delete
 from playground.models import ACTIVE_STATES, Dataset, Run, RunCell, RunOutputFile
 from playground.services.cells import cell_files_purge
 from playground.services.datasets import dataset_delete
-from playground.services.logs import log_delete
 
 
 def purge_user_data(*, user: User) -> dict[str, int]:

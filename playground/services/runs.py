@@ -15,7 +15,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from playground.egress import egress_problem, normalised
+from playground.errors import ServiceError
 from playground.limits import limits_from_record, over_maximum
+from playground.logs import log_release, log_store
 from playground.models import (
     ACTIVE_STATES,
     WORKER_STATES,
@@ -31,8 +33,6 @@ from playground.models import (
 from playground.selectors.datasets import current_versions
 from playground.selectors.hosts import live_engines
 from playground.services.dispatch import choose_queue, enqueue, requeue_stale
-from playground.services.errors import ServiceError
-from playground.services.logs import log_release, log_store
 from runner.registry import REQUESTABLE
 from runner.spec import RUNTIMES, Limits, Outcome, stdin_and_args_problem
 from runner.units import size_words
@@ -99,14 +99,28 @@ def run_create(
         _check_run_quotas(user)
         if course is not None:
             _check_course_quotas(user, course)
-        run = Run.objects.create(
-            owner=user, runtime=runtime, code=code, limits=limits.to_json(), engine_requested=engine, queue=queue,
-            course=course, stdin=stdin, args=list(args or []), egress=policy,
+        return queue_run(
+            Run(owner=user, runtime=runtime, code=code, limits=limits.to_json(), engine_requested=engine, queue=queue,
+                course=course, stdin=stdin, args=list(args or []), egress=policy),
+            datasets=datasets, outputs=outputs,
         )  # fmt: skip
-        run.datasets.set(datasets)
-        run.input_outputs.set(outputs)
-        record_event(run=run, state=RunState.QUEUED)
-        enqueue(run=run)
+
+
+def queue_run(
+    run: Run,
+    *,
+    datasets: Sequence[Dataset] = (),
+    outputs: Sequence[RunOutputFile] = (),
+    detail: dict[str, Any] | None = None,
+) -> Run:
+    """The one way a Run row comes to be (a user's run, its retry, a grading run): saved with its
+    inputs, its `queued` event recorded, and sent to its queue once the transaction commits. Every
+    check is the caller's, done before."""
+    run.save(force_insert=True)
+    run.datasets.set(datasets)
+    run.input_outputs.set(outputs)
+    record_event(run=run, state=RunState.QUEUED, detail=detail)
+    enqueue(run=run)
     return run
 
 
@@ -215,16 +229,17 @@ def retry_once(*, run: Run) -> Run | None:
     except ServiceError as exc:
         record_event(run=run, state="retry_refused", detail={"reason": exc.message})
         return None
-    retry = Run.objects.create(
+    retry = Run(
         owner=run.owner, runtime=run.runtime, code=run.code, limits=run.limits, engine_requested=run.engine_requested,
         queue=run.queue, retry_of=run, retry_count=run.retry_count + 1, course=run.course, stdin=run.stdin,
         args=run.args, egress=run.egress,
     )  # fmt: skip
-    retry.datasets.set(run.datasets.all())
-    retry.input_outputs.set(run.input_outputs.all())
-    record_event(run=retry, state=RunState.QUEUED, detail={"retry_of": str(run.id)})
-    enqueue(run=retry)
-    return retry
+    return queue_run(
+        retry,
+        datasets=list(run.datasets.all()),
+        outputs=list(run.input_outputs.all()),
+        detail={"retry_of": str(run.id)},
+    )
 
 
 # --- the reaper ----------------------------------------------------------------------------

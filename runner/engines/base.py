@@ -13,14 +13,14 @@ from __future__ import annotations
 import math
 import socket
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, ClassVar, Protocol
 
 from runner.cells import cell_env
-from runner.egress import RunEgress
-from runner.images import ImageRef
-from runner.spec import MIB, CleanupCheck, Limits, RunnerError, RunSpec
+from runner.images import ImageRef, ImageStore
+from runner.spec import MIB, CleanupCheck, Limits, RunnerError, RunResult, RunSpec
 
 # The program's whole environment, the same in every engine: nothing of the host's.
 GUEST_ENV = {
@@ -49,6 +49,16 @@ def run_env(ctx: RunContext) -> dict[str, str]:
     a notebook cell what its cell program needs to know."""
     cell = cell_env(ctx.limits, has_state=ctx.spec.state is not None) if ctx.spec.cell else {}
     return {**guest_env(ctx.limits), **(ctx.egress.env if ctx.egress is not None else {}), **cell}
+
+
+@dataclass(frozen=True)
+class EgressReach:
+    """A run's way out, as its engine sees it: the network namespace its sandbox joins (loopback and
+    the egress proxy's listener, nothing else) and the environment that points the program's
+    clients at the proxy. The supervisor opens the proxy behind it (runner.egress.proxy.RunEgress)."""
+
+    netns_fd: int
+    env: dict[str, str]
 
 
 # Host memory a run costs outside its cgroups (mounts, namespaces, pipes, the supervisor's
@@ -84,7 +94,7 @@ class RunState:
 
 class Process(Protocol):
     """The engine's process as the supervisor and the engines use it: a subprocess.Popen, or a
-    sandbox the spawner started (runner.spawner.Spawned)."""
+    sandbox the spawner started (runner.host.spawner.Spawned)."""
 
     pid: int
     returncode: int | None
@@ -119,9 +129,9 @@ class RunContext:
     argv: list[str]
     process: Process | None = None
     state: RunState | None = None  # the engine's own, made by it on first use
-    # A run with an egress policy: its network namespace and proxy (runner.egress.RunEgress),
-    # opened by the supervisor before the sandbox and closed after it.
-    egress: RunEgress | None = None
+    # A run with an egress policy: its way out, opened by the supervisor before the sandbox and
+    # closed after it.
+    egress: EgressReach | None = None
     # A ready sandbox being made (runner.ready): the sandbox's end of its hand-over socket, which
     # the launch passes to the waiting interpreter; None for a run started cold.
     ready_end: socket.socket | None = None
@@ -159,6 +169,59 @@ class Collected:
     timings: dict[str, float] = field(default_factory=dict)  # the engine's own phases (RunResult.timings)
 
 
+@dataclass(frozen=True)
+class Check:
+    """One claim of `python -m runner doctor`, backed by a check that ran."""
+
+    name: str
+    ok: bool
+    detail: str
+
+
+@dataclass(frozen=True)
+class Availability:
+    """Whether an engine can run here, from a quick check, and the reason in plain words: `why`
+    in full (the doctor's and an operator's), `brief` in a sentence for each run's note."""
+
+    ok: bool
+    why: str
+    brief: str = ""
+
+    @property
+    def said_briefly(self) -> str:
+        return self.brief or self.why
+
+
+@dataclass(frozen=True)
+class EngineHost:
+    """What the registry builds every engine from: the settings all engines share and the host's
+    places. Each engine reads its own settings (CORDON_<ENGINE>_*) from `environ`."""
+
+    cgroup_parent: str = "cordon"
+    # Where the engine keeps what outlives a run (a canary's verdict, warm bases' admission);
+    # None for an engine a test builds with no host state (no canary file, no warm starts).
+    host_state_dir: Path | None = None
+    environ: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class DoctorContext:
+    """What an engine's doctor checks may use: a run through the supervisor (a canary boot), an
+    image by name (resolved and verified), and whether to run checks again that have a cached verdict."""
+
+    run: Callable[[RunSpec], RunResult]
+    image: Callable[[str], ImageRef]
+    recheck: bool = False
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """An engine's doctor checks, and whether they prove it can serve runs here."""
+
+    checks: list[Check]
+    usable: bool
+
+
 class Engine(ABC):
     name: ClassVar[str]
     isolation: ClassVar[str]
@@ -179,6 +242,40 @@ class Engine(ABC):
     scoped_egress: ClassVar[bool] = False
     # Whether the engine can make a sandbox before its run is known and hand it over (runner.ready).
     ready_sandboxes: ClassVar[bool] = False
+    # Whether a ready sandbox holds the image's interpreter, started and waiting (its class then
+    # fixes what an interpreter fixes when it starts), or the sandbox alone (a VM, whose agent
+    # starts the program at hand-over).
+    ready_interpreter: ClassVar[bool] = True
+    # How long the sandbox may take to be ready for the program; past it, the run is a sandbox
+    # error (boot_failed), not the program's fault. An engine with a boot reads its own setting.
+    boot_timeout_s: float = 20.0
+
+    # --- the engine's own policy: its settings, its checks, what it keeps between runs ---------
+
+    @classmethod
+    @abstractmethod
+    def from_host(cls, host: EngineHost) -> Engine:
+        """The engine, configured from the shared settings and its own (read from host.environ)."""
+
+    @abstractmethod
+    def availability(self) -> Availability:
+        """Whether this engine can run here, from a quick check: no sandbox starts, no VM boots."""
+
+    @abstractmethod
+    def diagnose(self, ctx: DoctorContext) -> Diagnosis:
+        """The doctor's checks of this engine (a canary run among them where one is due)."""
+
+    def host_report(self) -> dict[str, Any]:
+        """What a worker host says of this engine in its heartbeat (the console shows it)."""
+        return {self.name: self.availability().why}
+
+    def warm_up(self, images: ImageStore) -> list[str]:
+        """Start making what the engine keeps between runs, as a worker starts (what was started)."""
+        return []
+
+    def sweep_kept(self) -> list[str]:
+        """Remove what the engine keeps between runs and no run is using (`runner sweep --bases`)."""
+        return []
 
     @abstractmethod
     def cgroup_limits(self, limits: Limits, *, cell: bool = False) -> CgroupLimits:
@@ -202,6 +299,16 @@ class Engine(ABC):
     def failure(self, ctx: RunContext) -> RunnerError | None:
         """An infrastructure failure the engine has learnt of (boot failure, engine crash)."""
         return None
+
+    def ready_fit(self, spec: RunSpec, image: ImageRef) -> tuple[str | None, str]:
+        """What a ready sandbox of this engine fixes for runs like `spec` beyond their class ("" for
+        nothing more), or None and why `spec` starts cold (runner.ready.ready_class)."""
+        return "", ""
+
+    def ready_room(self, fixed: str, room: Limits) -> Limits | None:
+        """The limits a waiting sandbox's cgroups are made with: the pool's `room`, or what the
+        engine's `fixed` part needs; None when that is gone (no sandbox of it can be made)."""
+        return room
 
     def hand_over(self, ctx: RunContext, host: socket.socket) -> None:
         """Give a ready sandbox (made with `ctx.ready_end`) its run: the run's limits, then the

@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Generic, TypeVar
 
-from runner import hostfs
 from runner.cells import session_area_bytes
-from runner.cgroups import CgroupLayout, RunCgroup, run_names
-from runner.engines.base import Collected, Engine, Process, RunContext, RunState, Sample
-from runner.spawner import Spawner, Steps, join_cgroups
-from runner.spec import CleanupCheck, Limits
+from runner.engines.base import Collected, Engine, HandOverError, Process, RunContext, RunState, Sample
+from runner.host import hostfs
+from runner.host.cgroups import CgroupLayout, RunCgroup, run_names
+from runner.host.spawner import Spawner, Steps, join_cgroups
+from runner.spec import MIB, CleanupCheck, Limits
 
 # Room in the output area past the output cap. With none, ENOSPC would cut an oversize file off
 # at exactly the cap, where it looks like a file within it (exported, silently truncated); with
@@ -76,7 +76,7 @@ class Launch:
     argv: list[str]
     env: dict[str, str]
     # Either: a sandbox launcher's steps as data (its limits and the slot's uid), done in the
-    # child of the small spawner process (runner.spawner) after it joined the run's cgroups...
+    # child of the small spawner process (runner.host.spawner) after it joined the run's cgroups...
     drop: Drop | None = None
     # ...or what a child forked from the supervisor itself does once it is in the run's cgroups,
     # just before exec: plain syscalls only (no locks, no allocation-heavy work).
@@ -91,7 +91,7 @@ class Drop:
 
     uid: int
     rlimits: list[tuple[int, int]]
-    netns_fd: int = -1  # a network namespace the launcher joins first (runner.spawner.Steps)
+    netns_fd: int = -1  # a network namespace the launcher joins first (runner.host.spawner.Steps)
 
 
 class CgroupEngine(Engine, Generic[StateT]):
@@ -199,6 +199,29 @@ class CgroupEngine(Engine, Generic[StateT]):
                 os.close(stdin)
         state.control_fd = control_read
         return process
+
+    def bind_run_limits(self, ctx: RunContext) -> None:
+        """At a ready sandbox's hand-over: the run's own limits written to its cgroups and areas,
+        which from now on bind (a class's room is not the run's). Raises HandOverError."""
+        cgroup = self.state(ctx).cgroup
+        if ctx.process is None or ctx.process.poll() is not None:
+            raise HandOverError("its process had exited")
+        if cgroup.oom_kills() or cgroup.pids_max_hits():
+            raise HandOverError("it had hit its memory or process limit while it waited")
+        caps = self.cgroup_limits(ctx.limits, cell=ctx.spec.cell)
+        try:
+            cgroup.set_limits(
+                memory_bytes=caps.memory_bytes, pids_max=caps.pids_max, cpus=caps.cpus, cpu_weight=ctx.spec.cpu_weight
+            )
+            if self.scratch_on_host:
+                hostfs.resize_tmpfs(ctx.scratch_dir, size_bytes=ctx.limits.disk_mib * MIB)
+            hostfs.resize_tmpfs(
+                ctx.output_dir,
+                size_bytes=output_area_bytes(ctx.limits, cell=ctx.spec.cell),
+                max_inodes=output_area_inodes(ctx.limits),
+            )
+        except OSError as exc:
+            raise HandOverError(f"its limits could not be set: {exc}") from exc
 
     def control_fds(self, ctx: RunContext) -> list[int]:
         fd = None if ctx.state is None else self.state(ctx).control_fd

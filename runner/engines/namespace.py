@@ -1,11 +1,11 @@
 """The `namespace` engine: bubblewrap + cgroups + rlimits + seccomp, on the host's kernel.
 
-Launch: the supervisor's spawner (runner.spawner, a small fork server) forks; the child joins
+Launch: the supervisor's spawner (runner.host.spawner, a small fork server) forks; the child joins
 the run's cgroups, keeps only the fds bwrap is given, sets rlimits, raises its OOM score and
 drops to the slot's unprivileged host uid, then execs bwrap, which builds
 fresh user/pid/ipc/uts/net namespaces around a read-only image rootfs. A run with an egress
 policy gets no fresh network namespace from bwrap: its launcher first joins the run's own
-(runner.netns: loopback and the egress proxy's listener, nothing else), and HTTP(S)_PROXY
+(runner.host.netns: loopback and the egress proxy's listener, nothing else), and HTTP(S)_PROXY
 names the proxy. Every directory is
 handed to bwrap as an fd, so the sandbox uid needs no access to the host paths above them.
 """
@@ -18,12 +18,22 @@ import resource
 import shutil
 import socket
 import subprocess
+import time
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 
-from runner import hostfs
-from runner.cgroups import CgroupLayout
-from runner.engines.base import CgroupLimits, HandOverError, RunContext, run_env
+from runner.engines.base import (
+    Availability,
+    CgroupLimits,
+    Check,
+    Diagnosis,
+    DoctorContext,
+    EngineHost,
+    HandOverError,
+    RunContext,
+    run_env,
+)
 from runner.engines.common import (
     CgroupEngine,
     CgroupState,
@@ -33,13 +43,14 @@ from runner.engines.common import (
     bind_views,
     decode_exit_status,
     mount_output_area,
-    output_area_bytes,
-    output_area_inodes,
     processes_of_uid,
     stdin_fd,
 )
-from runner.seccomp import bpf_fd
-from runner.spec import MIB, Limits, RunnerError
+from runner.host import hostfs
+from runner.host.cgroups import CgroupLayout
+from runner.host.seccomp import bpf_fd, bpf_program
+from runner.images import ImageError, ImageRef
+from runner.spec import MIB, Limits, Outcome, RunnerError, RunSpec
 
 SHM_BYTES = 8 * MIB
 SANDBOX_UID_INSIDE = 1000
@@ -62,6 +73,23 @@ class NamespaceEngine(CgroupEngine[NamespaceState]):
     def __init__(self, *, cgroup_parent: str = "cordon", layout: CgroupLayout | None = None):
         super().__init__(cgroup_parent=cgroup_parent, layout=layout)
         self.bwrap = shutil.which("bwrap") or "/usr/bin/bwrap"
+
+    # --- the engine's own policy ---------------------------------------------------------------
+
+    @classmethod
+    def from_host(cls, host: EngineHost) -> NamespaceEngine:
+        return cls(cgroup_parent=host.cgroup_parent)  # it has no settings of its own
+
+    def availability(self) -> Availability:
+        return Availability(*check_available())
+
+    def diagnose(self, ctx: DoctorContext) -> Diagnosis:
+        """bubblewrap, the seccomp filter, then (when both are there) a canary run through the
+        supervisor: a sandbox made, a print, everything removed and audited."""
+        checks = [_bwrap_check(), _seccomp_check()]
+        if all(c.ok for c in checks):
+            checks.append(_canary(ctx))
+        return Diagnosis(checks, all(c.ok for c in checks) and len(checks) == 3 and self.availability().ok)
 
     def version(self) -> str:
         # Asked once per binary, not once per run (it cost a fork and exec each time); keyed by
@@ -99,7 +127,7 @@ class NamespaceEngine(CgroupEngine[NamespaceState]):
         fds["output"] = os.open(ctx.output_dir, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         fds["seccomp"] = bpf_fd()
         if ctx.egress is not None:
-            fds["netns"] = os.dup(ctx.egress.namespace.fd)
+            fds["netns"] = os.dup(ctx.egress.netns_fd)
         program = ctx.argv
         if ctx.ready_end is not None:  # a ready sandbox's interpreter, told where its socket is
             fds["ready"] = os.dup(ctx.ready_end.fileno())
@@ -111,26 +139,15 @@ class NamespaceEngine(CgroupEngine[NamespaceState]):
             stdin=ctx.spec.stdin,
         )
 
+    def ready_fit(self, spec: RunSpec, image: ImageRef) -> tuple[str | None, str]:
+        if spec.runtime == "node" and spec.stdin:
+            return None, "a node run with stdin starts cold (node cannot be handed it)"
+        return "", ""
+
     def hand_over(self, ctx: RunContext, host: socket.socket) -> None:
+        self.bind_run_limits(ctx)
         state = self.state(ctx)
         cgroup = state.cgroup
-        if ctx.process is None or ctx.process.poll() is not None:
-            raise HandOverError("its interpreter had exited")
-        if cgroup.oom_kills() or cgroup.pids_max_hits():
-            raise HandOverError("it had hit its memory or process limit while it waited")
-        caps = self.cgroup_limits(ctx.limits, cell=ctx.spec.cell)
-        try:  # the run's own limits, which from now on bind: a class's room is not the run's
-            cgroup.set_limits(
-                memory_bytes=caps.memory_bytes, pids_max=caps.pids_max, cpus=caps.cpus, cpu_weight=ctx.spec.cpu_weight
-            )
-            hostfs.resize_tmpfs(ctx.scratch_dir, size_bytes=ctx.limits.disk_mib * MIB)
-            hostfs.resize_tmpfs(
-                ctx.output_dir,
-                size_bytes=output_area_bytes(ctx.limits, cell=ctx.spec.cell),
-                max_inodes=output_area_inodes(ctx.limits),
-            )
-        except OSError as exc:
-            raise HandOverError(f"its limits could not be set: {exc}") from exc
         state.files_at_start = areas_used_bytes(self.file_areas(ctx)) or 0
         state.cpu_base_s = cgroup.cpu_seconds() or 0.0
         # The environment bwrap gives a program it starts in /tmp (--chdir sets PWD).
@@ -266,6 +283,44 @@ def check_available() -> tuple[bool, str]:
     except RuntimeError as exc:
         return False, str(exc)
     return True, "bubblewrap and cgroups present"
+
+
+def _bwrap_check() -> Check:
+    path = shutil.which("bwrap")
+    if path is None:
+        return Check("bubblewrap", False, "not installed (apt-get install bubblewrap)")
+    version = subprocess.run([path, "--version"], capture_output=True, text=True, check=False).stdout.strip()
+    userns = Path("/proc/sys/user/max_user_namespaces")
+    limit = userns.read_text().strip() if userns.exists() else "unknown"
+    if limit == "0":
+        return Check("bubblewrap", False, f"{version}; user namespaces are disabled (user.max_user_namespaces=0)")
+    return Check("bubblewrap", True, f"{version} at {path}; user.max_user_namespaces={limit}")
+
+
+def _seccomp_check() -> Check:
+    try:
+        program = bpf_program()
+    except Exception as exc:  # libseccomp missing or refusing: report, do not crash the doctor
+        return Check("seccomp", False, f"cannot build the filter: {exc}")
+    return Check("seccomp", True, f"deny-list filter built ({len(program)} bytes of BPF)")
+
+
+def _canary(ctx: DoctorContext) -> Check:
+    try:
+        ctx.image("python")
+    except ImageError as exc:
+        return Check("namespace canary", False, f"not run: the python image is not usable here ({exc})")
+    started = time.monotonic()
+    result = ctx.run(
+        RunSpec(runtime="python", script=b"print('canary')", limits=Limits(wall_timeout_s=20), engine="namespace")
+    )
+    took = time.monotonic() - started
+    ok = result.outcome is Outcome.SUCCEEDED and result.stdout == b"canary\n" and result.cleanup_ok
+    cleanup = "ok" if result.cleanup_ok else "INCOMPLETE"
+    detail = f"supervised run {result.outcome.value} in {took * 1000:.0f} ms, cleanup {cleanup}"
+    if result.error:
+        detail += f"; {result.error.code}: {result.error.message}"
+    return Check("namespace canary", ok, detail)
 
 
 __all__ = ["NamespaceEngine", "RunnerError", "bwrap_argv", "check_available"]

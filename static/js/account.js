@@ -1,5 +1,4 @@
 // The account pages: copy a key shown once, and confirm before revoking. No inline scripts (CSP).
-"use strict";
 
 document.querySelectorAll("form[data-confirm]").forEach((form) => {
   form.addEventListener("submit", (event) => {

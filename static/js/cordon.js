@@ -1,675 +1,550 @@
-// Shared browser code: API calls, the API's errors beside form fields, limit fields, figures in
-// human units, safe ANSI rendering, table previews, a notebook cell's displays, and the live view
-// of one run (used by the notebook's cells, the run detail page and an assignment's Run button).
-"use strict";
+// Shared browser code: API calls, the API's errors beside form fields, limit fields, table
+// previews, a notebook cell's displays, and the live view of one run (used by the notebook's cells,
+// the run detail page and an assignment's Run button). The pages import what they use.
 
-const Cordon = (() => {
-  function csrf() {
-    const match = document.cookie.match(/(?:^|; )csrftoken=([^;]+)/);
-    return match ? decodeURIComponent(match[1]) : "";
+import { describe, describeTimings, formatBytes, known } from "./format.js";
+import { ansiSegments, chunkNews } from "./run_output.js";
+import { isNumeric, nextOrder, pageCount, rowsCaption, sortRows } from "./table_rows.js";
+
+function csrf() {
+  const match = document.cookie.match(/(?:^|; )csrftoken=([^;]+)/);
+  return match ? decodeURIComponent(match[1]) : "";
+}
+
+// A JSON API call under /api. A 4xx/5xx throws an Error carrying `status` and the answer's
+// {"code", "message", "field"} as `data` (null when the body was not JSON, e.g. a proxy's page).
+export async function api(method, path, body, { keepalive = false } = {}) {
+  const options = { method, headers: { "X-CSRFToken": csrf() }, credentials: "same-origin", keepalive };
+  if (body instanceof FormData) options.body = body;
+  else if (body !== undefined) {
+    options.body = JSON.stringify(body);
+    options.headers["Content-Type"] = "application/json";
   }
+  const response = await fetch(`/api${path}`, options);
+  let data = null;
+  if (response.status !== 204) {
+    try { data = await response.json(); } catch { data = null; }
+  }
+  if (!response.ok) {
+    const message = data && data.message ? data.message : `${response.status} ${response.statusText}`;
+    throw Object.assign(new Error(message), { status: response.status, data });
+  }
+  return data;
+}
 
-  // A JSON API call under /api. A 4xx/5xx throws an Error carrying `status` and the answer's
-  // {"code", "message", "field"} as `data` (null when the body was not JSON, e.g. a proxy's page).
-  async function api(method, path, body, { keepalive = false } = {}) {
-    const options = { method, headers: { "X-CSRFToken": csrf() }, credentials: "same-origin", keepalive };
-    if (body instanceof FormData) options.body = body;
-    else if (body !== undefined) {
-      options.body = JSON.stringify(body);
-      options.headers["Content-Type"] = "application/json";
+export function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs)) {
+    if (value === null || value === undefined || value === false) continue;
+    if (key === "class") node.className = value;
+    else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+    else node.setAttribute(key, value === true ? "" : value);
+  }
+  for (const child of children) {
+    if (child === null || child === undefined) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+// A path under /api with each part of a file name escaped (an output may sit in a folder).
+function pathPart(name) {
+  return name.split("/").map(encodeURIComponent).join("/");
+}
+
+// A markdown cell as the server rendered and sanitised it (playground/markdown.py), as nodes.
+// Parsed into an inert document (nothing in it runs or loads), and what could be active is
+// dropped here as well, in case a sanitiser ever lets something through.
+const ACTIVE = "script, style, iframe, frame, object, embed, form, input, button, base, meta, link, svg, math";
+export function markdownNodes(html) {
+  const parsed = new DOMParser().parseFromString(html, "text/html");
+  for (const node of parsed.body.querySelectorAll(ACTIVE)) node.remove();
+  for (const node of parsed.body.querySelectorAll("*")) {
+    for (const { name, value } of [...node.attributes]) {
+      const script = /^\s*(javascript|data|vbscript):/i.test(value) && /^(href|src|srcset|action|formaction|xlink:href)$/i.test(name);
+      if (/^on/i.test(name) || name === "style" || script) node.removeAttribute(name);
     }
-    const response = await fetch(`/api${path}`, options);
-    let data = null;
-    if (response.status !== 204) {
-      try { data = await response.json(); } catch { data = null; }
-    }
-    if (!response.ok) {
-      const message = data && data.message ? data.message : `${response.status} ${response.statusText}`;
-      throw Object.assign(new Error(message), { status: response.status, data });
-    }
-    return data;
   }
+  return [...parsed.body.childNodes];
+}
 
-  function el(tag, attrs = {}, ...children) {
-    const node = document.createElement(tag);
-    for (const [key, value] of Object.entries(attrs)) {
-      if (value === null || value === undefined || value === false) continue;
-      if (key === "class") node.className = value;
-      else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
-      else node.setAttribute(key, value === true ? "" : value);
-    }
-    for (const child of children) {
-      if (child === null || child === undefined) continue;
-      node.append(child instanceof Node ? child : document.createTextNode(String(child)));
-    }
-    return node;
+// An API error's message beside the field it names ({"field": "tests.1.points"}): the element
+// under `root` whose data-field is that path, or else its nearest named parent ("tests.1", then
+// "tests"). Returns false when no field matched (the caller shows the message elsewhere).
+export function showFieldError(root, error) {
+  const parts = error && error.data && error.data.field ? String(error.data.field).split(".") : [];
+  for (let n = parts.length; n > 0; n -= 1) {
+    const path = parts.slice(0, n).join(".");
+    const field = [...root.querySelectorAll("[data-field]")].find((node) => node.dataset.field === path);
+    if (!field) continue;
+    field.classList.add("invalid");
+    field.append(el("p", { class: "field-error", role: "alert" }, error.message));
+    return true;
   }
+  return false;
+}
 
-  // A path under /api with each part of a file name escaped (an output may sit in a folder).
-  function pathPart(name) {
-    return name.split("/").map(encodeURIComponent).join("/");
+export function clearFieldErrors(root) {
+  for (const node of root.querySelectorAll(".field-error")) node.remove();
+  for (const node of root.querySelectorAll("[data-field].invalid")) node.classList.remove("invalid");
+}
+
+// --- limit fields ---------------------------------------------------------------------------
+
+// The limits a user may set on a run, by their API names; unit, default and maximum come from
+// /api/limits.
+export const LIMITS = [["wall_timeout_s", "wall-clock"], ["cpu_time_s", "CPU"], ["memory_mib", "memory"]];
+
+// A number field per limit in LIMITS (`info`: /api/limits by name), each in a data-field named
+// `${prefix}.${name}` where the API's error about it is shown. Empty means "not set": the
+// placeholder says what applies then (`unset`: "default" or "maximum").
+export function limitFields(info, values = {}, { prefix = "limits", unset = "default" } = {}) {
+  return LIMITS.map(([name, label]) => {
+    const about = info[name] || {};
+    const input = el("input", { type: "number", min: "0", step: about.type === "integer" ? "1" : "any", name,
+      id: `${prefix}-${name}`, placeholder: known(about[unset]) ? String(about[unset]) : null,
+      max: known(about.maximum) ? String(about.maximum) : null,
+      title: known(about.maximum) ? `at most ${about.maximum} ${about.unit} on this service` : null });
+    if (known(values[name])) input.value = values[name];
+    return el("div", { class: "field limit", "data-field": `${prefix}.${name}` },
+      el("label", { for: input.id }, `${label} (${about.unit || ""})`), input);
+  });
+}
+
+// The limits set in fields made by limitFields, by name.
+export function limitValues(container) {
+  const values = {};
+  for (const input of container.querySelectorAll("input[type=number]")) {
+    if (input.value !== "") values[input.name] = Number(input.value);
   }
+  return values;
+}
 
-  // A markdown cell as the server rendered and sanitised it (playground/markdown.py), as nodes.
-  // Parsed into an inert document (nothing in it runs or loads), and what could be active is
-  // dropped here as well, in case a sanitiser ever lets something through.
-  const ACTIVE = "script, style, iframe, frame, object, embed, form, input, button, base, meta, link, svg, math";
-  function markdownNodes(html) {
-    const parsed = new DOMParser().parseFromString(html, "text/html");
-    for (const node of parsed.body.querySelectorAll(ACTIVE)) node.remove();
-    for (const node of parsed.body.querySelectorAll("*")) {
-      for (const { name, value } of [...node.attributes]) {
-        const script = /^\s*(javascript|data|vbscript):/i.test(value) && /^(href|src|srcset|action|formaction|xlink:href)$/i.test(name);
-        if (/^on/i.test(name) || name === "style" || script) node.removeAttribute(name);
-      }
-    }
-    return [...parsed.body.childNodes];
-  }
+// --- ANSI colours ---------------------------------------------------------------------------
 
-  // An API error's message beside the field it names ({"field": "tests.1.points"}): the element
-  // under `root` whose data-field is that path, or else its nearest named parent ("tests.1", then
-  // "tests"). Returns false when no field matched (the caller shows the message elsewhere).
-  function showFieldError(root, error) {
-    const parts = error && error.data && error.data.field ? String(error.data.field).split(".") : [];
-    for (let n = parts.length; n > 0; n -= 1) {
-      const path = parts.slice(0, n).join(".");
-      const field = [...root.querySelectorAll("[data-field]")].find((node) => node.dataset.field === path);
-      if (!field) continue;
-      field.classList.add("invalid");
-      field.append(el("p", { class: "field-error", role: "alert" }, error.message));
-      return true;
-    }
-    return false;
-  }
-
-  function clearFieldErrors(root) {
-    for (const node of root.querySelectorAll(".field-error")) node.remove();
-    for (const node of root.querySelectorAll("[data-field].invalid")) node.classList.remove("invalid");
-  }
-
-  // --- figures in human units ----------------------------------------------------------------
-
-  // The limits a user may set on a run, by their API names; unit, default and maximum come from
-  // /api/limits.
-  const LIMITS = [["wall_timeout_s", "wall-clock"], ["cpu_time_s", "CPU"], ["memory_mib", "memory"]];
-
-  function known(value) { return value !== null && value !== undefined; }
-
-  // A number field per limit in LIMITS (`info`: /api/limits by name), each in a data-field named
-  // `${prefix}.${name}` where the API's error about it is shown. Empty means "not set": the
-  // placeholder says what applies then (`unset`: "default" or "maximum").
-  function limitFields(info, values = {}, { prefix = "limits", unset = "default" } = {}) {
-    return LIMITS.map(([name, label]) => {
-      const about = info[name] || {};
-      const input = el("input", { type: "number", min: "0", step: about.type === "integer" ? "1" : "any", name,
-        id: `${prefix}-${name}`, placeholder: known(about[unset]) ? String(about[unset]) : null,
-        max: known(about.maximum) ? String(about.maximum) : null,
-        title: known(about.maximum) ? `at most ${about.maximum} ${about.unit} on this service` : null });
-      if (known(values[name])) input.value = values[name];
-      return el("div", { class: "field limit", "data-field": `${prefix}.${name}` },
-        el("label", { for: input.id }, `${label} (${about.unit || ""})`), input);
-    });
-  }
-
-  // The limits set in fields made by limitFields, by name.
-  function limitValues(container) {
-    const values = {};
-    for (const input of container.querySelectorAll("input[type=number]")) {
-      if (input.value !== "") values[input.name] = Number(input.value);
-    }
-    return values;
-  }
-
-  // An egress policy as typed in a text box, one destination a line (spaces or commas also
-  // separate them), as the API takes it: ["api.example.org:443", "*.example.org:443"]; and back.
-  function egressRules(text) { return text.split(/[\s,]+/).filter(Boolean); }
-  function egressText(rules) { return (rules || []).join("\n"); }
-  // A ceiling in words: "api.example.org:443, *.pypi.org:443", or "nothing" when it is empty.
-  function egressWords(rules) { return rules && rules.length ? rules.join(", ") : "nothing"; }
-
-  // A moment from the API (ISO text) in the reader's time zone; null is "none".
-  function formatWhen(iso) {
-    if (!iso) return "none";
-    return new Date(iso).toLocaleString(undefined, { dateStyle: "medium", timeStyle: "short" });
-  }
-
-  // A score out of its maximum, "1.5/2"; unknown (not graded yet) is a dash.
-  function formatScore(score, max) {
-    const number = (value) => String(+Number(value).toFixed(2));
-    return `${known(score) ? number(score) : "–"}/${known(max) ? number(max) : "–"}`;
-  }
-
-  function formatBytes(bytes) {
-    if (!known(bytes)) return "unknown";
-    if (bytes < 1024) return `${bytes} B`;
-    const units = ["KiB", "MiB", "GiB", "TiB"];
-    let value = bytes / 1024;
-    let unit = 0;
-    while (value >= 1024 && unit < units.length - 1) { value /= 1024; unit += 1; }
-    return `${value.toFixed(1)} ${units[unit]}`;
-  }
-
-  function formatSeconds(seconds) {
-    if (!known(seconds)) return "unknown";
-    if (seconds < 60) return `${seconds.toFixed(2)} s`;
-    const minutes = Math.floor(seconds / 60);
-    return `${minutes} min ${Math.round(seconds - minutes * 60)} s`;
-  }
-
-  // A finished run's figures. `peak_memory_bytes` is the program's own memory (what the memory
-  // limit bounds); `peak_file_bytes` what its scratch and output files held, shown apart.
-  function describe(run) {
-    const figures = [];
-    if (known(run.wall_s)) figures.push(`wall ${formatSeconds(run.wall_s)}`);
-    figures.push(`CPU ${formatSeconds(run.cpu_s)}`);
-    figures.push(`memory ${formatBytes(run.peak_memory_bytes)}`);
-    if (run.peak_file_bytes !== undefined) figures.push(`files ${formatBytes(run.peak_file_bytes)}`);
-    figures.push(`stdout ${formatBytes(run.stdout_bytes)}${run.stdout_truncated ? " (truncated)" : ""}`);
-    figures.push(`stderr ${formatBytes(run.stderr_bytes)}${run.stderr_truncated ? " (truncated)" : ""}`);
-    return figures.join(" · ");
-  }
-
-  // Where a finished run's time went (the run detail's `timings`); boot only for a microVM.
-  function describeTimings(timings) {
-    if (!timings) return "";
-    const parts = [];
-    for (const [name, label] of [["start_s", "start"], ["boot_s", "boot"], ["total_s", "total"]]) {
-      if (known(timings[name])) parts.push(`${label} ${formatSeconds(timings[name])}`);
-    }
-    return parts.join(" · ");
-  }
-
-  // --- ANSI colours ---------------------------------------------------------------------------
-
-  // ANSI SGR colours become classes on spans; the text itself is only ever textContent.
-  const ANSI = /\x1b\[([0-9;]*)m/g;
-  function appendAnsi(target, text, state) {
-    let last = 0;
-    for (const match of text.matchAll(ANSI)) {
-      addSpan(target, text.slice(last, match.index), state);
-      for (const code of (match[1] || "0").split(";").map(Number)) {
-        if (code === 0) { state.fg = null; state.bold = false; }
-        else if (code === 1) state.bold = true;
-        else if (code >= 30 && code <= 37) state.fg = code - 30;
-        else if (code >= 90 && code <= 97) state.fg = code - 90;
-        else if (code === 39) state.fg = null;
-      }
-      last = match.index + match[0].length;
-    }
-    addSpan(target, text.slice(last), state);
-  }
-  function addSpan(target, text, state) {
-    if (!text) return;
+// ANSI SGR colours become classes on spans (run_output.js reads them); the text itself is only
+// ever textContent.
+function appendAnsi(target, text, state) {
+  for (const segment of ansiSegments(text, state)) {
     const span = document.createElement("span");
-    if (state.fg !== null) span.classList.add(`ansi-${state.fg}`);
-    if (state.bold) span.classList.add("ansi-bold");
-    span.textContent = text;
+    if (segment.fg !== null) span.classList.add(`ansi-${segment.fg}`);
+    if (segment.bold) span.classList.add("ansi-bold");
+    span.textContent = segment.text;
     target.append(span);
   }
+}
 
-  // Offsets and lengths count UTF-8 bytes, as the stored log does, while a string counts UTF-16
-  // units: what a message repeats is cut off by bytes. Messages hold whole characters, so the cut
-  // falls between two of them.
-  function dropBytes(text, count) {
-    if (count <= 0) return text;
-    return new TextDecoder().decode(new TextEncoder().encode(text).subarray(count));
+// --- table previews -------------------------------------------------------------------------
+
+function cellText(value) {
+  if (value === null || value === undefined) return "";
+  return typeof value === "object" ? JSON.stringify(value) : String(value);
+}
+
+// A table preview ({"columns": [{"name", "type"}], "rows", "total_rows"}) as a table sorted by
+// clicking a column's header (again: the other way), `pageSize` rows a page (Previous, Next) when
+// it has more. `whole` names what the rows come from ("file", "frame") where the caption says
+// how much of it is shown. Every value is text, never HTML. The order and the caption's words are
+// table_rows.js's.
+const PAGE_ROWS = 20;
+export function tableView(preview, { pageSize = PAGE_ROWS, whole = "file" } = {}) {
+  const columns = preview.columns || [];
+  let rows = (preview.rows || []).map((row, index) => ({ row, index }));
+  const body = el("tbody");
+  const headers = columns.map((column, position) => {
+    const button = el("button", { type: "button", class: "sort", "aria-label": `sort by ${column.name || column.type}` },
+      column.name, el("span", { class: "sort-mark", "aria-hidden": "true" }), el("span", { class: "col-type" }, column.type));
+    const th = el("th", { scope: "col", "aria-sort": "none", "data-type": column.type }, button);
+    button.addEventListener("click", () => sortBy(position, th));
+    return th;
+  });
+  let order = { position: -1, direction: 1 };
+  let page = 0;
+  const pages = pageCount(rows.length, pageSize);
+  const captionNode = el("caption", {});
+  const previous = el("button", { type: "button", class: "page-previous", onclick: () => turn(-1) }, "Previous");
+  const next = el("button", { type: "button", class: "page-next", onclick: () => turn(1) }, "Next");
+
+  function fill() {
+    const slice = rows.slice(page * pageSize, (page + 1) * pageSize);
+    body.replaceChildren(...slice.map(({ row }) => el("tr", {}, ...columns.map((column, position) =>
+      el("td", { class: isNumeric(column.type) ? "num" : column.type === "index" ? "index" : null },
+        cellText(row[position]))))));
+    captionNode.textContent = rowsCaption(preview, { page, pageSize, whole, sorted: order.position >= 0 });
+    previous.disabled = page === 0;
+    next.disabled = page >= pages - 1;
   }
-
-  // --- table previews -------------------------------------------------------------------------
-
-  const NUMERIC = new Set(["integer", "number"]);
-
-  // Typed order: numbers as numbers, booleans false first, dates and times in time (ISO 8601 text,
-  // its zone taken into account), text by the user's locale; an empty cell sorts last either way.
-  function compareCells(a, b, type) {
-    const emptyA = a === null || a === undefined || a === "";
-    const emptyB = b === null || b === undefined || b === "";
-    if (emptyA || emptyB) return emptyA === emptyB ? 0 : emptyA ? 1 : -1;
-    if (NUMERIC.has(type)) return Number(a) - Number(b);
-    if (type === "boolean") return Number(a === true || a === "true") - Number(b === true || b === "true");
-    if (type === "date" || type === "datetime") {
-      const [timeA, timeB] = [Date.parse(String(a).replace(" ", "T")), Date.parse(String(b).replace(" ", "T"))];
-      if (!Number.isNaN(timeA) && !Number.isNaN(timeB) && timeA !== timeB) return timeA - timeB;
-    }
-    return String(a).localeCompare(String(b), undefined, { numeric: true });
-  }
-
-  function cellText(value) {
-    if (value === null || value === undefined) return "";
-    return typeof value === "object" ? JSON.stringify(value) : String(value);
-  }
-
-  // A table preview ({"columns": [{"name", "type"}], "rows", "total_rows"}) as a table sorted by
-  // clicking a column's header (again: the other way), `pageSize` rows a page (Previous, Next) when
-  // it has more. `whole` names what the rows come from ("file", "frame") where the caption says
-  // how much of it is shown. Every value is text, never HTML.
-  const PAGE_ROWS = 20;
-  function tableView(preview, { pageSize = PAGE_ROWS, whole = "file" } = {}) {
-    const columns = preview.columns || [];
-    const rows = (preview.rows || []).map((row, index) => ({ row, index }));
-    const body = el("tbody");
-    const headers = columns.map((column, position) => {
-      const button = el("button", { type: "button", class: "sort", "aria-label": `sort by ${column.name || column.type}` },
-        column.name, el("span", { class: "sort-mark", "aria-hidden": "true" }), el("span", { class: "col-type" }, column.type));
-      const th = el("th", { scope: "col", "aria-sort": "none", "data-type": column.type }, button);
-      button.addEventListener("click", () => sortBy(position, th));
-      return th;
-    });
-    let order = { position: -1, direction: 1 };
-    let page = 0;
-
-    const shown = rows.length;
-    const pages = Math.max(1, Math.ceil(shown / pageSize));
-    const total = preview.total_rows;
-    const partial = known(total) && total > shown;
-    // A large file's rows are counted by line; a very large one's no further than its first 16 MiB.
-    const about = preview.total_rows_at_least ? "at least " : preview.total_rows_exact === false ? "about " : "";
-    const dataColumns = columns.filter((column) => column.type !== "index").length;
-    const narrowed = known(preview.total_columns) && preview.total_columns > dataColumns
-      ? `; ${dataColumns} of ${preview.total_columns} columns` : "";
-    const captionNode = el("caption", {});
-    const previous = el("button", { type: "button", class: "page-previous", onclick: () => turn(-1) }, "Previous");
-    const next = el("button", { type: "button", class: "page-next", onclick: () => turn(1) }, "Next");
-
-    function caption() {
-      if (pages === 1) {
-        const rowsWords = partial ? `first ${shown} of ${about}${total} rows` : `${shown} row${shown === 1 ? "" : "s"}`;
-        return `${rowsWords}${narrowed}`;
-      }
-      const first = page * pageSize + 1;
-      const last = Math.min(shown, first + pageSize - 1);
-      const of = partial ? ` (of ${about}${total} in the ${whole})` : "";
-      return `rows ${first}–${last} of ${shown} shown${of}${narrowed}`;
-    }
-    function fill() {
-      const slice = rows.slice(page * pageSize, (page + 1) * pageSize);
-      body.replaceChildren(...slice.map(({ row }) => el("tr", {}, ...columns.map((column, position) =>
-        el("td", { class: NUMERIC.has(column.type) ? "num" : column.type === "index" ? "index" : null },
-          cellText(row[position]))))));
-      // Sorting reorders only the rows the page has: when that is not all of them, the caption says so.
-      const sorted = partial && order.position >= 0 ? `; sorted: these ${shown} rows only, not the whole ${whole}` : "";
-      captionNode.textContent = `${caption()}${sorted}`;
-      previous.disabled = page === 0;
-      next.disabled = page >= pages - 1;
-    }
-    function turn(step) {
-      page = Math.min(pages - 1, Math.max(0, page + step));
-      fill();
-    }
-    function sortBy(position, th) {
-      order = { position, direction: order.position === position ? -order.direction : 1 };
-      const type = columns[position].type;
-      rows.sort((a, b) => compareCells(a.row[position], b.row[position], type) * order.direction || a.index - b.index);
-      for (const other of headers) other.setAttribute("aria-sort", "none");
-      th.setAttribute("aria-sort", order.direction === 1 ? "ascending" : "descending");
-      page = 0;
-      fill();
-    }
+  function turn(step) {
+    page = Math.min(pages - 1, Math.max(0, page + step));
     fill();
-    const box = el("div", { class: "table-preview" },
-      el("table", { class: "table preview" }, captionNode, el("thead", {}, el("tr", {}, ...headers)), body));
-    if (pages === 1) return box;
-    // The buttons sit outside the scrolling box, so they stay in view whatever the table's width.
-    return el("div", { class: "table-view" }, box,
-      el("div", { class: "pager", role: "group", "aria-label": "pages of rows" }, previous, " ", next));
+  }
+  function sortBy(position, th) {
+    order = nextOrder(order, position);
+    rows = sortRows(rows, position, columns[position].type, order.direction);
+    for (const other of headers) other.setAttribute("aria-sort", "none");
+    th.setAttribute("aria-sort", order.direction === 1 ? "ascending" : "descending");
+    page = 0;
+    fill();
+  }
+  fill();
+  const box = el("div", { class: "table-preview" },
+    el("table", { class: "table preview" }, captionNode, el("thead", {}, el("tr", {}, ...headers)), body));
+  if (pages === 1) return box;
+  // The buttons sit outside the scrolling box, so they stay in view whatever the table's width.
+  return el("div", { class: "table-view" }, box,
+    el("div", { class: "pager", role: "group", "aria-label": "pages of rows" }, previous, " ", next));
+}
+
+// --- a notebook cell's displays and state ---------------------------------------------------
+
+const TABLE = "application/vnd.cordon.table+json";
+const TEXTS = new Set(["text/plain", "application/json", "text/latex"]);
+
+// One thing a cell displayed (the API's DisplayOut), as nodes. HTML and markdown come sanitised
+// from the server and go through the same inert parsing as a markdown cell; a data frame is
+// Cordon's own table, never the library's HTML.
+export function displayNode(display) {
+  const mime = display.mime || "";
+  if (mime === TABLE && display.table) {
+    return el("div", { class: "display display-table" }, tableView(display.table, { whole: "frame" }));
+  }
+  if (mime === "text/html" && known(display.text)) {
+    return el("div", { class: "display display-html" }, ...markdownNodes(display.text));
+  }
+  if (mime === "text/markdown" && known(display.html)) {
+    return el("div", { class: "display display-markdown markdown-view" }, ...markdownNodes(display.html));
+  }
+  if (mime.startsWith("image/")) {
+    if (display.url) return el("img", { class: "display display-image", src: display.url, alt: display.plain || mime, loading: "lazy" });
+    return el("pre", { class: "display display-text" }, display.plain || `${mime} (not kept)`);
+  }
+  const text = TEXTS.has(mime) && known(display.text) ? display.text : display.plain;
+  return el("pre", { class: "display display-text", "data-mime": mime }, text || "");
+}
+
+const code = (name) => el("code", {}, name);
+
+// "`fh` (open file), `t` (thread)": names, each with why, as nodes for a sentence.
+function namesWithWhy(items) {
+  const nodes = [];
+  items.forEach((item, index) => {
+    if (index) nodes.push(", ");
+    nodes.push(code(item.name), item.why ? ` (${item.why})` : "");
+  });
+  return nodes;
+}
+
+// What a finished cell leaves for the cell below it (the run detail's `cell`): lines of nodes.
+function cellStateLines(run) {
+  const cell = run.cell;
+  const lines = [];
+  if (run.outcome !== "succeeded") {
+    lines.push(["a failed cell leaves no state: the next cell starts from the state before it"]);
+  } else if (known(cell.state_bytes)) {
+    const count = cell.variables.length + Object.keys(cell.modules || {}).length;  // imports carry too
+    lines.push([`State for the next cell: ${formatBytes(cell.state_bytes)}, ${count} name${count === 1 ? "" : "s"}`]);
+  } else {
+    lines.push(["no state kept for the next cell: the cell below starts from the state before this one"]);
+  }
+  if (cell.not_carried.length) lines.push(["not carried to the next cell: ", ...namesWithWhy(cell.not_carried)]);
+  const failed = (cell.restored && cell.restored.failed) || [];
+  if (failed.length) lines.push(["could not be restored from the cell above: ", ...namesWithWhy(failed)]);
+  if (cell.displays_dropped) {
+    lines.push([`${cell.displays_dropped} more display${cell.displays_dropped === 1 ? "" : "s"} not shown`]);
+  }
+  return lines.map((parts) => el("p", {}, ...parts));
+}
+
+// --- one run, live ------------------------------------------------------------------------
+
+// A run's states in order (playground.models.RunState): claimed = a worker took it and waits for
+// room on its host; admitted = the host's admission gave it room.
+const STATES = ["queued", "claimed", "admitted", "starting", "running", "exporting", "finished"];
+const GONE = 4404;  // the socket's close code for a run this user cannot see (or that is gone)
+
+// The requests a run's egress proxy refused, each with its reason (a private address, a name
+// outside the policy...), said where the run's output is: the first few, and how many more.
+const REFUSED_SHOWN = 5;
+function refusedItems(record) {
+  const refused = ((record && record.attempts) || []).filter((attempt) => !attempt.allowed);
+  const items = refused.slice(0, REFUSED_SHOWN).map((attempt) =>
+    el("li", {}, `refused ${attempt.method} ${attempt.host}:${attempt.port}: ${attempt.reason}`));
+  if (refused.length > REFUSED_SHOWN) items.push(el("li", { class: "muted" }, `and ${refused.length - REFUSED_SHOWN} more (on the run page)`));
+  return items;
+}
+
+// The live view of one run: state progress, a Stop button while it is active, output panes,
+// outcome and figures, outputs (images inline, tables previewed, every one downloadable).
+// Its socket's messages (chunk, state, final) are described in playground/live.py. follow()
+// works the same for a finished run (it shows the stored record) and for a live one.
+export class RunView {
+  // canStop: false where the viewer may not cancel the run (staff on another user's run page);
+  // runPage: false on the run's own page (elsewhere a finished run links to it).
+  constructor(root, { onOutputs, onActive, canStop = true, runPage = true } = {}) {
+    this.root = root;
+    this.canStop = canStop;
+    this.runPage = runPage;
+    this.onOutputs = onOutputs;
+    this.onActive = onActive;
+    this.generation = 0;
+    this.progress = el("ol", { class: "progress", "aria-label": "run state" },
+      ...STATES.map((s) => el("li", { "data-state": s }, s)));
+    this.badge = el("span", { class: "badge" }, "");
+    this.reason = el("span", { class: "reason", role: "status" }, "");
+    this.stop = el("button", { type: "button", class: "stop", hidden: true, "aria-label": "stop this run",
+      onclick: () => this.cancel() }, "Stop");
+    this.out = el("pre", { class: "stream stdout", "aria-label": "standard output" });
+    this.err = el("pre", { class: "stream stderr", "aria-label": "standard error" });
+    this.figures = el("p", { class: "figures" }, "");
+    this.timings = el("p", { class: "figures timings" }, "");
+    this.outputs = el("ul", { class: "outputs", "aria-label": "output files" });
+    this.refused = el("ul", { class: "egress-refused", "aria-label": "network requests refused" });
+    // A notebook cell's run: what it displayed, and what it leaves for the cell below.
+    this.displays = el("div", { class: "displays", "aria-label": "displays" });
+    this.cellState = el("div", { class: "cell-state small muted", "aria-label": "state for the next cell" });
+    this.links = el("p", { class: "small run-links" });
+    root.replaceChildren(this.progress, el("p", { class: "run-status" }, this.stop, this.badge, " ", this.reason),
+      this.out, this.err, this.displays, this.refused, this.figures, this.timings, this.outputs, this.cellState,
+      this.links);
+    root.hidden = true;
   }
 
-  // --- a notebook cell's displays and state ---------------------------------------------------
-
-  const TABLE = "application/vnd.cordon.table+json";
-  const TEXTS = new Set(["text/plain", "application/json", "text/latex"]);
-
-  // One thing a cell displayed (the API's DisplayOut), as nodes. HTML and markdown come sanitised
-  // from the server and go through the same inert parsing as a markdown cell; a data frame is
-  // Cordon's own table, never the library's HTML.
-  function displayNode(display) {
-    const mime = display.mime || "";
-    if (mime === TABLE && display.table) {
-      return el("div", { class: "display display-table" }, tableView(display.table, { whole: "frame" }));
-    }
-    if (mime === "text/html" && known(display.text)) {
-      return el("div", { class: "display display-html" }, ...markdownNodes(display.text));
-    }
-    if (mime === "text/markdown" && known(display.html)) {
-      return el("div", { class: "display display-markdown markdown-view" }, ...markdownNodes(display.html));
-    }
-    if (mime.startsWith("image/")) {
-      if (display.url) return el("img", { class: "display display-image", src: display.url, alt: display.plain || mime, loading: "lazy" });
-      return el("pre", { class: "display display-text" }, display.plain || `${mime} (not kept)`);
-    }
-    const text = TEXTS.has(mime) && known(display.text) ? display.text : display.plain;
-    return el("pre", { class: "display display-text", "data-mime": mime }, text || "");
+  // Shows run `runId` until it ends; resolves with its record ({outcome: null, ...} when it
+  // can no longer be read).
+  follow(runId) {
+    this.reset();
+    this.root.hidden = false;
+    this.runId = runId;
+    this.setActive(true);
+    this.setState("queued");
+    return new Promise((resolve) => { this.resolve = resolve; this.connect(this.generation); });
   }
 
-  const code = (name) => el("code", {}, name);
-
-  // "`fh` (open file), `t` (thread)": names, each with why, as nodes for a sentence.
-  function namesWithWhy(items) {
-    const nodes = [];
-    items.forEach((item, index) => {
-      if (index) nodes.push(", ");
-      nodes.push(code(item.name), item.why ? ` (${item.why})` : "");
-    });
-    return nodes;
+  // Empty again (a cleared cell); a run being followed is let go, not stopped.
+  reset() {
+    this.generation += 1;
+    if (this.socket) this.socket.close();
+    if (this.resolve) this.resolve({ outcome: null, reason: "cleared" });
+    this.socket = null;
+    this.resolve = null;
+    this.runId = null;
+    this.offsets = { stdout: 0, stderr: 0 };
+    this.ansi = { stdout: { fg: null, bold: false }, stderr: { fg: null, bold: false } };
+    if (this.stderrToggle) { this.stderrToggle.remove(); this.stderrToggle = null; }
+    this.err.classList.remove("whole");
+    this.finished = false;
+    this.retryMs = 500;
+    for (const node of [this.out, this.err, this.badge, this.reason, this.figures, this.timings]) node.textContent = "";
+    this.badge.className = "badge";
+    this.outputs.replaceChildren();
+    this.displays.replaceChildren();
+    this.cellState.replaceChildren();
+    this.refused.replaceChildren();
+    this.links.replaceChildren();
+    delete this.root.dataset.outcome;
+    delete this.root.dataset.state;
+    this.setActive(false);
+    this.root.hidden = true;
   }
 
-  // What a finished cell leaves for the cell below it (the run detail's `cell`): lines of nodes.
-  function cellStateLines(run) {
-    const cell = run.cell;
-    const lines = [];
-    if (run.outcome !== "succeeded") {
-      lines.push(["a failed cell leaves no state: the next cell starts from the state before it"]);
-    } else if (known(cell.state_bytes)) {
-      const count = cell.variables.length + Object.keys(cell.modules || {}).length;  // imports carry too
-      lines.push([`State for the next cell: ${formatBytes(cell.state_bytes)}, ${count} name${count === 1 ? "" : "s"}`]);
-    } else {
-      lines.push(["no state kept for the next cell: the cell below starts from the state before this one"]);
-    }
-    if (cell.not_carried.length) lines.push(["not carried to the next cell: ", ...namesWithWhy(cell.not_carried)]);
-    const failed = (cell.restored && cell.restored.failed) || [];
-    if (failed.length) lines.push(["could not be restored from the cell above: ", ...namesWithWhy(failed)]);
-    if (cell.displays_dropped) {
-      lines.push([`${cell.displays_dropped} more display${cell.displays_dropped === 1 ? "" : "s"} not shown`]);
-    }
-    return lines.map((parts) => el("p", {}, ...parts));
+  // A message instead of a run (one that could not start).
+  say(text) {
+    this.reset();
+    this.root.hidden = false;
+    this.reason.textContent = text;
   }
 
-  // --- one run, live ------------------------------------------------------------------------
-
-  // A run's states in order (playground.models.RunState): claimed = a worker took it and waits for
-  // room on its host; admitted = the host's admission gave it room.
-  const STATES = ["queued", "claimed", "admitted", "starting", "running", "exporting", "finished"];
-  const GONE = 4404;  // the socket's close code for a run this user cannot see (or that is gone)
-
-  // The requests a run's egress proxy refused, each with its reason (a private address, a name
-  // outside the policy...), said where the run's output is: the first few, and how many more.
-  const REFUSED_SHOWN = 5;
-  function refusedItems(record) {
-    const refused = ((record && record.attempts) || []).filter((attempt) => !attempt.allowed);
-    const items = refused.slice(0, REFUSED_SHOWN).map((attempt) =>
-      el("li", {}, `refused ${attempt.method} ${attempt.host}:${attempt.port}: ${attempt.reason}`));
-    if (refused.length > REFUSED_SHOWN) items.push(el("li", { class: "muted" }, `and ${refused.length - REFUSED_SHOWN} more (on the run page)`));
-    return items;
+  setActive(active) {
+    this.active = active;
+    this.stop.hidden = !active || !this.canStop;
+    this.stop.disabled = false;
+    if (this.onActive) this.onActive(active);
   }
 
-  // The live view of one run: state progress, a Stop button while it is active, output panes,
-  // outcome and figures, outputs (images inline, tables previewed, every one downloadable).
-  // Its socket's messages (chunk, state, final) are described in playground/live.py. follow()
-  // works the same for a finished run (it shows the stored record) and for a live one.
-  class RunView {
-    // canStop: false where the viewer may not cancel the run (staff on another user's run page);
-    // runPage: false on the run's own page (elsewhere a finished run links to it).
-    constructor(root, { onOutputs, onActive, canStop = true, runPage = true } = {}) {
-      this.root = root;
-      this.canStop = canStop;
-      this.runPage = runPage;
-      this.onOutputs = onOutputs;
-      this.onActive = onActive;
-      this.generation = 0;
-      this.progress = el("ol", { class: "progress", "aria-label": "run state" },
-        ...STATES.map((s) => el("li", { "data-state": s }, s)));
-      this.badge = el("span", { class: "badge" }, "");
-      this.reason = el("span", { class: "reason", role: "status" }, "");
-      this.stop = el("button", { type: "button", class: "stop", hidden: true, "aria-label": "stop this run",
-        onclick: () => this.cancel() }, "Stop");
-      this.out = el("pre", { class: "stream stdout", "aria-label": "standard output" });
-      this.err = el("pre", { class: "stream stderr", "aria-label": "standard error" });
-      this.figures = el("p", { class: "figures" }, "");
-      this.timings = el("p", { class: "figures timings" }, "");
-      this.outputs = el("ul", { class: "outputs", "aria-label": "output files" });
-      this.refused = el("ul", { class: "egress-refused", "aria-label": "network requests refused" });
-      // A notebook cell's run: what it displayed, and what it leaves for the cell below.
-      this.displays = el("div", { class: "displays", "aria-label": "displays" });
-      this.cellState = el("div", { class: "cell-state small muted", "aria-label": "state for the next cell" });
-      this.links = el("p", { class: "small run-links" });
-      root.replaceChildren(this.progress, el("p", { class: "run-status" }, this.stop, this.badge, " ", this.reason),
-        this.out, this.err, this.displays, this.refused, this.figures, this.timings, this.outputs, this.cellState,
-        this.links);
-      root.hidden = true;
-    }
-
-    // Shows run `runId` until it ends; resolves with its record ({outcome: null, ...} when it
-    // can no longer be read).
-    follow(runId) {
-      this.reset();
-      this.root.hidden = false;
-      this.runId = runId;
-      this.setActive(true);
-      this.setState("queued");
-      return new Promise((resolve) => { this.resolve = resolve; this.connect(this.generation); });
-    }
-
-    // Empty again (a cleared cell); a run being followed is let go, not stopped.
-    reset() {
-      this.generation += 1;
-      if (this.socket) this.socket.close();
-      if (this.resolve) this.resolve({ outcome: null, reason: "cleared" });
-      this.socket = null;
-      this.resolve = null;
-      this.runId = null;
-      this.offsets = { stdout: 0, stderr: 0 };
-      this.ansi = { stdout: { fg: null, bold: false }, stderr: { fg: null, bold: false } };
-      if (this.stderrToggle) { this.stderrToggle.remove(); this.stderrToggle = null; }
-      this.err.classList.remove("whole");
-      this.finished = false;
-      this.retryMs = 500;
-      for (const node of [this.out, this.err, this.badge, this.reason, this.figures, this.timings]) node.textContent = "";
-      this.badge.className = "badge";
-      this.outputs.replaceChildren();
-      this.displays.replaceChildren();
-      this.cellState.replaceChildren();
-      this.refused.replaceChildren();
-      this.links.replaceChildren();
-      delete this.root.dataset.outcome;
-      delete this.root.dataset.state;
-      this.setActive(false);
-      this.root.hidden = true;
-    }
-
-    // A message instead of a run (one that could not start).
-    say(text) {
-      this.reset();
-      this.root.hidden = false;
-      this.reason.textContent = text;
-    }
-
-    setActive(active) {
-      this.active = active;
-      this.stop.hidden = !active || !this.canStop;
+  async cancel() {
+    if (!this.runId || this.finished) return;
+    this.stop.disabled = true;
+    this.reason.textContent = "stopping…";
+    try {
+      await api("POST", `/runs/${this.runId}/cancel`);
+    } catch (error) {
       this.stop.disabled = false;
-      if (this.onActive) this.onActive(active);
+      this.reason.textContent = `could not stop: ${error.message}`;
     }
+  }
 
-    async cancel() {
-      if (!this.runId || this.finished) return;
-      this.stop.disabled = true;
-      this.reason.textContent = "stopping…";
-      try {
-        await api("POST", `/runs/${this.runId}/cancel`);
-      } catch (error) {
-        this.stop.disabled = false;
-        this.reason.textContent = `could not stop: ${error.message}`;
-      }
-    }
+  connect(generation) {
+    if (generation !== this.generation) return;
+    const scheme = location.protocol === "https:" ? "wss" : "ws";
+    const query = `stdout=${this.offsets.stdout}&stderr=${this.offsets.stderr}`;
+    const socket = new WebSocket(`${scheme}://${location.host}/ws/runs/${this.runId}/?${query}`);
+    socket.onmessage = (event) => { if (generation === this.generation) this.handle(JSON.parse(event.data)); };
+    socket.onclose = (event) => {
+      if (generation !== this.generation || this.finished) return;
+      if (event.code === GONE) this.gone();
+      else setTimeout(() => this.resync(generation), this.retryMs);
+    };
+    this.socket = socket;
+  }
 
-    connect(generation) {
+  handle(message) {
+    if (message.type === "chunk") this.chunk(message);
+    else if (message.type === "state") this.setState(message.state);
+    else if (message.type === "final") this.finish();
+  }
+
+  chunk(message) {
+    const news = chunkNews(this.offsets[message.stream], message);
+    if (!news) { this.socket.close(); return; }  // a gap: resync from the stored log
+    appendAnsi(message.stream === "stdout" ? this.out : this.err, news.text, this.ansi[message.stream]);
+    this.offsets[message.stream] = news.shown;
+  }
+
+  // After the socket closed: read what it missed from the stored log, then finish or reconnect.
+  // A failed read (the server restarting, the network gone) is tried again, more slowly.
+  async resync(generation) {
+    if (generation !== this.generation) return;
+    try {
+      await this.readLog(generation, Infinity);
+      const run = await api("GET", `/runs/${this.runId}`);
       if (generation !== this.generation) return;
-      const scheme = location.protocol === "https:" ? "wss" : "ws";
-      const query = `stdout=${this.offsets.stdout}&stderr=${this.offsets.stderr}`;
-      const socket = new WebSocket(`${scheme}://${location.host}/ws/runs/${this.runId}/?${query}`);
-      socket.onmessage = (event) => { if (generation === this.generation) this.handle(JSON.parse(event.data)); };
-      socket.onclose = (event) => {
-        if (generation !== this.generation || this.finished) return;
-        if (event.code === GONE) this.gone();
-        else setTimeout(() => this.resync(generation), this.retryMs);
-      };
-      this.socket = socket;
-    }
-
-    handle(message) {
-      if (message.type === "chunk") this.chunk(message);
-      else if (message.type === "state") this.setState(message.state);
-      else if (message.type === "final") this.finish();
-    }
-
-    chunk(message) {
-      const have = this.offsets[message.stream];
-      if (message.offset > have) { this.socket.close(); return; }  // a gap: resync from the stored log
-      const skip = have - message.offset;
-      const text = dropBytes(message.data, skip);
-      if (!text && message.length <= skip) return;  // a repeat
-      appendAnsi(message.stream === "stdout" ? this.out : this.err, text, this.ansi[message.stream]);
-      this.offsets[message.stream] = Math.max(have, message.offset + message.length);
-    }
-
-    // After the socket closed: read what it missed from the stored log, then finish or reconnect.
-    // A failed read (the server restarting, the network gone) is tried again, more slowly.
-    async resync(generation) {
+      this.retryMs = 500;
+      if (run.state === "finished") this.finish(run); else this.connect(generation);
+    } catch (error) {
       if (generation !== this.generation) return;
-      try {
-        await this.readLog(generation, Infinity);
-        const run = await api("GET", `/runs/${this.runId}`);
-        if (generation !== this.generation) return;
-        this.retryMs = 500;
-        if (run.state === "finished") this.finish(run); else this.connect(generation);
-      } catch (error) {
-        if (generation !== this.generation) return;
-        if (error.status === 404) { this.gone(); return; }
-        this.reason.textContent = `reconnecting… (${error.message})`;
-        this.retryMs = Math.min(this.retryMs * 2, 10000);
-        setTimeout(() => this.resync(generation), this.retryMs);
-      }
+      if (error.status === 404) { this.gone(); return; }
+      this.reason.textContent = `reconnecting… (${error.message})`;
+      this.retryMs = Math.min(this.retryMs * 2, 10000);
+      setTimeout(() => this.resync(generation), this.retryMs);
     }
+  }
 
-    async readLog(generation, totals) {
-      for (const stream of ["stdout", "stderr"]) {
-        const total = totals === Infinity ? Infinity : totals[stream];
-        while (this.offsets[stream] < total) {
-          const log = await api("GET", `/runs/${this.runId}/log?stream=${stream}&offset=${this.offsets[stream]}`);
-          if (generation !== this.generation || log.next_offset === this.offsets[stream]) break;
-          appendAnsi(stream === "stdout" ? this.out : this.err, log.data, this.ansi[stream]);
-          this.offsets[stream] = log.next_offset;
-        }
-      }
-    }
-
-    gone() {
-      this.finished = true;
-      this.setActive(false);
-      this.setState("finished");
-      this.reason.textContent = "this run is no longer stored";
-      this.root.dataset.outcome = "gone";
-      this.settle({ outcome: null, reason: "this run is no longer stored" });
-    }
-
-    setState(state) {
-      const reached = STATES.indexOf(state);
-      for (const item of this.progress.children) {
-        item.classList.toggle("done", STATES.indexOf(item.dataset.state) <= reached);
-      }
-      this.root.dataset.state = state;
-    }
-
-    async finish(record) {
-      if (this.finished) return;
-      this.finished = true;
-      const generation = this.generation;
-      if (this.socket) this.socket.close();
-      let run = record;
-      try {
-        if (!run) run = await api("GET", `/runs/${this.runId}`);
-        await this.readLog(generation, { stdout: run.stdout_bytes, stderr: run.stderr_bytes });
-      } catch (error) {
-        if (generation !== this.generation) return;
-        if (!run) { this.finished = false; setTimeout(() => this.resync(generation), this.retryMs); return; }
-      }
-      if (generation !== this.generation) return;
-      this.setActive(false);
-      this.setState("finished");
-      this.badge.textContent = run.outcome_text || run.outcome;
-      this.badge.title = run.outcome || "";
-      this.badge.className = `badge outcome-${run.outcome}`;
-      this.reason.textContent = run.reason;
-      this.figures.textContent = describe(run);
-      this.timings.textContent = describeTimings(run.timings);
-      this.outputs.replaceChildren(...run.outputs.map((output) => this.outputItem(output)));
-      this.displays.replaceChildren(...(run.displays || []).map(displayNode));
-      this.cellState.replaceChildren(...(run.cell ? cellStateLines(run) : []));
-      this.root.dataset.outcome = run.outcome;
-      this.refused.replaceChildren(...refusedItems(run.egress_record));
-      if (this.runPage) {
-        this.links.replaceChildren(el("a", { href: `/runs/${this.runId}/` }, "Run page"),
-          " (timeline, memory and CPU chart, network record)");
-      }
-      if (run.outcome !== "succeeded") this.showEndOfStderr();
-      this.settle(run);
-    }
-
-    // A failed run's point is at the end of its stderr (the exception under its traceback): the
-    // pane shows its end, and the whole of it is a click away.
-    showEndOfStderr() {
-      const pane = this.err;
-      if (!pane.textContent) return;
-      pane.scrollTop = pane.scrollHeight;
-      if (pane.scrollHeight <= pane.clientHeight || this.stderrToggle) return;
-      this.stderrToggle = el("button", { type: "button", class: "link stderr-toggle", "aria-expanded": "false",
-        onclick: () => {
-          const whole = pane.classList.toggle("whole");
-          this.stderrToggle.setAttribute("aria-expanded", String(whole));
-          this.stderrToggle.textContent = whole ? "Show the end of stderr" : "Show all of stderr";
-          if (!whole) pane.scrollTop = pane.scrollHeight;
-        } }, "Show all of stderr");
-      pane.before(this.stderrToggle);
-    }
-
-    settle(run) {
-      const resolve = this.resolve;
-      this.resolve = null;
-      if (resolve) resolve(run);
-    }
-
-    outputItem(output) {
-      const name = output.name;
-      const item = el("li", { class: "output", "data-kind": output.kind || "file", "data-name": name });
-      const line = el("div", { class: "output-line" });
-      line.append(output.url ? el("a", { href: output.url, download: "" }, name) : el("span", {}, `${name} (not kept)`),
-        el("span", { class: "muted" }, ` ${formatBytes(output.size)}`));
-      item.append(line);
-      if (output.kind === "table" && output.url) {
-        const box = el("div", { class: "output-preview", hidden: true });
-        const toggle = el("button", { type: "button", class: "preview-toggle", "aria-expanded": "false",
-          "aria-label": `preview ${name}` }, "Preview");
-        toggle.addEventListener("click", () => this.togglePreview(toggle, box, name));
-        line.append(" ", toggle);
-        item.append(box);
-      }
-      if (this.onOutputs && output.url) {
-        line.append(" ", el("button", { type: "button", class: "use-output", "aria-label": `use ${name} in the next cell`,
-          onclick: () => this.onOutputs(output) }, "Use in next cell"));
-      }
-      if (output.kind === "image" && output.inline_url) {
-        item.append(el("img", { class: "output-image", src: output.inline_url, alt: name, loading: "lazy" }));
-      }
-      return item;
-    }
-
-    async togglePreview(toggle, box, name) {
-      const open = toggle.getAttribute("aria-expanded") !== "true";
-      toggle.setAttribute("aria-expanded", String(open));
-      box.hidden = !open;
-      if (!open || box.dataset.loaded) return;
-      box.replaceChildren(el("p", { class: "muted" }, "loading…"));
-      try {
-        const preview = await api("GET", `/runs/${this.runId}/outputs/${pathPart(name)}/preview`);
-        box.replaceChildren(tableView(preview));
-        box.dataset.loaded = "1";
-      } catch (error) {
-        box.replaceChildren(el("p", { class: "error" }, `no preview: ${error.message}`));
+  async readLog(generation, totals) {
+    for (const stream of ["stdout", "stderr"]) {
+      const total = totals === Infinity ? Infinity : totals[stream];
+      while (this.offsets[stream] < total) {
+        const log = await api("GET", `/runs/${this.runId}/log?stream=${stream}&offset=${this.offsets[stream]}`);
+        if (generation !== this.generation || log.next_offset === this.offsets[stream]) break;
+        appendAnsi(stream === "stdout" ? this.out : this.err, log.data, this.ansi[stream]);
+        this.offsets[stream] = log.next_offset;
       }
     }
   }
 
-  return { api, el, pathPart, markdownNodes, showFieldError, clearFieldErrors, LIMITS, limitFields, limitValues,
-    egressRules, egressText, egressWords, formatBytes, formatSeconds, formatWhen, formatScore, tableView, displayNode,
-    RunView, describe, describeTimings };
-})();
+  gone() {
+    this.finished = true;
+    this.setActive(false);
+    this.setState("finished");
+    this.reason.textContent = "this run is no longer stored";
+    this.root.dataset.outcome = "gone";
+    this.settle({ outcome: null, reason: "this run is no longer stored" });
+  }
+
+  setState(state) {
+    const reached = STATES.indexOf(state);
+    for (const item of this.progress.children) {
+      item.classList.toggle("done", STATES.indexOf(item.dataset.state) <= reached);
+    }
+    this.root.dataset.state = state;
+  }
+
+  async finish(record) {
+    if (this.finished) return;
+    this.finished = true;
+    const generation = this.generation;
+    if (this.socket) this.socket.close();
+    let run = record;
+    try {
+      if (!run) run = await api("GET", `/runs/${this.runId}`);
+      await this.readLog(generation, { stdout: run.stdout_bytes, stderr: run.stderr_bytes });
+    } catch {
+      // No record yet: try again later. A record but a failed log read: the record is shown, with
+      // as much of the log as was read.
+      if (generation !== this.generation) return;
+      if (!run) { this.finished = false; setTimeout(() => this.resync(generation), this.retryMs); return; }
+    }
+    if (generation !== this.generation) return;
+    this.setActive(false);
+    this.setState("finished");
+    this.badge.textContent = run.outcome_text || run.outcome;
+    this.badge.title = run.outcome || "";
+    this.badge.className = `badge outcome-${run.outcome}`;
+    this.reason.textContent = run.reason;
+    this.figures.textContent = describe(run);
+    this.timings.textContent = describeTimings(run.timings);
+    this.outputs.replaceChildren(...run.outputs.map((output) => this.outputItem(output)));
+    this.displays.replaceChildren(...(run.displays || []).map(displayNode));
+    this.cellState.replaceChildren(...(run.cell ? cellStateLines(run) : []));
+    this.root.dataset.outcome = run.outcome;
+    this.refused.replaceChildren(...refusedItems(run.egress_record));
+    if (this.runPage) {
+      this.links.replaceChildren(el("a", { href: `/runs/${this.runId}/` }, "Run page"),
+        " (timeline, memory and CPU chart, network record)");
+    }
+    if (run.outcome !== "succeeded") this.showEndOfStderr();
+    this.settle(run);
+  }
+
+  // A failed run's point is at the end of its stderr (the exception under its traceback): the
+  // pane shows its end, and the whole of it is a click away.
+  showEndOfStderr() {
+    const pane = this.err;
+    if (!pane.textContent) return;
+    pane.scrollTop = pane.scrollHeight;
+    if (pane.scrollHeight <= pane.clientHeight || this.stderrToggle) return;
+    this.stderrToggle = el("button", { type: "button", class: "link stderr-toggle", "aria-expanded": "false",
+      onclick: () => {
+        const whole = pane.classList.toggle("whole");
+        this.stderrToggle.setAttribute("aria-expanded", String(whole));
+        this.stderrToggle.textContent = whole ? "Show the end of stderr" : "Show all of stderr";
+        if (!whole) pane.scrollTop = pane.scrollHeight;
+      } }, "Show all of stderr");
+    pane.before(this.stderrToggle);
+  }
+
+  settle(run) {
+    const resolve = this.resolve;
+    this.resolve = null;
+    if (resolve) resolve(run);
+  }
+
+  outputItem(output) {
+    const name = output.name;
+    const item = el("li", { class: "output", "data-kind": output.kind || "file", "data-name": name });
+    const line = el("div", { class: "output-line" });
+    line.append(output.url ? el("a", { href: output.url, download: "" }, name) : el("span", {}, `${name} (not kept)`),
+      el("span", { class: "muted" }, ` ${formatBytes(output.size)}`));
+    item.append(line);
+    if (output.kind === "table" && output.url) {
+      const box = el("div", { class: "output-preview", hidden: true });
+      const toggle = el("button", { type: "button", class: "preview-toggle", "aria-expanded": "false",
+        "aria-label": `preview ${name}` }, "Preview");
+      toggle.addEventListener("click", () => this.togglePreview(toggle, box, name));
+      line.append(" ", toggle);
+      item.append(box);
+    }
+    if (this.onOutputs && output.url) {
+      line.append(" ", el("button", { type: "button", class: "use-output", "aria-label": `use ${name} in the next cell`,
+        onclick: () => this.onOutputs(output) }, "Use in next cell"));
+    }
+    if (output.kind === "image" && output.inline_url) {
+      item.append(el("img", { class: "output-image", src: output.inline_url, alt: name, loading: "lazy" }));
+    }
+    return item;
+  }
+
+  async togglePreview(toggle, box, name) {
+    const open = toggle.getAttribute("aria-expanded") !== "true";
+    toggle.setAttribute("aria-expanded", String(open));
+    box.hidden = !open;
+    if (!open || box.dataset.loaded) return;
+    box.replaceChildren(el("p", { class: "muted" }, "loading…"));
+    try {
+      const preview = await api("GET", `/runs/${this.runId}/outputs/${pathPart(name)}/preview`);
+      box.replaceChildren(tableView(preview));
+      box.dataset.loaded = "1";
+    } catch (error) {
+      box.replaceChildren(el("p", { class: "error" }, `no preview: ${error.message}`));
+    }
+  }
+}

@@ -42,13 +42,8 @@ def _when_ready(supervisor: Supervisor, spec: RunSpec, timeout_s: float = 60.0) 
     pool = ReadyPool.here(supervisor)
     cls, why = ready_class(spec, supervisor.images.resolve(spec.image_name), supervisor.engines["namespace"])
     assert cls is not None, why
-    deadline = time.monotonic() + timeout_s
-    with pool.changed:
-        pool._want(cls)
-        while cls not in pool.idle:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"no ready sandbox of {cls.label}: {pool.status()}")
-            pool.changed.wait(0.5)
+    if pool.wait_ready(cls, timeout_s) is None:
+        raise RuntimeError(f"no ready sandbox of {cls.label}: {pool.status()}")
 
 
 def _in_process(ready: Supervisor, cold: Supervisor) -> list[Row]:

@@ -40,8 +40,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner.cgroups import CgroupLayout, RunCgroup, run_names
 from runner.config import PROJECT_ROOT
+from runner.host.cgroups import CgroupLayout, RunCgroup, run_names
 from tests.conftest import free_port, web_server_argv
 
 PY = sys.executable

@@ -17,7 +17,7 @@ class UserFactory(factory.django.DjangoModelFactory):  # type: ignore[type-arg]
 
 def stored_logs(run_id: Any, **streams: bytes) -> None:
     """A finished run's log as its worker leaves it: each stream appended, then stored for good."""
-    from playground.services.logs import log_append, log_release, log_store
+    from playground.logs import log_append, log_release, log_store
 
     for stream, data in streams.items():
         log_append(run_id=run_id, stream=stream, offset=0, data=data)

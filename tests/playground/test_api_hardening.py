@@ -225,7 +225,7 @@ def test_a_queued_run_a_live_host_serves_waits_as_long_as_it_must(redis_server: 
 
 def test_a_log_read_far_past_the_end_is_empty_not_a_server_error(redis_server: Any) -> None:
     """Found by the fuzz: a seek to 2**48 is refused (EINVAL) on ext4, whose files end at 16 TiB."""
-    from playground.services.logs import log_append
+    from playground.logs import log_append
 
     client = api(UserFactory())
     run = client.post("/api/runs", json.dumps({"runtime": "python", "code": "1"}), content_type="application/json")

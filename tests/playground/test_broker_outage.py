@@ -50,3 +50,12 @@ def test_a_run_submitted_while_the_broker_is_down_starts_once_it_is_back(
         assert run.started_at is not None
     finally:
         worker.stop()
+
+
+def test_the_task_a_run_is_sent_as_is_the_one_the_worker_registers() -> None:
+    """dispatch sends a run's task by name (it does not import the tasks): that name is the task's."""
+    from playground.celery import app
+    from playground.services.dispatch import EXECUTE_RUN
+    from playground.tasks import execute_run
+
+    assert execute_run.name == EXECUTE_RUN and EXECUTE_RUN in app.tasks

@@ -14,10 +14,10 @@ import pytest
 from nbformat import v4
 
 from playground import ipynb, markdown, previews
+from playground.errors import ServiceError
 from playground.ipynb import cells_from_ipynb, cells_from_script, ipynb_from_cells
 from playground.markdown import render_markdown
 from playground.previews import image_content_type, is_tabular_name, output_kind, table_preview
-from playground.services.errors import ServiceError
 
 
 def preview(data: bytes | str, name: str, **kwargs):

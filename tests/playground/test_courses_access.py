@@ -41,7 +41,7 @@ from playground.models import (
 from playground.models import TestStatus as ResultStatus
 from playground.services import courses as course_services
 from playground.services import datasets as dataset_services
-from playground.services import grading
+from playground.services import grading, grading_results
 from tests.playground.conftest import api, json_error, session_cookie
 from tests.playground.factories import stored_logs
 
@@ -113,7 +113,7 @@ def grade(submission: Submission) -> None:
         stored_logs(run.id, stdout=b"wrong\n")
         changes: dict[str, Any] = {"run": run, "outcome": "succeeded", "exit_code": 0, "tries": 1,
                                    "status": ResultStatus.FAILED, "score": 0.0, "finished_at": timezone.now(),
-                                   "detail": grading.WRONG_OUTPUT}  # fmt: skip
+                                   "detail": grading_results.WRONG_OUTPUT}  # fmt: skip
         if spec["check_code"]:
             check = finished_run(
                 owner=submission.student, course=course, kind=RunKind.CHECK, code=spec["check_code"],
@@ -346,8 +346,7 @@ def test_access_matrix(world: World, method: str, path: str, body: Any, role: st
 
 def test_the_matrix_covers_every_classroom_operation() -> None:
     """A new operation of the classroom router needs its row here."""
-    import_module("playground.api")  # first: it mounts the classroom router (imported alone, that is circular)
-    router = import_module("playground.api_courses").router
+    router = import_module("playground.api.courses").router
 
     covered = {(m, "/" + p.split("/", 2)[2].split("?")[0]) for m, p, _, _ in MATRIX if p.startswith("/api/")}
     placeholders = {"{course}": "{course_id}", "{assignment}": "{assignment_id}", "{submission}": "{submission_id}",
@@ -607,7 +606,7 @@ def test_no_response_to_a_student_holds_a_hidden_test_before_or_after_grading(wo
 
 def test_a_hidden_test_says_failed_not_how_it_failed(world: World) -> None:
     TestResult.objects.filter(submission_id=world.ids["submission"], name__in=["hidden", "visible"]).update(
-        status="memory_limit", detail=grading.result_words("memory_limit")
+        status="memory_limit", detail=grading_results.result_words("memory_limit")
     )
     as_student = _tests_by_name(world.get_json("student", "/api/submissions/{submission}")["tests"])
     assert as_student["hidden"]["status"] == "failed" and as_student["visible"]["status"] == "memory_limit"

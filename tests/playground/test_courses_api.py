@@ -22,7 +22,7 @@ from django.utils import timezone
 from playground.matching import normalise
 from playground.models import CourseInvitation, Membership, Submission, SubmissionState
 from playground.services.courses import JOIN_ALPHABET
-from playground.services.grading import Verdict, compare
+from playground.services.grading_compare import Verdict, compare
 from tests.playground.conftest import api, json_error
 
 pytestmark = pytest.mark.django_db

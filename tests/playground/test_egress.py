@@ -17,9 +17,9 @@ import pytest
 from django.test import Client, override_settings
 
 from playground.models import Run, RunEvent, RunState, Submission, TestResult
-from playground.services import execution, grading
+from playground.services import execution, grading_queue, grading_results
 from playground.services import runs as run_services
-from runner.egress import Policy
+from runner.egress.policy import Policy
 from runner.spec import Outcome, RunResult
 from tests.conftest import PYTHON, child_env
 from tests.playground.conftest import api, json_error
@@ -265,13 +265,13 @@ def test_a_test_run_has_the_assignments_policy_and_a_lowered_ceiling_is_not_the_
     course, assignment, student = _enrolled(instructor)
     first = post(api(student), f"/api/assignments/{assignment['id']}/submissions", {"code": "print(1)"})
     assert first.status_code == 201, first.content
-    grading.pump()
+    grading_queue.pump()
     [result] = TestResult.objects.filter(submission_id=first.json()["id"])
     assert result.run is not None and result.run.egress == ["api.example.org:443"]
 
     post(instructor, f"/api/courses/{course['id']}", {"egress_ceiling": []}, "PATCH")
     second = post(api(student), f"/api/assignments/{assignment['id']}/submissions", {"code": "print(2)"})
-    grading.pump()
+    grading_queue.pump()
     [result] = TestResult.objects.filter(submission_id=second.json()["id"])
     assert result.run is None and result.status == "not_graded"
     assert "outside this course's ceiling" in result.detail
@@ -280,7 +280,7 @@ def test_a_test_run_has_the_assignments_policy_and_a_lowered_ceiling_is_not_the_
 
 
 def test_an_egress_limit_reads_as_a_failure_in_plain_words() -> None:
-    assert grading.result_words(Outcome.EGRESS_LIMIT.value).startswith("failed: the program sent, received")
+    assert grading_results.result_words(Outcome.EGRESS_LIMIT.value).startswith("failed: the program sent, received")
 
 
 # --- the record, stored and shown ---------------------------------------------------------------

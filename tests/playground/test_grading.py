@@ -178,7 +178,7 @@ def test_a_sandbox_error_is_retried_not_charged_and_the_student_is_told(settings
 def test_a_sandbox_error_of_a_grading_run_is_run_again_by_the_grader() -> None:
     """A grading run that ends in sandbox_error (here: finished so by hand, as the reaper does a
     lost worker's) goes back to the queue and is graded on its next try, uncharged until then."""
-    from playground.services import grading
+    from playground.services import grading_settle
     from playground.services.runs import record_event
 
     instructor = api(UserFactory())
@@ -194,7 +194,7 @@ def test_a_sandbox_error_of_a_grading_run_is_run_again_by_the_grader() -> None:
     assert result.run is not None
     Run.objects.filter(id=result.run.id).update(state="finished", outcome="sandbox_error", error_code="lost_worker")
     record_event(run=result.run, state="finished", detail={"outcome": "sandbox_error"})
-    grading.settle()
+    grading_settle.settle()
     submission = Submission.objects.get(id=submitted["id"])
     assert submission.charged is None and "does not count against you" in submission.note
     graded = wait_graded(student, submitted["id"])
@@ -252,10 +252,11 @@ def test_grading_slots_go_round_robin_per_student_in_the_order_they_came(
     """No worker: the queue's own order. A student with five submissions made first gets one test
     run per turn, like the two who came after them; nobody waits behind more than one of theirs."""
     from playground.models import Assignment, Course, Membership
-    from playground.services import grading
+    from playground.services import grading, grading_queue
+    from playground.services import runs as run_services
 
     # The runs are made and left queued: a worker an earlier test left alive must not take them.
-    monkeypatch.setattr(grading, "enqueue", lambda run: None)
+    monkeypatch.setattr(run_services, "enqueue", lambda run: None)
 
     settings.CORDON_GRADING_SLOTS = 0  # everyone submits first (as during a busy spell)
     course = Course.objects.create(title="c", allowed_runtimes=["python"])
@@ -272,7 +273,7 @@ def test_grading_slots_go_round_robin_per_student_in_the_order_they_came(
         grading.submission_create(user=user, assignment=assignment, code=DOUBLE)
     assert not Run.objects.exists()
     settings.CORDON_GRADING_SLOTS = 100
-    assert grading.pump() == 21
+    assert grading_queue.pump() == 21
     runs = list(Run.objects.filter(kind=RunKind.TEST).order_by("created_at", "id").select_related("owner"))
     order = [{flooder.pk: "F", first.pk: "A", second.pk: "B"}[run.owner_id] for run in runs]
     assert "".join(order[:9]) == "FBAFBAFBA", order  # one test run per turn, in the order they came
@@ -286,9 +287,9 @@ def test_a_regrade_the_grader_cannot_run_keeps_the_attempt_counted_and_says_so(
     redis_server: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A graded attempt stays counted when its regrade fails for the infrastructure's reasons."""
+    from playground.errors import ServiceError
     from playground.models import Assignment, Course, Membership, SubmissionState
-    from playground.services import grading
-    from playground.services.errors import ServiceError
+    from playground.services import grading, grading_queue
 
     course = Course.objects.create(title="c", allowed_runtimes=["python"])
     assignment = Assignment.objects.create(course=course, title="a", runtime="python")
@@ -301,7 +302,7 @@ def test_a_regrade_the_grader_cannot_run_keeps_the_attempt_counted_and_says_so(
     def no_host(engine: str) -> str:  # as dispatch answers when no live host serves the engine
         raise ServiceError("engine_unavailable", "no live worker host serves the smolvm engine", status=503)
 
-    monkeypatch.setattr(grading, "choose_queue", no_host)
+    monkeypatch.setattr(grading_queue, "choose_queue", no_host)
     assert grading.regrade(assignment=assignment) == 1
     graded.refresh_from_db()
     assert graded.state == SubmissionState.NOT_GRADED and graded.charged is True and graded.score is None

@@ -57,7 +57,7 @@ def test_a_deeply_nested_pattern_is_no_500_and_matches_as_written() -> None:
     response = instructor.post(f"/api/courses/{new_course(instructor)}/assignments",
                                json.dumps(assignment_body(tests)), content_type="application/json")  # fmt: skip
     assert response.status_code == 201, response.content
-    from playground.services.grading import compare
+    from playground.services.grading_compare import compare
 
     assert compare("a\n", nested, "regex").passed and compare("b", nested, "regex").status == "failed"
 
@@ -121,13 +121,13 @@ def test_a_result_that_cannot_be_settled_is_not_graded_alone_and_other_courses_a
 
 def test_the_host_loop_sweeps_when_its_reaper_fails_and_does_no_grading(monkeypatch: pytest.MonkeyPatch) -> None:
     from playground import celery
-    from playground.services import grading, hosts, runs
+    from playground.services import grading_settle, hosts, runs
 
     swept: list[bool] = []
     monkeypatch.setattr(celery, "_register", lambda **_: None)
     monkeypatch.setattr(hosts, "host_beat", lambda **_: None)
     monkeypatch.setattr(runs, "reap", lambda: 1 / 0)
-    monkeypatch.setattr(grading, "settle", lambda **_: pytest.fail("grading in the host loop"))
+    monkeypatch.setattr(grading_settle, "settle", lambda **_: pytest.fail("grading in the host loop"))
     monkeypatch.setattr(hosts, "host_sweep", lambda: swept.append(True))
     celery.HostLoop(nodename="w@here", queues=["namespace"]).tick(time.monotonic())
     assert swept == [True]

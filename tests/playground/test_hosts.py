@@ -21,10 +21,11 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 from django.utils import timezone
 
+from playground import logs
 from playground.models import Run, RunState, WorkerHost
 from playground.selectors.hosts import live_engines
 from playground.services import datasets as dataset_services
-from playground.services import execution, logs, runs
+from playground.services import execution, runs
 from playground.services.hosts import hosts_drain, worker_debris_sweep
 from tests.playground.conftest import Worker, api
 from tests.playground.factories import UserFactory

@@ -19,9 +19,9 @@ from channels.testing import WebsocketCommunicator
 
 from playground.asgi import application
 from playground.live import LiveMessage, LivePublisher
+from playground.logs import spool_path
 from playground.models import Run, RunState
 from playground.services.execution import RunEvents
-from playground.services.logs import spool_path
 from runner.config import PROJECT_ROOT
 from tests.conftest import free_port
 from tests.playground.conftest import RedisServer, session_cookie
@@ -254,16 +254,28 @@ async def test_two_hundred_sockets_closing_together_leave_no_group_members_and_u
 @pytest.mark.browser
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (make test installs it)")
 def test_the_page_drops_the_bytes_a_message_repeats_not_as_many_characters() -> None:
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import Route, sync_playwright
+
+    # cordon.js is an ES module that imports its neighbours by URL: a made-up origin serves the page
+    # and static/js, as the site serves them.
+    def serve(route: Route) -> None:
+        path = route.request.url.removeprefix("http://cordon.test")
+        if path == "/":
+            route.fulfill(body='<div id="run"></div>', content_type="text/html")
+        elif path.startswith("/static/js/"):
+            route.fulfill(path=PROJECT_ROOT / "static" / "js" / path.removeprefix("/static/js/"))
+        else:
+            route.fulfill(status=404)
 
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
         page = browser.new_page()
-        page.set_content('<div id="run"></div>')
-        page.add_script_tag(path=str(PROJECT_ROOT / "static" / "js" / "cordon.js"))
+        page.route("http://cordon.test/**", serve)
+        page.goto("http://cordon.test/")
         shown = page.evaluate(
-            """() => {
-                const view = new Cordon.RunView(document.getElementById("run"));
+            """async () => {
+                const { RunView } = await import("/static/js/cordon.js");
+                const view = new RunView(document.getElementById("run"));
                 view.offsets = { stdout: 0, stderr: 0 };
                 view.ansi = { stdout: { fg: null, bold: false }, stderr: { fg: null, bold: false } };
                 const chunk = (offset, data) => view.chunk(

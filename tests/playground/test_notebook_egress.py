@@ -10,7 +10,7 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
 from playground.models import Notebook, Run
-from runner.egress import Policy
+from runner.egress.policy import Policy
 from tests.playground.conftest import api, json_error
 from tests.playground.factories import UserFactory
 from tests.playground.test_notebooks import code_cell, create, save

@@ -243,6 +243,8 @@ def test_clear_waits_for_the_run_and_a_deleted_notebook_is_a_404_not_a_500(redis
     assert client.post(f"{url}/cells/c1/run").status_code == 201  # queued: no worker here
     error = json_error(client.post(f"{url}/cells/c1/clear"), 409)
     assert error["code"] == "run_active" and "stop it first" in error["message"]
+    documented = client.get("/api/openapi.json").json()["paths"]["/api/notebooks/{notebook_id}/cells/{cell_id}/clear"]
+    assert "409" in documented["post"]["responses"]  # the fuzzer's stateful phase found it missing
     Run.objects.update(state="finished", outcome="cancelled")
     assert client.post(f"{url}/cells/c1/clear").json()["cells"][0]["last_run_id"] is None
 

@@ -12,7 +12,7 @@ from django.test import Client
 
 import playground.urls  # noqa: F401  (it adds the classroom's router to the API)
 from playground.api import api as ninja_api
-from runner.egress import Policy
+from runner.egress.policy import Policy
 from runner.spec import Limits
 
 pytestmark = pytest.mark.django_db

@@ -13,11 +13,12 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import override_settings
 from django.utils import timezone
 
+from playground import logs
+from playground.errors import ServiceError
 from playground.models import CleanupCheck, Dataset, Run, RunCell, RunState
 from playground.services import datasets as dataset_services
-from playground.services import logs, retention
+from playground.services import retention
 from playground.services import runs as run_services
-from playground.services.errors import ServiceError
 from tests.playground.factories import UserFactory
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis]

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from runner.cgroups import CgroupLayout
 from runner.doctor import ready_checks
+from runner.host.cgroups import CgroupLayout
 from runner.ready import PREFIX, ReadySettings
 from runner.supervisor import Supervisor
 from tests.playground.conftest import Worker, api

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from runner.admission import Admission, Capacity
 from runner.config import paths_from_env
+from runner.host.admission import Admission, Capacity
 from runner.supervisor import Supervisor
 from tests.runner.egress_net import EgressTestHost, can_make_test_host, running_test_host
 from tests.runner.test_hostile import engines_here

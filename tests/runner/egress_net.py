@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runner.config import PROJECT_ROOT
-from runner.egress import StaticResolver
+from runner.egress.proxy import StaticResolver
 
 TEST_NET = ipaddress.ip_network("198.18.7.0/30")  # benchmark range: the test treats it as public
 HOST_SIDE, TEST_HOST = "198.18.7.1", "198.18.7.2"

@@ -1,4 +1,4 @@
-"""A stand-in for runner.engines.smolvm_child that boots nothing, for testing the engine's
+"""A stand-in for runner.engines.smolvm.child that boots nothing, for testing the engine's
 plumbing on hosts without a bootable KVM: it prints, as the guest would, forged control
 messages on stdout and stderr, and reports the real facts on the control descriptor.
 
@@ -6,7 +6,9 @@ As a base's keeper (`--keep CONFIG`) it does what the real keeper does around th
 base's cgroup, takes the base's lock, holds the base's memory in the admission ledger, records
 the base frozen (or failed, FAKE_KEEPER_MODE=fail) and stays until it is killed. With a base in
 its config a run's child holds the base's lock shared, as the real one does, and reports a
-branch (or, FAKE_CHILD_MODE=branch_fail, a failed branch and a cold boot)."""
+branch (or, FAKE_CHILD_MODE=branch_fail, a failed branch and a cold boot). Given a hand-over
+socket (a ready branch) it says it is ready, takes its run's program as the real one does, and
+answers that the refresh went well (or, FAKE_CHILD_MODE=refresh_fail, that it failed)."""
 
 import dataclasses
 import fcntl
@@ -17,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from runner.engines.smolvm_protocol import (
+from runner.engines.smolvm.protocol import (
     BaseConfig,
     ChildConfig,
     Deleted,
@@ -54,7 +56,13 @@ def main(config_path: str) -> int:
     if mode == "boot_error":
         say(Error(phase="boot", code="boot_failed", message="no boot progress for 30 seconds", retryable=True))
         return 3
-    say(start(config, mode))
+    ready = start(config, mode)
+    if config.ready_fd is not None:
+        handed = take_run(config, mode)
+        if handed is None:
+            return 0
+        config = handed
+    say(ready)
     if mode in ("sparse_output", "dense_output"):
         say(Exit(exit_code=write_oversize_output(Path(config.output_dir), sparse=mode == "sparse_output")))
         return 0
@@ -83,6 +91,23 @@ def main(config_path: str) -> int:
     return 0
 
 
+def take_run(config: ChildConfig, mode: str) -> ChildConfig | None:
+    """A ready branch's hand-over (runner.engines.smolvm.child.take_run), nothing refreshed."""
+    import socket
+
+    end = socket.socket(fileno=config.ready_fd)
+    end.send(json.dumps({"ready": True}).encode())
+    message = end.recv(4 << 20)
+    if not message:
+        return None
+    if mode == "refresh_fail":
+        end.send(json.dumps({"problem": "refresh exited 1: fake"}).encode())
+        return None
+    end.send(json.dumps({"handed": True}).encode())
+    order = json.loads(message)
+    return dataclasses.replace(config, argv=order["argv"], env=order["env"], exec_timeout_s=order["exec_timeout_s"])
+
+
 def start(config: ChildConfig, mode: str) -> Ready:
     """How the VM came to be: a branch of the given base (its lock held shared), or cold."""
     if not config.base or not config.base_lock:
@@ -104,8 +129,8 @@ def keep(config_path: str) -> int:
     folder = Path(config.folder)
     lock = os.open(folder / "lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    from runner.admission import Admission, Capacity
-    from runner.engines.smolvm_bases import Bases
+    from runner.engines.smolvm.bases import Bases
+    from runner.host.admission import Admission, Capacity
 
     bases = Bases(folder.parent)
     while (record := bases.read(config.name)) is None or record.keeper_pid != os.getpid():

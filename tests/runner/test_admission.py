@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.admission import NO_SLOT, Admission, Capacity
+from runner.host.admission import NO_SLOT, Admission, Capacity
 from runner.spec import Outcome, RunnerError
 
 
@@ -51,8 +51,10 @@ def test_a_dead_processs_reservation_is_reclaimed(tmp_path: Path) -> None:
     admission = Admission(tmp_path, Capacity(slots=1, memory_mib=1000, cpus=4, wait_s=0))
     with pytest.raises(RunnerError):
         admission.acquire("mine", memory_mib=1, cpus=1)  # the other process holds the only slot
+    assert [e.run_id for e in admission.peek()] == ["held"]
     holder.kill()
     holder.join()
+    assert admission.peek() == []  # advice without the lock leaves the dead out too (runner.ready asks it)
     assert admission.acquire("mine", memory_mib=1, cpus=1).slot == 0
 
 

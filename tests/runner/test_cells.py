@@ -16,7 +16,7 @@ import pytest
 from runner.cells import MANIFEST_FILE, SESSION_DIR, STATE_FILE
 from runner.spec import Limits, Outcome, RunResult, RunSpec
 from runner.supervisor import Supervisor
-from tests.runner.test_hostile import assert_nothing_left
+from tests.runner.test_hostile import assert_nothing_left, retrying
 
 pytestmark = pytest.mark.images
 
@@ -85,7 +85,6 @@ class Cells:
         self.count += 1
         folder = self.tmp / f"cell-{self.count}"
         (folder / "inputs").mkdir(parents=True)
-        (folder / "out").mkdir()
         staged = []
         for name, text in (inputs or {}).items():
             (folder / "inputs" / name).write_text(text)
@@ -98,9 +97,14 @@ class Cells:
             runtime="python", script=script.encode(), inputs=tuple(staged), engine=self.engine, args=args,
             cell=True, state=state, limits=replace(Limits(wall_timeout_s=budget, cpu_time_s=budget), **limits),
         )  # fmt: skip
-        result = self.supervisor.run(spec, output_dir=folder / "out")
+
+        def attempt(n: int) -> RunResult:
+            (folder / f"out-{n}").mkdir()
+            return self.supervisor.run(spec, output_dir=folder / f"out-{n}")
+
+        result, retried = retrying(self.supervisor, attempt)
         assert_nothing_left(self.supervisor, result)
-        return Cell(result, folder / "out")
+        return Cell(result, folder / f"out-{len(retried)}")
 
 
 @pytest.fixture

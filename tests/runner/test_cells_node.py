@@ -15,7 +15,7 @@ from runner.cells import MANIFEST_FILE, SESSION_DIR, STATE_FILE
 from runner.spec import Limits, Outcome, RunResult, RunSpec
 from runner.supervisor import Supervisor
 from tests.runner.test_cells import budget_s
-from tests.runner.test_hostile import assert_nothing_left
+from tests.runner.test_hostile import assert_nothing_left, retrying
 
 pytestmark = pytest.mark.images
 
@@ -61,9 +61,8 @@ class Cells:
             state = after.state
         self.runs += 1
         run_dir = self.tmp / f"run-{self.runs}"
-        exported, staged = run_dir / "exported", run_dir / "inputs"
-        exported.mkdir(parents=True)
-        staged.mkdir()
+        staged = run_dir / "inputs"
+        staged.mkdir(parents=True)
         for name, text in (inputs or {}).items():
             (staged / name).write_text(text)
         budget = budget_s(self.engine)
@@ -72,9 +71,15 @@ class Cells:
             inputs=tuple(staged / name for name in inputs or {}),
             limits=replace(Limits(wall_timeout_s=budget, cpu_time_s=budget), **limits),
         )  # fmt: skip
-        result = self.supervisor.run(spec, output_dir=exported)
+
+        def attempt(n: int) -> RunResult:
+            exported = run_dir / f"exported-{n}"
+            exported.mkdir()
+            return self.supervisor.run(spec, output_dir=exported)
+
+        result, retried = retrying(self.supervisor, attempt)
         assert_nothing_left(self.supervisor, result)
-        return Cell(result, exported)
+        return Cell(result, run_dir / f"exported-{len(retried)}")
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.cgroups import CgroupLayout, RunCgroup
+from runner.host.cgroups import CgroupLayout, RunCgroup
 from runner.spec import BACKGROUND_CPU_WEIGHT
 
 

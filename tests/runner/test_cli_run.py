@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from runner import hostfs
-from runner.cgroups import CgroupLayout
 from runner.config import paths_from_env
+from runner.host import hostfs
+from runner.host.cgroups import CgroupLayout
 from runner.images import read_lock
 from runner.supervisor import SupervisorSettings
 from tests.conftest import child_env

@@ -1,4 +1,4 @@
-"""The egress proxy (runner/egress.py): its policy, which addresses it refuses, and the proxy itself
+"""The egress proxy (runner/egress/proxy.py): its policy, which addresses it refuses, and the proxy itself
 against a test host of the test's own, in a network namespace the test makes (198.18.7.2, reached
 over a veth pair). No traffic goes anywhere else: forbidden addresses come from a test resolver,
 and are refused before any connection is made."""
@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.egress import Caps, EgressProxy, Policy, PolicyError, Resolver, Rule, StaticResolver, refusal
+from runner.egress.policy import Policy, PolicyError, Rule
+from runner.egress.proxy import MAX_HEAD_BYTES, Caps, EgressProxy, Resolver, StaticResolver, refusal
 from tests.runner.egress_net import HOST_SIDE, RESOLVER, TEST_HOST, TEST_NET, EgressTestHost
 
 
@@ -260,8 +261,8 @@ print(json.dumps(out))
 def test_a_run_namespace_reaches_the_proxy_and_has_no_other_path(test_host: EgressTestHost) -> None:
     import json
 
-    from runner import netns
-    from runner.spawner import join_netns
+    from runner.host import netns
+    from runner.host.spawner import join_netns
 
     space = netns.create()
     egress = EgressProxy(
@@ -292,9 +293,9 @@ def test_a_run_namespace_reaches_the_proxy_and_has_no_other_path(test_host: Egre
 def test_the_record_keeps_the_first_attempts_and_counts_every_one(
     proxy: tuple[EgressProxy, str, list[str]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import runner.egress
+    import runner.egress.proxy
 
-    monkeypatch.setattr(runner.egress, "ATTEMPTS_KEPT", 3)
+    monkeypatch.setattr(runner.egress.proxy, "ATTEMPTS_KEPT", 3)
     egress, url, _ = proxy
     statuses = [_get(url, f"http://other.test:8080/{n}")[0] for n in range(5)] + [
         _get(url, "http://allowed.test:8080/hello")[0]
@@ -426,9 +427,9 @@ def test_the_connections_cap_is_checked_before_a_lookup_and_lookups_run_one_at_a
 def test_a_client_that_sends_no_request_is_closed_and_recorded_as_refused(
     upstream: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import runner.egress
+    import runner.egress.proxy
 
-    monkeypatch.setattr(runner.egress, "HEAD_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(runner.egress.proxy, "HEAD_TIMEOUT_S", 0.5)
     egress, proxy = _bounded_proxy([f"a.up.test:{upstream}"], CountingResolver(), [])
     try:
         started = time.monotonic()
@@ -490,3 +491,167 @@ def test_a_request_that_is_not_a_proxy_request_is_refused_and_recorded(request_l
     [attempt] = egress.record()
     assert not attempt["allowed"] and attempt["host"] == "" and "CONNECT host:port" in attempt["reason"]
     assert egress.refused == 1 and resolver.asked == []
+
+
+# --- request heads, parsed by h11: what is refused, and what follows a head -------------------
+# PORT in a request stands for the port of the test's own destination on loopback (`origin`), which
+# the policy allows: a well-formed request would reach it.
+
+
+@pytest.fixture
+def origin() -> Iterator[socket.socket]:
+    """A listener on loopback standing for a destination: a test accepts what the proxy sent it,
+    or finds that nothing came."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        listener.settimeout(5)
+        yield listener
+
+
+def _at(origin: socket.socket, *requests: bytes) -> list[bytes]:
+    port = str(origin.getsockname()[1]).encode()
+    return [request.replace(b"PORT", port) for request in requests]
+
+
+@pytest.mark.parametrize(
+    ("head", "status", "why"),
+    [
+        pytest.param(
+            b"GET http://a.up.test:PORT/ HTTP/1.1\r\nHost: a.up.test\r\nX-Folded: one\r\n two\r\n\r\n",
+            400,
+            "obs-fold",
+            id="a header folded onto the next line",
+        ),
+        pytest.param(
+            b"GET http://a.up.test:PORT/ HTTP/1.1\r\nHost: a.up.test\r\nHost: elsewhere.test\r\n\r\n",
+            400,
+            "multiple Host",
+            id="a duplicate Host",
+        ),
+        pytest.param(
+            b"POST http://a.up.test:PORT/ HTTP/1.1\r\nHost: a.up.test\r\n"
+            b"Content-Length: 1\r\nContent-Length: 2\r\n\r\nx",
+            400,
+            "conflicting Content-Length",
+            id="conflicting Content-Length",
+        ),
+        pytest.param(
+            b"GET http://user:pass@a.up.test:PORT/ HTTP/1.1\r\nHost: a.up.test\r\n\r\n",
+            400,
+            "CONNECT host:port",
+            id="userinfo in an absolute URL",
+        ),
+        pytest.param(
+            b"CONNECT user@a.up.test:PORT HTTP/1.1\r\n\r\n", 400, "CONNECT host:port", id="userinfo in CONNECT"
+        ),
+        pytest.param(
+            b"GET http://a.up.test:PORT/ HTTP/1.1\nHost: a.up.test\n\n", 400, "bare LF", id="bare LF line endings"
+        ),
+        pytest.param(
+            b"GET http://a.up.test:PORT/ HTTP/1.1\r\nHost: a.up.test\nX-After: y\r\n\r\n",
+            400,
+            "bare LF",
+            id="one bare LF among CRLFs",
+        ),
+        pytest.param(
+            b"GET http://a.up.test:PORT/ HTTP/1.1\r\nX-Long: " + b"x" * MAX_HEAD_BYTES + b"\r\n\r\n",
+            431,
+            "too large",
+            id="a line longer than a head may be",
+        ),
+        pytest.param(
+            b"GET http://a.up.test:PORT/ HTTP/1.1\r\n" + b"X-Many: y\r\n" * (MAX_HEAD_BYTES // 11 + 1) + b"\r\n",
+            431,
+            "too large",
+            id="a head longer than it may be",
+        ),
+        pytest.param(
+            b"G3T http://a.up.test:PORT/ HTTP/1.1\r\nHost: a.up.test\r\n\r\n",
+            400,
+            "CONNECT host:port",
+            id="a method with a digit",
+        ),
+        pytest.param(
+            b"GE(T http://a.up.test:PORT/ HTTP/1.1\r\nHost: a.up.test\r\n\r\n",
+            400,
+            "illegal request line",
+            id="a method with a bracket",
+        ),
+        pytest.param(
+            b"GET  http://a.up.test:PORT/ HTTP/1.1\r\nHost: a.up.test\r\n\r\n",
+            400,
+            "illegal request line",
+            id="two spaces in the request line",
+        ),
+        pytest.param(
+            b"GET http://a.up.test:PORT/ HTTP/1.1 \r\nHost: a.up.test\r\n\r\n",
+            400,
+            "illegal request line",
+            id="a space after the version",
+        ),
+        pytest.param(b"GET http://a.up.test:PORT/ HTTP/2.0\r\nHost: a.up.test\r\n\r\n", 400, "HTTP/2.0", id="HTTP/2.0"),
+    ],
+)
+def test_a_malformed_request_head_is_refused_recorded_and_reaches_no_one(
+    head: bytes, status: int, why: str, origin: socket.socket
+) -> None:
+    resolver = CountingResolver()
+    egress, proxy = _bounded_proxy([f"a.up.test:{origin.getsockname()[1]}"], resolver, [])
+    try:
+        [request] = _at(origin, head)
+        answer = _ask(proxy, request)
+    finally:
+        egress.close()
+    assert answer.startswith(f"HTTP/1.1 {status} ".encode()) and b"\r\nX-Cordon-Egress: refused\r\n" in answer, answer
+    [attempt] = egress.record()
+    assert (attempt["allowed"], attempt["host"], attempt["address"]) == (False, "", "")
+    assert why in attempt["reason"], attempt["reason"]
+    assert egress.refused == 1 and egress.connections == 0 and resolver.asked == []
+    origin.settimeout(0.3)
+    with pytest.raises(TimeoutError):
+        origin.accept()  # nothing came to the destination the request named
+
+
+@pytest.mark.parametrize(
+    ("sent", "arrives"),
+    [
+        pytest.param(
+            b"POST http://a.up.test:PORT/submit?x=1 HTTP/1.1\r\nHost: elsewhere.test\r\n"
+            b"Proxy-Connection: keep-alive\r\nProxy-Authorization: Basic eDp5\r\nX-Kept: As Sent\r\n"
+            b"Content-Length: 5\r\n\r\nhello",
+            b"POST /submit?x=1 HTTP/1.1\r\nHost: a.up.test:PORT\r\nX-Kept: As Sent\r\nContent-Length: 5\r\n"
+            b"Connection: close\r\n\r\nhello",
+            id="a body; the checked Host, not the client's; no hop-by-hop headers",
+        ),
+        pytest.param(
+            b"GET http://a.up.test:PORT/ HTTP/1.1\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: a.up.test:PORT\r\nConnection: close\r\n\r\n",
+            id="an HTTP/1.1 head without Host",
+        ),
+        pytest.param(
+            b"CONNECT a.up.test:PORT HTTP/1.1\r\n\r\n\x16\x03\x01 a tunnel's first bytes",
+            b"\x16\x03\x01 a tunnel's first bytes",
+            id="a tunnel's first bytes, sent with its head",
+        ),
+    ],
+)
+def test_a_request_reaches_its_destination_with_what_followed_its_head(
+    sent: bytes, arrives: bytes, origin: socket.socket
+) -> None:
+    sent, arrives = _at(origin, sent, arrives)
+    egress, proxy = _bounded_proxy([f"a.up.test:{origin.getsockname()[1]}"], CountingResolver(), [])
+    try:
+        with socket.create_connection(proxy, timeout=5) as client:
+            client.sendall(sent)
+            upstream, _ = origin.accept()
+            with upstream:
+                upstream.settimeout(5)
+                got = b""
+                while len(got) < len(arrives) and (chunk := upstream.recv(4096)):
+                    got += chunk
+    finally:
+        egress.close()
+    assert got == arrives
+    [attempt] = egress.record()
+    assert attempt["allowed"] and attempt["bytes_out"] == len(arrives)

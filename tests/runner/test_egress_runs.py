@@ -13,10 +13,11 @@ from typing import Any
 
 import pytest
 
-from runner.admission import Admission, Capacity
 from runner.config import paths_from_env
-from runner.egress import EgressSettings, Policy
+from runner.egress.policy import Policy
+from runner.egress.proxy import EgressSettings
 from runner.engines.namespace import check_available
+from runner.host.admission import Admission, Capacity
 from runner.spec import Limits, Outcome, RunResult, RunSpec
 from runner.supervisor import Supervisor
 from tests.runner.egress_net import RESOLVER, TEST_HOST, TEST_NET, EgressTestHost

@@ -14,12 +14,11 @@ from typing import Any, cast
 
 import pytest
 
-from runner.cgroups import CgroupLayout, RunCgroup
 from runner.engines.base import GUEST_ENV, RunContext, guest_env
 from runner.engines.common import decode_exit_status
 from runner.engines.namespace import NamespaceEngine, NamespaceState, bwrap_argv, parse_status, rlimits
-from runner.engines.smolvm import ControlChannel, SmolvmEngine, child_config, guest_argv
-from runner.engines.smolvm_protocol import (
+from runner.engines.smolvm.engine import ControlChannel, SmolvmEngine, child_config, guest_argv
+from runner.engines.smolvm.protocol import (
     EVENTS,
     ChildConfig,
     Deleted,
@@ -33,6 +32,7 @@ from runner.engines.smolvm_protocol import (
     decode,
     encode,
 )
+from runner.host.cgroups import CgroupLayout, RunCgroup
 from runner.images import ImageRef
 from runner.spec import Limits, RunSpec
 

@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
-from runner import hostfs
-from runner.cgroups import CgroupLayout, RunCgroup
-from runner.engines import smolvm
 from runner.engines.base import Engine, RunContext
 from runner.engines.namespace import NamespaceEngine
-from runner.engines.smolvm import SmolvmEngine
+from runner.engines.smolvm import engine as smolvm
+from runner.engines.smolvm.engine import SmolvmEngine
+from runner.host import hostfs
+from runner.host.cgroups import CgroupLayout, RunCgroup
 from runner.images import ImageRef
 from runner.spec import MIB, Limits, RunSpec
 

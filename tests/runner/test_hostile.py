@@ -13,6 +13,7 @@ import os
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -20,12 +21,13 @@ from typing import Any
 
 import pytest
 
-from runner import hostfs
-from runner.admission import Admission, Capacity
-from runner.cgroups import CgroupLayout
 from runner.config import PROJECT_ROOT, paths_from_env
-from runner.egress import EgressSettings, Policy
+from runner.egress.policy import Policy
+from runner.egress.proxy import EgressSettings
 from runner.engines.namespace import check_available
+from runner.host import hostfs
+from runner.host.admission import Admission, Capacity
+from runner.host.cgroups import CgroupLayout
 from runner.spec import MIB, Limits, Outcome, RunResult, RunSpec
 from runner.supervisor import Supervisor
 from tests.conftest import child_env
@@ -220,21 +222,35 @@ def sandbox_fault(outcome: str, error_code: str | None) -> bool:
     return outcome == Outcome.SANDBOX_ERROR.value and error_code in SANDBOX_FAULTS
 
 
+def retrying(supervisor: Supervisor, attempt: Callable[[int], RunResult]) -> tuple[RunResult, list[str]]:
+    """Run `attempt(n)` (n counts from 0); run it again (up to BOOT_RETRIES times) only when the
+    sandbox itself failed, and only after checking that the failed attempt left nothing behind.
+    The result, and the reasons of the attempts it replaced."""
+    retried: list[str] = []
+    while True:
+        result = attempt(len(retried))
+        code = result.error.code if result.error else None
+        if len(retried) >= BOOT_RETRIES or not sandbox_fault(result.outcome.value, code):
+            return result, retried
+        assert_nothing_left(supervisor, result)
+        retried.append(result.reason)
+
+
 def run_with_boot_retries(
     supervisor: Supervisor, case: Case, engine: str, tmp: Path
 ) -> tuple[RunResult, Inputs, list[str]]:
-    """Run a case; retry it (up to BOOT_RETRIES times) only when the sandbox itself failed, and only
-    after checking that the failed attempt left nothing behind."""
-    retried: list[str] = []
-    while True:
-        attempt = tmp / f"attempt{len(retried)}"
-        attempt.mkdir()
-        result, inputs = run_case(supervisor, case, engine, attempt)
-        code = result.error.code if result.error else None
-        if len(retried) >= BOOT_RETRIES or not sandbox_fault(result.outcome.value, code):
-            return result, inputs, retried
-        assert_nothing_left(supervisor, result)
-        retried.append(result.reason)
+    """Run a case, retried as `retrying` says, each attempt in its own folder."""
+    tried: list[Inputs] = []
+
+    def attempt(n: int) -> RunResult:
+        folder = tmp / f"attempt{n}"
+        folder.mkdir()
+        result, inputs = run_case(supervisor, case, engine, folder)
+        tried.append(inputs)
+        return result
+
+    result, retried = retrying(supervisor, attempt)
+    return result, tried[-1], retried
 
 
 def case_record(case: Case, result: RunResult, retried: list[str]) -> dict[str, Any]:

@@ -15,18 +15,8 @@ from pathlib import Path
 import pytest
 
 from runner.config import PIN_PATH, Paths, paths_from_env
-from runner.images import (
-    ImageError,
-    ImageStore,
-    OverlayFile,
-    Recipe,
-    _lay_overlay,
-    _needed,
-    _Package,
-    load_recipe,
-    read_lock,
-    recipe_names,
-)
+from runner.images import ImageError, ImageStore, OverlayFile, Recipe, load_recipe, read_lock, recipe_names
+from runner.images.build import _needed, _Package, lay_overlay
 from tests.conftest import PYTHON, child_env
 
 pytestmark = pytest.mark.images
@@ -208,12 +198,12 @@ def test_an_overlay_replaces_a_link_itself_and_never_writes_through_a_linked_dir
     (elsewhere / "target.py").write_text("theirs")
     (tree / "usr/lib/hook.py").symlink_to(elsewhere / "target.py")
     recipe = load_recipe("img", _recipe_dir(tmp_path, {}))
-    _lay_overlay(replace(recipe, overlay=(OverlayFile("usr/lib/hook.py", b"ours", False),)), tree)
+    lay_overlay(replace(recipe, overlay=(OverlayFile("usr/lib/hook.py", b"ours", False),)), tree)
     assert (tree / "usr/lib/hook.py").read_bytes() == b"ours" and not (tree / "usr/lib/hook.py").is_symlink()
     assert (elsewhere / "target.py").read_text() == "theirs"
     (tree / "lib").symlink_to(elsewhere)
     with pytest.raises(ImageError, match="/lib is not a directory in the image"):
-        _lay_overlay(replace(recipe, overlay=(OverlayFile("lib/x.py", b"ours", False),)), tree)
+        lay_overlay(replace(recipe, overlay=(OverlayFile("lib/x.py", b"ours", False),)), tree)
     assert not (elsewhere / "x.py").exists()
 
 

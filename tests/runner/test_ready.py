@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
-from runner import hostfs
-from runner.admission import Admission, Capacity
-from runner.cgroups import CgroupLayout
 from runner.config import paths_from_env
 from runner.engines.common import CgroupState
+from runner.host import hostfs
+from runner.host.admission import Admission, Capacity
+from runner.host.cgroups import CgroupLayout
 from runner.ready import Ready, ReadyClass, ReadyPool, ReadyReused, ReadySettings, ready_class
 from runner.spec import MIB, Limits, Outcome, RunResult, RunSpec
 from runner.supervisor import Supervisor
@@ -99,17 +99,10 @@ def class_of(supervisor: Supervisor, spec: RunSpec) -> ReadyClass:
 
 def wait_ready(supervisor: Supervisor, cls: ReadyClass, timeout_s: float = 60.0) -> Ready:
     """The class's idle sandbox, once made (a first run of the class asks for it)."""
-    deadline = time.monotonic() + timeout_s
     the_pool = pool(supervisor)
-    while time.monotonic() < deadline:
-        with the_pool.changed:
-            the_pool._want(cls)
-            ready = the_pool.idle.get(cls)
-            if ready is not None:
-                return ready
-            assert cls not in the_pool.stopped, the_pool.stopped[cls]
-            the_pool.changed.wait(0.5)
-    raise AssertionError(f"no ready sandbox of {cls.label} within {timeout_s} s: {the_pool.status()}")
+    ready = the_pool.wait_ready(cls, timeout_s)
+    assert ready is not None, f"no ready sandbox of {cls.label} within {timeout_s} s: {the_pool.status()}"
+    return ready
 
 
 def said(result: RunResult) -> dict[str, Any]:
@@ -222,7 +215,7 @@ def test_a_sandbox_that_fails_at_hand_over_is_removed_and_the_run_starts_cold(su
     result = run(supervisor, script)
     assert result.outcome is Outcome.SUCCEEDED and result.stdout == b"still ran\n"
     assert result.sandbox_start == "cold"
-    assert "its ready sandbox failed at hand-over (its interpreter had exited)" in result.engine_note
+    assert "its ready sandbox failed at hand-over (its process had exited)" in result.engine_note
     torn = {c.name: c.ok for c in result.cleanup if c.name.startswith("ready sandbox ")}
     assert torn == {"ready sandbox processes": True, "ready sandbox cgroups": True, "ready sandbox mounts": True,
                     "ready sandbox staging": True}  # fmt: skip
@@ -342,12 +335,8 @@ def test_a_waiting_sandbox_holds_its_slot_and_room_in_admission_and_is_made_anew
     young = ReadyPool(supervisor, ReadySettings(enabled=True, max_age_s=1.0, room_mib=128))
     try:
         cls = class_of(supervisor, RunSpec(runtime="python", script=b"pass"))
-        deadline = time.monotonic() + 60
-        with young.changed:
-            young._want(cls)
-            while cls not in young.idle and time.monotonic() < deadline:
-                young.changed.wait(0.5)
-            first = young.idle[cls]
+        first = young.wait_ready(cls, 60)
+        assert first is not None, young.status()
         [held] = [r for r in supervisor.admission.active() if r.run_id == first.id]
         assert held.slot == first.ctx.slot and held.slot >= 0
         assert held.memory_mib == supervisor.engines["namespace"].reservation(Limits(memory_mib=128)).memory_mib
@@ -366,7 +355,7 @@ def test_a_waiting_sandbox_holds_its_slot_and_room_in_admission_and_is_made_anew
 
 
 def test_idle_sandboxes_give_their_room_to_a_run_that_waits_for_it(supervisor: Supervisor) -> None:
-    """A run of any process that waits for room marks it (runner.admission); every pool holding an
+    """A run of any process that waits for room marks it (runner.host.admission); every pool holding an
     idle sandbox then tears it down, and makes none until no run waits."""
     cls = class_of(supervisor, RunSpec(runtime="python", script=b"pass"))
     ready = wait_ready(supervisor, cls)

@@ -10,16 +10,10 @@ from typing import Any, cast
 import pytest
 
 from runner.cli import _parser
-from runner.engines.base import Engine
-from runner.registry import (
-    ENGINES,
-    REQUESTABLE,
-    Availability,
-    Registry,
-    canary_age_s,
-    canary_record,
-    canary_verdict,
-)
+from runner.engines.base import Availability, Engine
+from runner.engines.smolvm.checks import canary_age_s, canary_record, canary_verdict, write_json
+from runner.engines.smolvm.engine import SmolvmEngine
+from runner.registry import ENGINES, REQUESTABLE, Registry
 from runner.spec import CleanupCheck, Outcome, RunnerError, RunResult
 from runner.supervisor import SupervisorSettings
 
@@ -37,10 +31,17 @@ class FakeEngine:
 
 
 def registry(tmp_path: Path, canary: dict[str, Any] | None = None, *, require_vm: bool = False) -> Registry:
+    """A registry of the real engines (each built as on a host, nothing started), with `tmp_path`
+    as the host state directory, where the smolvm engine keeps its canary's verdict."""
     if canary is not None:
         (tmp_path / "smolvm-canary.json").write_text(json.dumps(canary))
-    engines = {name: cast(Engine, FakeEngine(name)) for name in ENGINES}
-    return Registry(SupervisorSettings(require_vm=require_vm), tmp_path, engines=engines)
+    return Registry(SupervisorSettings(require_vm=require_vm), tmp_path)
+
+
+def smolvm_of(reg: Registry) -> SmolvmEngine:
+    engine = reg.engines["smolvm"]
+    assert isinstance(engine, SmolvmEngine)
+    return engine
 
 
 def chosen(reg: Registry, requested: str) -> tuple[str, str]:
@@ -70,7 +71,7 @@ def test_a_passed_canary_makes_smolvm_available(tmp_path: Path) -> None:
 def test_an_unreadable_canary_file_counts_as_no_canary(tmp_path: Path) -> None:
     (tmp_path / "smolvm-canary.json").write_text("{not json")
     reg = registry(tmp_path)
-    assert reg.read_canary() is None and reg.available("smolvm") == Availability(False, NO_CANARY)
+    assert smolvm_of(reg).read_canary() is None and reg.available("smolvm") == Availability(False, NO_CANARY)
     assert canary_verdict({}) == Availability(False, NO_CANARY)
 
 
@@ -170,6 +171,10 @@ def test_the_conclusion_follows_the_engines_proved_usable(tmp_path: Path) -> Non
     )
     auto, conclusion = registry(tmp_path).conclusion({"namespace": True, "smolvm": False})
     assert auto == "namespace" and conclusion.startswith("runs use the namespace engine (isolation namespace")
+    assert conclusion.endswith(f"the smolvm engine cannot run here: {NO_CANARY}"), conclusion
+    (tmp_path / "passed").mkdir()
+    _, conclusion = registry(tmp_path / "passed", PASSED).conclusion({"namespace": True, "smolvm": False})
+    assert conclusion.endswith("the smolvm engine cannot run here: its doctor checks failed"), conclusion
     assert registry(tmp_path, require_vm=True).conclusion({"namespace": True, "smolvm": False}) == (
         "namespace",
         "require_vm is set and no microVM can boot here: runs are refused",
@@ -182,8 +187,10 @@ def test_a_canary_record_written_is_read_back_and_is_fresh(tmp_path: Path) -> No
     record = canary_record(result, seconds=3.456)
     assert record["ok"] and record["reason"] == "booted in 1.3 s and ran python3" and record["seconds"] == 3.46
     reg = registry(tmp_path)
-    reg.write_canary(record)
-    assert reg.read_canary() == record and 0 <= canary_age_s(record) < 60
+    canary_path = smolvm_of(reg).canary_path
+    assert canary_path == tmp_path / "smolvm-canary.json"
+    write_json(canary_path, record)
+    assert smolvm_of(reg).read_canary() == record and 0 <= canary_age_s(record) < 60
     assert reg.available("smolvm").ok
 
 

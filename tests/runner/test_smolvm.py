@@ -17,10 +17,18 @@ from typing import Any
 import pytest
 
 from runner.config import PROJECT_ROOT, paths_from_env
-from runner.egress import EgressSettings, Policy
-from runner.engines.base import RunContext
-from runner.engines.smolvm import STDIN_REDIRECT, ControlChannel, SmolvmEngine, child_config, machine_name
-from runner.engines.smolvm_protocol import ChildConfig, Facts
+from runner.egress.policy import Policy
+from runner.egress.proxy import EgressSettings
+from runner.engines.base import EngineHost, RunContext
+from runner.engines.smolvm.engine import (
+    STDIN_REDIRECT,
+    ControlChannel,
+    SmolvmEngine,
+    child_config,
+    machine_name,
+    state_root_from_env,
+)
+from runner.engines.smolvm.protocol import ChildConfig, Facts
 from runner.spec import Limits, Outcome, RunSpec
 from runner.supervisor import Supervisor, SupervisorSettings, program_argv
 from tests.conftest import child_env
@@ -80,7 +88,7 @@ def test_the_guest_reads_its_stdin_from_job_through_a_constant_shell_and_args_fo
 def run_child(tmp_path: Path, config_for: Callable[[int], ChildConfig]) -> tuple[ChildConfig, list[dict[str, Any]]]:
     """Run smolvm_child.main in this process on the config made for a control pipe's write end;
     the config and the events it said on the pipe."""
-    from runner.engines import smolvm_child
+    from runner.engines.smolvm import child as smolvm_child
 
     read, write = os.pipe()
     config = config_for(write)
@@ -156,7 +164,7 @@ def _fake_supervisor(mode: str, monkeypatch: pytest.MonkeyPatch) -> Supervisor:
     monkeypatch.setenv("FAKE_CHILD_MODE", mode)
     settings = SupervisorSettings.from_env()
     engine = SmolvmEngine(
-        state_root=settings.smolvm_state_dir,
+        state_root=state_root_from_env(),
         child_module="tests.runner.fake_smolvm_child",
         extra_env={"PYTHONPATH": str(PROJECT_ROOT), "FAKE_CHILD_MODE": mode},
     )
@@ -236,11 +244,10 @@ def failing_kvm(canary: dict[str, object]) -> None:
 
 def _nothing_of(run_id: str) -> list[str]:
     """What the state root, views, staging, locks and cgroups still hold of a run."""
-    settings = SupervisorSettings.from_env()
-    engine = SmolvmEngine(state_root=settings.smolvm_state_dir)
+    engine = SmolvmEngine(state_root=state_root_from_env())
     name = machine_name(run_id)
     left = []
-    vms = settings.smolvm_state_dir / ".cache" / "smolvm" / "vms"
+    vms = state_root_from_env() / ".cache" / "smolvm" / "vms"
     for path in vms.iterdir() if vms.is_dir() else ():
         names_it = path.is_dir() and (path / "name").exists() and (path / "name").read_text().strip() == name
         if path.name == f".{name}.fork-operation.lock" or names_it:
@@ -249,7 +256,7 @@ def _nothing_of(run_id: str) -> list[str]:
         left.append(f"machine record {name}")
     left += [str(p) for p in engine.vmm_processes(name)]
     paths = paths_from_env()
-    for path in (settings.smolvm_state_dir.parent / "views" / run_id, paths.data_dir / "runs" / run_id,
+    for path in (state_root_from_env().parent / "views" / run_id, paths.data_dir / "runs" / run_id,
                  paths.host_state_dir / "locks" / f"{run_id}.lock"):  # fmt: skip
         if path.exists():
             left.append(str(path))
@@ -274,7 +281,7 @@ def test_a_smolvm_run_here_ends_as_a_prompt_boot_error_leaving_nothing(project_r
     assert result["outcome"] == "sandbox_error", result
     assert result["error"]["code"] in ("boot_failed", "kvm_unavailable"), result["error"]
     assert result["error"]["message"]  # the engine's own words (or the bound that fired)
-    assert took < SupervisorSettings.from_env().boot_timeout_s + 10
+    assert took < SmolvmEngine.from_host(EngineHost(environ=os.environ)).boot_timeout_s + 10
     assert result["engine"] == "smolvm" and result["isolation"] == "vm"
     assert result["cleanup"]["ok"], result["cleanup"]
     names = {c["name"] for c in result["cleanup"]["checks"]}
@@ -284,8 +291,7 @@ def test_a_smolvm_run_here_ends_as_a_prompt_boot_error_leaving_nothing(project_r
 
 @pytest.mark.usefixtures("failing_kvm")
 def test_a_supervisor_killed_mid_boot_is_swept_clean(project_root: Path, tmp_path: Path) -> None:
-    settings = SupervisorSettings.from_env()
-    views = settings.smolvm_state_dir.parent / "views"
+    views = state_root_from_env().parent / "views"
     before = {p.name for p in views.iterdir()} if views.is_dir() else set()
     script = tmp_path / "job.py"
     script.write_text("print('never runs here')\n")
@@ -293,7 +299,7 @@ def test_a_supervisor_killed_mid_boot_is_swept_clean(project_root: Path, tmp_pat
         [sys.executable, "-m", "runner", "run", "--runtime", "python", "--engine", "smolvm", "--json", str(script)],
         cwd=project_root, env=child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
-    engine = SmolvmEngine(state_root=settings.smolvm_state_dir)
+    engine = SmolvmEngine(state_root=state_root_from_env())
     deadline = time.monotonic() + 30
     run_id = None
     while time.monotonic() < deadline and run_id is None:
@@ -324,7 +330,8 @@ def test_doctor_reports_the_canary_failure_with_its_reason(project_root: Path) -
     assert not canary["ok"]
     assert "FAILED" in canary["detail"] and ("boot_failed" in canary["detail"] or "kvm_unavailable" in canary["detail"])
     assert report["engines"] == {"namespace": True, "smolvm": False}
-    assert report["auto"] == "namespace" and "cannot boot" in report["conclusion"]
+    assert report["auto"] == "namespace" and "the smolvm engine cannot run here" in report["conclusion"]
+    assert "canary boot failed" in report["conclusion"], report["conclusion"]
     egress = next(c for c in report["checks"] if c["name"] == "egress")  # the ceiling is empty unless set
     assert egress["ok"] and "ceiling empty: no run has network" in egress["detail"], egress
     assert proc.returncode == 0  # the namespace engine still serves
@@ -366,7 +373,7 @@ def test_require_vm_refuses_to_fall_back(
 def test_with_per_vm_uids_the_job_and_its_output_area_take_the_vmm_uid(tmp_path: Path) -> None:
     """virtiofs acts with the guest caller's credentials, which a per-VM uid VMM can take only
     for its own uid: the job runs as that uid, and the output area is that uid's."""
-    from runner.engines.smolvm_child import hand_over_output, vmm_uid
+    from runner.engines.smolvm.child import hand_over_output, vmm_uid
 
     out = tmp_path / "out"
     out.mkdir(mode=0o770)

@@ -9,6 +9,8 @@ import dataclasses
 import json
 import os
 import signal
+import socket
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,14 +19,15 @@ from typing import Any
 import psutil
 import pytest
 
-from runner import hostfs
-from runner.admission import NO_SLOT
-from runner.cgroups import CgroupLayout
 from runner.config import PROJECT_ROOT
-from runner.engines.smolvm import SmolvmEngine, WarmSettings
-from runner.engines.smolvm_bases import BASE_PREFIX, MAX_BRANCH_FAILURES, BaseKey
-from runner.engines.smolvm_protocol import Facts
+from runner.engines.smolvm.bases import BASE_PREFIX, MAX_BRANCH_FAILURES, BaseKey
+from runner.engines.smolvm.engine import SmolvmEngine, WarmSettings, state_root_from_env
+from runner.engines.smolvm.protocol import Facts
+from runner.host import hostfs
+from runner.host.admission import NO_SLOT
+from runner.host.cgroups import CgroupLayout
 from runner.images import ImageRef
+from runner.ready import ReadyPool, ReadySettings, ready_class
 from runner.spec import Limits, Outcome, RunResult, RunSpec
 from runner.supervisor import Supervisor, SupervisorSettings
 
@@ -37,7 +40,7 @@ def _warm_supervisor(monkeypatch: pytest.MonkeyPatch, *, mode: str = "true", chi
     supervisor = Supervisor(settings=settings)
     state = supervisor.paths.host_state_dir
     engine = SmolvmEngine(
-        state_root=settings.smolvm_state_dir,
+        state_root=state_root_from_env(),
         cgroup_parent=settings.cgroup_parent,
         child_module="tests.runner.fake_smolvm_child",
         extra_env={"PYTHONPATH": str(PROJECT_ROOT), "FAKE_CHILD_MODE": child},
@@ -252,6 +255,50 @@ def test_a_run_of_another_size_gets_its_own_base_and_the_bound_on_bases_holds(
     assert engine.bases.served(name) >= 1
 
 
+def test_a_ready_branch_of_the_frozen_base_takes_one_run_and_one_that_fails_at_hand_over_starts_it_cold(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    supervisor = _warm_supervisor(monkeypatch, child="echo")
+    supervisor.ready_settings = ReadySettings(enabled=True, wait_s=10.0)
+    engine = _engine(supervisor)
+    pool = ReadyPool.here(supervisor)
+    try:
+        name = _frozen_base(supervisor)
+        spec = RunSpec(runtime="python", script=b"print('mine')", engine="smolvm", stdin=b"typed")
+        cls, why = ready_class(spec, supervisor.images.resolve("python"), engine)
+        assert cls is not None and cls.fixed == name and cls.stack == "vm", why
+        made = pool.wait_ready(cls, timeout_s=30)
+        assert made is not None, pool.status()
+        assert [r.run_id for r in supervisor.admission.active() if r.run_id == made.id] == [made.id]  # its room held
+
+        result = supervisor.run(spec)
+        assert (result.outcome, result.sandbox_start, result.vm_start) == (Outcome.SUCCEEDED, "ready", "branch"), (
+            result.reason, result.engine_note,
+        )  # fmt: skip
+        said = json.loads(result.stdout)
+        assert said["job"] == {"main.py": "print('mine')", "stdin": "typed"}  # the run's, staged at hand-over
+        redirect = ["/bin/sh", "-c", 'exec "$@" < /job/stdin', "sh"]  # the run's stdin, its program
+        assert said["argv"][-6:] == [*redirect, "/usr/bin/python3", "/job/main.py"], said["argv"]
+        assert result.cleanup_ok and "single use" in [c.name for c in result.cleanup], result.cleanup
+        assert result.evidence["ready_sandbox"]["id"] == made.id and engine.bases.served(name) >= 1
+        assert not engine.machine_names()  # the branch made as the ready sandbox's machine is gone
+
+        engine.extra_env["FAKE_CHILD_MODE"] = "refresh_fail"  # the next ready branch's refresh fails
+        pool.drain()
+        assert pool.wait_ready(cls, timeout_s=30) is not None, pool.status()
+        fell = supervisor.run(spec)
+        assert fell.outcome is Outcome.SUCCEEDED and fell.sandbox_start == "cold", fell.engine_note
+        assert "its ready sandbox failed at hand-over (the branch's refresh failed: refresh exited 1: fake)" in (
+            fell.engine_note
+        )
+        assert fell.cleanup_ok and [c for c in fell.cleanup if c.name.startswith("ready sandbox ")], fell.cleanup
+    finally:
+        pool.close()
+        left = engine.sweep_bases(everything=True)
+    assert not [line for line in supervisor.sweep() if "ready-" in line]  # the pool left nothing
+    assert not [line for line in left if "LEFT" in line], left
+
+
 # --- the real child's warm start, against the SDK with Machine replaced (nothing boots) ---------
 
 
@@ -283,12 +330,19 @@ class _Result:
 
 
 def _child_events(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, skew: float, mount_fails: bool = False
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    *,
+    skew: float,
+    mount_fails: bool = False,
+    order: dict[str, Any] | None = None,
 ) -> tuple[list[dict[str, Any]], _FakeBranch, list[Any], list[str]]:
+    """The real child against the SDK with Machine replaced. With an `order` it is a ready branch,
+    and a thread plays the engine's side of the hand-over: what it saw is in `calls`."""
     import smol
 
-    from runner.engines import smolvm_child
-    from runner.engines.smolvm import child_config
+    from runner.engines.smolvm import child as smolvm_child
+    from runner.engines.smolvm.engine import child_config
     from tests.runner.test_smolvm import _ctx, run_child
 
     branch, created, calls = _FakeBranch(skew), [], []
@@ -326,12 +380,30 @@ def _child_events(
     lock = tmp_path / "lock"
     lock.touch()
     state = tmp_path / "state"
-    _, events = run_child(
-        tmp_path,
-        lambda fd: child_config(
-            ctx, state_root=state, boot_timeout_s=20, control_fd=fd, base="cordonbase-x", base_lock=lock
-        ),
-    )
+    engine_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+
+    def engine_side() -> None:
+        said = json.loads(engine_end.recv(65536))
+        calls.append(f"said {said} after {len(branch.execs)} execs")
+        engine_end.send(json.dumps(order).encode())
+        calls.append(f"answered {json.loads(engine_end.recv(65536))}")
+
+    hand_over = threading.Thread(target=engine_side) if order is not None else None
+    if hand_over is not None:
+        hand_over.start()
+    try:
+        _, events = run_child(
+            tmp_path,
+            lambda fd: child_config(
+                ctx, state_root=state, boot_timeout_s=20, control_fd=fd, base="cordonbase-x", base_lock=lock,
+                ready_fd=child_end.detach() if order is not None else None,  # the child's to close
+            ),
+        )  # fmt: skip
+    finally:
+        if hand_over is not None:
+            hand_over.join(10)
+        engine_end.close()
+        child_end.close()  # (if not handed to the child)
     return events, branch, created, calls
 
 
@@ -350,6 +422,28 @@ def test_the_child_branches_mounts_and_refreshes_before_the_program(
     assert ready["vm_start"] == "branch" and "vm_note" not in ready
     assert {"branch_s", "mount_s", "refresh_s", "clock_skew_s"} <= set(ready) and "cold_s" not in ready
     assert "vm_uid" not in ready  # a branch's uid is its base's: not this run's to audit
+    assert branch.deleted
+
+
+def test_a_ready_branch_mounts_first_and_is_refreshed_and_given_its_program_at_hand_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    order = {"argv": ["/usr/bin/python3", "/job/main.py"], "env": {"RUN": "mine"}, "exec_timeout_s": 12.0}
+    events, branch, created, calls = _child_events(tmp_path, monkeypatch, skew=0.0, order=order)
+    assert calls[:-1] == [
+        "open cordonbase-x",
+        "branch cordon-abc123 freeze_source=True",
+        "mount /input",
+        "mount /job",
+        "mount /output",
+        "said {'ready': True} after 0 execs",
+    ]  # fmt: skip  (ready: mounted, no refresh yet)
+    assert calls[-1].startswith("answered {'handed': True, 'refresh_s': "), calls[-1]
+    [refresh] = branch.execs  # at hand-over: the entropy and clock of that moment
+    assert "RNDRESEEDCRNG" in refresh[2] and abs(float(refresh[4]) - time.time()) < 5
+    assert branch.streamed == [(order["argv"], "1000:1000")] and not created  # the run's program, no cold boot
+    [ready] = [e for e in events if e["event"] == "ready"]
+    assert ready["vm_start"] == "branch" and {"branch_s", "mount_s", "refresh_s"} <= set(ready)
     assert branch.deleted
 
 

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from runner.spawner import Spawned, Spawner, SpawnError, Steps
+from runner.host.spawner import Spawned, Spawner, SpawnError, Steps
 
 NOBODY = 65534
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the spawner drops to another uid: needs root")

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from runner.admission import Admission, Capacity
 from runner.config import paths_from_env
+from runner.host.admission import Admission, Capacity
 from runner.spec import DEFAULT_MAXIMA, MIB, Limits, Outcome, RunSpec
 from runner.supervisor import Supervisor
 

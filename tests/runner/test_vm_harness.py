@@ -40,9 +40,9 @@ def _case(name: str, status: str = "passed", run_in: str = "warm", **record: obj
     return "@@CASE " + json.dumps({**line, "cordon_case": case})
 
 
-def _freshness(ok: bool) -> str:
+def _freshness(ok: bool, **more: object) -> str:
     fresh = {"vm_starts": 6, "distinct_urandom": 6 if ok else 1, "distinct_os_urandom": 6, "distinct_random": 6,
-             "max_clock_skew_s": 0.4, "ok": ok}  # fmt: skip
+             "max_clock_skew_s": 0.4, "ok": ok, **more}  # fmt: skip
     status = "passed" if ok else "failed"
     line = {"test": "tests/runner/test_warm.py::test_fresh[smolvm]", "pass": "warm", "status": status, "when": "call"}
     return "@@CASE " + json.dumps({**line, "cordon_freshness": fresh})
@@ -174,6 +174,19 @@ def test_a_stale_freshness_record_fails_the_run_like_a_failed_case() -> None:
     stale = _freshness(ok=False).replace('"status": "failed"', '"status": "passed"')  # the record alone decides
     code, report = summarise([_boot(_case("a.py"), stale)], "v", 5.0, 60.0)
     assert code == EXIT_FAILED and "freshness" in report["verdict"]
+
+
+def test_ready_branches_starts_are_set_beside_the_cold_boots_with_their_target(capsys: Any) -> None:
+    cold = [_case(n, run_in="cold", boot_s=10.0, vm_start="cold") for n in ("a.py", "b.py")]
+    boot = _boot(_case("c.py"), _freshness(ok=True, ready_start_s=[1.5, 2.5, 6.0]), *cold)
+    code, report = summarise([boot], "v", 5.0, 60.0)
+    assert code == EXIT_OK
+    ratio = report["warm_cold"]
+    assert (ratio["ready_median_s"], ratio["ready_runs"], ratio["ready_ratio"]) == (2.5, 3, 0.25)
+    assert "/ cold = 0.250 (target <= 0.4: pass)" in capsys.readouterr().out
+    slow = _boot(_case("c.py"), _freshness(ok=True, ready_start_s=[5.0]), *cold)
+    summarise([slow], "v", 5.0, 60.0)
+    assert "(target <= 0.4: FAIL)" in capsys.readouterr().out
 
 
 def test_both_passes_must_finish_and_a_pass_with_nothing_left_to_run_is_not_an_error() -> None:

@@ -239,7 +239,7 @@ class Builder:
     def smolvm_runtime(self) -> str:
         """smolvm's runtime copy, made by the engine's own code in the root, with the disk
         templates expanded here (smol-vmm would take about 5 minutes to do it under emulation)."""
-        code = "from pathlib import Path; from runner.engines.smolvm import runtime_copy, engine_version; "
+        code = "from pathlib import Path; from runner.engines.smolvm.engine import runtime_copy, engine_version; "
         code += f"print(runtime_copy(Path({L1_RUNTIME_ROOT!r}))); print(engine_version())"
         out = chroot(self.root, [f"{L1_VENV}/bin/python", "-c", code], PYTHONPATH=L1_PROJECT).stdout.split("\n")
         runtime, version = out[0].strip(), out[1].strip()
@@ -513,9 +513,15 @@ def start_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def warm_cold(passes: dict[str, dict[str, Any]]) -> dict[str, Any]:
+# Ready branches (runner.ready): a run's VM start from its hand-over over a cold boot (issue 30).
+READY_TARGET = 0.4
+
+
+def warm_cold(passes: dict[str, dict[str, Any]], freshness: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The median VM start of the warm pass's branched runs over the cold pass's median (a cold
-    boot), and the warm pass's own cold boots over the same; None where a side has no runs."""
+    boot), the warm pass's own cold boots over the same, and the ready branches' starts (staging,
+    hand-over and refresh, until the program could start: the freshness records' ready_start_s)
+    over the same; None where a side has no runs."""
 
     def median_of(name: str, start: str | None) -> float | None:
         starts = passes.get(name, {}).get("starts", {})
@@ -523,13 +529,19 @@ def warm_cold(passes: dict[str, dict[str, Any]]) -> dict[str, Any]:
         return spread.get("median_s")
 
     branch, cold, warm_pass_cold = median_of("warm", "branch"), median_of("cold", None), median_of("warm", "cold")
-    return {
+    ratios = {
         "branch_median_s": branch,
         "cold_median_s": cold,
         "ratio": round(branch / cold, 3) if branch is not None and cold else None,
         "warm_pass_cold_median_s": warm_pass_cold,
         "warm_pass_cold_ratio": round(warm_pass_cold / cold, 3) if warm_pass_cold is not None and cold else None,
     }
+    starts = [t for f in freshness or [] for t in f.get("ready_start_s") or [] if isinstance(t, int | float)]
+    if starts:
+        ready = round(median(starts), 3)
+        ratios.update(ready_median_s=ready, ready_runs=len(starts), ready_target=READY_TARGET,
+                      ready_ratio=round(ready / cold, 3) if cold else None)  # fmt: skip
+    return ratios
 
 
 def freshness_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -622,6 +634,15 @@ def print_warm_cold(ratio: dict[str, Any], passes: dict[str, dict[str, Any]]) ->
         f"of the cold pass's runs {_num(ratio['cold_median_s'])} s = "
         + (f"{ratio['ratio']:.3f} ({1 / ratio['ratio']:.1f}x faster)" if ratio["ratio"] else "unknown")
     )
+    if ratio.get("ready_median_s") is not None:
+        target = f"target <= {ratio['ready_target']}"
+        verdict = "unknown" if ratio["ready_ratio"] is None else f"{ratio['ready_ratio']:.3f}"
+        if ratio["ready_ratio"] is not None:
+            verdict += f" ({target}: {'pass' if ratio['ready_ratio'] <= ratio['ready_target'] else 'FAIL'})"
+        print(
+            f"ready/cold: VM start median of the ready branches ({ratio['ready_runs']} runs: staging, hand-over "
+            f"and refresh until the program could start) {_num(ratio['ready_median_s'])} s / cold = {verdict}"
+        )
     if ratio["warm_pass_cold_median_s"] is not None:
         runs = passes["warm"]["starts"]["by_start"]["cold"]["runs"]
         print(
@@ -666,8 +687,8 @@ def summarise(
     order = [*passes, *sorted({r.get("pass", "") for r in records} - set(passes))]
     by_pass = {name: [r for r in records if r.get("pass", "") == name] for name in order}
     summaries = {name: pass_summary(by_pass[name], rcs.get(name)) for name in order}
-    ratio = warm_cold(summaries)
     freshness = freshness_records(records)
+    ratio = warm_cold(summaries, freshness)
     stale = [f for f in freshness if f.get("ok") is not True]
     warnings = start_warnings(summaries)
     canary_ok = any(d.get("report", {}).get("engines", {}).get("smolvm") for b in boots for d in b.doctor)

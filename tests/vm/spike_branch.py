@@ -20,12 +20,11 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from runner import hostfs
 from runner.config import paths_from_env
-from runner.engines.smolvm import SmolvmEngine
-from runner.engines.smolvm_child import vm_facts
+from runner.engines.smolvm.child import vm_facts
+from runner.engines.smolvm.engine import PASSTHROUGH, SmolvmEngine
+from runner.host import hostfs
 from runner.images import ImageStore
-from runner.registry import SMOLVM_PASSTHROUGH
 
 STATE_ROOT = Path(os.environ.get("CORDON_SMOLVM_STATE_DIR", "/var/lib/cordon/smolvm"))
 SPIKE = STATE_ROOT.parent / "views" / "spike"
@@ -46,7 +45,7 @@ EXEC_TIMEOUT_S = 60.0
 engine = SmolvmEngine(
     state_root=STATE_ROOT,
     boot_timeout_s=150.0,
-    extra_env={k: v for k, v in os.environ.items() if k in SMOLVM_PASSTHROUGH},
+    extra_env={k: v for k, v in os.environ.items() if k in PASSTHROUGH},
 )
 
 

@@ -121,7 +121,7 @@ def main() -> int:
         step("left", lambda: listing(sh(vms)))
         group = CGROUPS / "spike-bases"
         step("base cgroup", lambda: say(sh(f"cat {group}/cgroup.procs; cat {group}/memory.current")))
-        from runner import hostfs
+        from runner.host import hostfs
 
         step("unmount", lambda: hostfs.unmount(SPIKE / "root"))
     say(json.dumps({"done": True}))

@@ -22,9 +22,10 @@ import textwrap
 import threading
 from pathlib import Path
 
-from runner import netns
-from runner.egress import EgressProxy, Policy, StaticResolver
-from runner.spawner import join_netns
+from runner.egress.policy import Policy
+from runner.egress.proxy import EgressProxy, StaticResolver
+from runner.host import netns
+from runner.host.spawner import join_netns
 from tests.vm.spike_branch import engine, image_view, say, sh, step
 
 PROBE = r"""

@@ -1,9 +1,16 @@
-"""Scoped egress: a run's allow-list of destinations, enforced outside the sandbox by a proxy.
+"""Scoped egress enforced outside the sandbox: one proxy per run, serving its policy
+(runner.egress.policy).
 
 With an empty policy a run has no network at all (as always). With a non-empty one the sandbox
 still gets no route off the machine: it reaches this proxy only, which speaks HTTP CONNECT (TLS
 and anything else tunnelled) and plain HTTP by absolute URI, and for each request:
 
+- parses its head with h11 (a kept parser, not one of ours) and refuses with 400 (431 when too
+  large) what h11 refuses - a malformed request line or header, a duplicate Host, conflicting
+  Content-Length - and what h11 would take but the proxy does not: a line ending in a bare LF,
+  a folded header line (obs-fold), userinfo in the target (user@host), any version but HTTP/1.0
+  and 1.1 (an HTTP/1.1 head without Host is taken: the proxy never reads Host, and a plain HTTP
+  request goes upstream with the checked destination's Host instead of the client's);
 - takes the destination by name and port, and refuses it unless the policy names it (a refused
   request gets a 403 at once, never a hang);
 - resolves the name itself (the sandbox has no resolver), and refuses it unless every address
@@ -33,17 +40,18 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import h11
 import psutil
 
-from runner import netns
-from runner.env import ConfigError, env_str
+from runner.egress.policy import Policy, ceiling_from_env
+from runner.host import netns
+from runner.spec import ATTEMPTS_KEPT
 from runner.units import size_words
 
-HOST_LABEL = re.compile(r"(?!-)[a-z0-9-]{1,63}(?<!-)")
 MAX_HEAD_BYTES = 16384
 MAX_METHOD_CHARS = 16
 MAX_HOST_CHARS = 253  # the longest DNS name: a longer one is no destination, and the record keeps hosts
@@ -52,9 +60,6 @@ RESOLVE_TIMEOUT_S = 10.0
 CONNECT_TIMEOUT_S = 10.0
 CONNECT_TRIES = 3  # a name's checked addresses tried in turn, at most
 RELAY_CHUNK = 65536
-# Attempts a run's record keeps; the totals count every one. A program looping on refused requests
-# would otherwise grow the supervisor's memory and the record as it liked.
-ATTEMPTS_KEPT = 1000
 # Refused requests a run may make, per connection it may make, before it is stopped (egress_limit).
 # Each may have cost a lookup; a program that keeps asking for what it may not have is stopped, not
 # served forever, while one that tries a few hosts outside its policy or a name that does not
@@ -70,110 +75,10 @@ KINDS = {
     "loopback": "a loopback address", "link_local": "a link-local address", "multicast": "a multicast address",
     "unspecified": "the unspecified address", "private": "a private address", "reserved": "a reserved address",
 }  # fmt: skip
-HOP_HEADERS = {"proxy-connection", "proxy-authorization", "connection", "keep-alive"}
-
-
-class PolicyError(ValueError):
-    """A rule that is not `host:port` or `*.suffix:port` with a valid name and port."""
-
-
-@dataclass(frozen=True)
-class Rule:
-    host: str  # a name, or `*.suffix` for every name below suffix (not the suffix itself)
-    port: int
-
-    @classmethod
-    def parse(cls, text: str) -> Rule:
-        host, sep, port = text.strip().lower().rpartition(":")
-        if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-            raise PolicyError(f"{text!r}: a destination is host:port with a port from 1 to 65535")
-        name = host.removeprefix("*.")
-        labels = name.split(".")
-        if len(name) > 253 or len(labels) < 2 or not all(HOST_LABEL.fullmatch(label) for label in labels):
-            raise PolicyError(f"{text!r}: {host!r} is not a host name (or *.name) with a dot in it")
-        if _is_address(name):
-            raise PolicyError(f"{text!r}: destinations are names, never addresses")
-        return cls(host, int(port))
-
-    def matches(self, host: str, port: int) -> bool:
-        if port != self.port:
-            return False
-        if self.host.startswith("*."):
-            return host.endswith(self.host[1:])
-        return host == self.host
-
-    def within(self, other: Rule) -> bool:
-        """Whether every destination this rule allows, `other` allows too."""
-        if self.port != other.port:
-            return False
-        if other.host.startswith("*."):
-            return self.host.removeprefix("*").endswith(other.host[1:])
-        return self.host == other.host
-
-    def __str__(self) -> str:
-        return f"{self.host}:{self.port}"
-
-
-@dataclass(frozen=True)
-class Policy:
-    rules: tuple[Rule, ...] = ()
-
-    @classmethod
-    def parse(cls, items: Iterable[str]) -> Policy:
-        return cls(tuple(dict.fromkeys(Rule.parse(item) for item in items)))
-
-    def allows(self, host: str, port: int) -> bool:
-        return any(rule.matches(host, port) for rule in self.rules)
-
-    def outside(self, ceiling: Policy) -> list[Rule]:
-        """The rules of this policy that the ceiling does not allow (none: it is within it)."""
-        return [rule for rule in self.rules if not any(rule.within(top) for top in ceiling.rules)]
-
-    def __bool__(self) -> bool:
-        return bool(self.rules)
-
-    def to_json(self) -> list[str]:
-        return [str(rule) for rule in self.rules]
-
-
-CEILING_ENV = "CORDON_EGRESS_CEILING"
-
-
-def ceiling_from_env(environ: Any = None) -> Policy:
-    """The operator's site-wide ceiling, CORDON_EGRESS_CEILING: rules separated by commas or
-    spaces. Unset or empty (the default): no run may reach anything."""
-    text = env_str(CEILING_ENV, "", environ=environ)
-    try:
-        return Policy.parse(item for item in re.split(r"[,\s]+", text) if item)
-    except PolicyError as exc:
-        raise ConfigError(f"{CEILING_ENV}: {exc}") from None
-
-
-def policy_problem(rules: Sequence[str], ceilings: Sequence[tuple[str, Policy]]) -> tuple[str, str] | None:
-    """(code, message) when a run's rules are not a policy or pass one of its ceilings (each named,
-    e.g. ("this service's", site) then ("this course's", course)), else None. The supervisor's
-    check, and the web's before it stores a run."""
-    if isinstance(rules, str) or not all(isinstance(rule, str) for rule in rules):
-        return "egress_invalid", 'egress must be a list of destinations such as "api.example.org:443"'
-    try:
-        policy = Policy.parse(rules)
-    except PolicyError as exc:
-        return "egress_invalid", f"egress: {exc}"
-    for whose, ceiling in ceilings:
-        outside = policy.outside(ceiling)
-        if outside:
-            allowed = ", ".join(ceiling.to_json()) or "nothing"
-            named = ", ".join(str(rule) for rule in outside)
-            return "egress_outside_ceiling", f"egress to {named} is outside {whose} ceiling (it allows {allowed})"
-    return None
-
-
-def _is_address(text: str) -> bool:
-    try:
-        ipaddress.ip_address(text.strip("[]"))
-    except ValueError:
-        return False
-    return True
+HOP_HEADERS = {b"proxy-connection", b"proxy-authorization", b"connection", b"keep-alive"}
+DROPPED = HOP_HEADERS | {b"host"}  # from a request sent upstream: it gets the checked destination's Host
+HTTP_VERSIONS = (b"1.0", b"1.1")
+PROXY_REQUESTS = "the proxy takes CONNECT host:port or an absolute http:// URL"
 
 
 def host_addresses() -> frozenset[str]:
@@ -388,15 +293,14 @@ class EgressProxy:
         await _answer(writer, status, text)
 
     async def _request(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, attempt: Attempt) -> None:
-        head = await _read_head(reader)
-        if isinstance(head, tuple):
-            await self._refuse(writer, attempt, *head)
+        request = await _read_head(reader)
+        if isinstance(request, tuple):
+            await self._refuse(writer, attempt, *request)
             return
-        lines = head.decode("latin-1").split("\r\n")
-        method, target, version = [*lines[0].split(" "), "", "", ""][:3]
-        parsed = _destination(method, target)
+        method = request.method.decode("ascii")  # h11 took it as a token and the target as visible ASCII
+        parsed = _destination(method, request.target.decode("ascii"))
         if parsed is None:
-            await self._refuse(writer, attempt, 400, "the proxy takes CONNECT host:port or an absolute http:// URL")
+            await self._refuse(writer, attempt, 400, PROXY_REQUESTS)
             return
         host, port, path = parsed
         attempt.method, attempt.host, attempt.port = method, host, port
@@ -416,7 +320,7 @@ class EgressProxy:
             writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
             await writer.drain()
         else:
-            sent = _origin_request(method, path, version, lines[1:]).encode("latin-1")
+            sent = _origin_request(request, host, port, path)
             attempt.bytes_out += len(sent)
             self._bytes_out += len(sent)
             upstream_writer.write(sent)
@@ -518,42 +422,103 @@ async def _open_first(addresses: list[str], port: int) -> tuple[str, asyncio.Str
     return why
 
 
-async def _read_head(reader: asyncio.StreamReader) -> bytes | tuple[int, str]:
-    """A request's head, or (status, why) it is refused: not sent in time, too large, cut short."""
+async def _read_head(reader: asyncio.StreamReader) -> h11.Request | tuple[int, str]:
+    """A request's head as h11 parsed it, or (status, why) it is refused: not sent in time, too
+    large, cut short, or not a well-formed HTTP/1.0 or 1.1 head. It is read a line at a time, so h11
+    is given the head and nothing after it: what the client sent next (a request's body, a tunnel's
+    first bytes) stays in `reader` for the relay, as it came."""
+    parser = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
+    head = bytearray()
+    has_host = False
     try:
-        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT_S)
+        async with asyncio.timeout(HEAD_TIMEOUT_S):
+            while (event := parser.next_event()) is h11.NEED_DATA:
+                line = await reader.readuntil(b"\n")
+                if len(head) + len(line) > MAX_HEAD_BYTES:
+                    return 431, "request head too large"
+                if why := _line_refusal(line, first=not head):
+                    return 400, why
+                if head and line == b"\r\n" and not has_host:
+                    # h11 holds every HTTP/1.1 request to an origin server's rule, Host required; the
+                    # proxy never reads Host (its destination is the target, and a request it forwards
+                    # gets the checked destination's Host), and clients send CONNECT without one. An
+                    # empty one is added where none came, so that h11 checks the rest as it is.
+                    parser.receive_data(b"Host:\r\n")
+                has_host = has_host or (bool(head) and line[:5].lower() == b"host:")
+                head += line
+                parser.receive_data(line)
     except TimeoutError:
         return 408, f"no complete request within {HEAD_TIMEOUT_S:g} s"
-    except asyncio.LimitOverrunError:
+    except asyncio.LimitOverrunError:  # a line longer than the reader's buffer
         return 431, "request head too large"
     except asyncio.IncompleteReadError:
         return 400, "closed before a complete request"
-    if len(head) > MAX_HEAD_BYTES:
-        return 431, "request head too large"
-    return head
+    except h11.RemoteProtocolError as exc:
+        return (431 if exc.error_status_hint == 431 else 400), _malformed(exc)
+    return _proxy_head(event)
+
+
+def _line_refusal(line: bytes, *, first: bool) -> str:
+    """Why a line of a request head is refused though h11 would take it ('' if it is not): h11 ends
+    a line at a bare LF and unfolds an obs-fold continuation, where another parser down the line
+    might not; the proxy takes neither, so no two readers of one head disagree on it."""
+    if not line.endswith(b"\r\n"):
+        return "a line of the head ends in a bare LF, not CRLF"
+    if not first and line.startswith((b" ", b"\t")):
+        return "a header line continued on the next (obs-fold)"
+    return ""
+
+
+def _proxy_head(event: object) -> h11.Request | tuple[int, str]:
+    """The request h11 parsed, if it is HTTP/1.0 or 1.1 (h11 takes any HTTP/d.d)."""
+    if not isinstance(event, h11.Request):
+        return 400, PROXY_REQUESTS
+    if event.http_version not in HTTP_VERSIONS:
+        return 400, f"HTTP/{event.http_version.decode()} is not HTTP/1.0 or 1.1; {PROXY_REQUESTS}"
+    return event
+
+
+def _malformed(exc: h11.RemoteProtocolError) -> str:
+    said = str(exc)  # h11 quotes the line it refused: the record keeps a bounded part of it
+    return f"a malformed request head ({said[:100]}{'...' if len(said) > 100 else ''}); {PROXY_REQUESTS}"
 
 
 def _destination(method: str, target: str) -> tuple[str, int, str] | None:
-    """(host, port, origin-form path) of a proxy request, or None when it is not one."""
+    """(host, port, origin-form path) of a proxy request, or None when it is not one. An authority
+    with userinfo (user@host) is never a destination."""
     if method == "CONNECT":
         name, sep, port = target.rpartition(":")
         if not sep or not re.fullmatch(r"[0-9]{1,5}", port):  # isdigit() takes "²", which int() does not
             return None
         host, number, path = name.strip("[]").lower().rstrip("."), int(port), ""
     else:
-        match = re.fullmatch(r"http://([^/:?#\s]+|\[[0-9a-fA-F:.]+\])(?::([0-9]{1,5}))?([/?][^\s]*)?", target)
+        match = re.fullmatch(r"http://([^/:?#@\s]+|\[[0-9a-fA-F:.]+\])(?::([0-9]{1,5}))?([/?][^\s]*)?", target)
         if not method.isalpha() or len(method) > MAX_METHOD_CHARS or match is None:
             return None
         host, number = match.group(1).strip("[]").lower().rstrip("."), int(match.group(2) or 80)
         path = match.group(3) or "/"
-    if not host or len(host) > MAX_HOST_CHARS:
+    if not host or "@" in host or len(host) > MAX_HOST_CHARS:
         return None
     return host, number, path
 
 
-def _origin_request(method: str, path: str, version: str, headers: list[str]) -> str:
-    kept = [line for line in headers if line and line.split(":", 1)[0].strip().lower() not in HOP_HEADERS]
-    return "\r\n".join([f"{method} {path} {version or 'HTTP/1.1'}", *kept, "Connection: close", "", ""])
+def _origin_request(request: h11.Request, host: str, port: int, path: str) -> bytes:
+    """The head sent upstream for a plain HTTP request: origin form, the client's headers as h11
+    parsed them (each name and value already validated) less the hop-by-hop ones, the Host of the
+    destination that was checked (RFC 9112 3.2.2: a proxy replaces the client's), and
+    Connection: close."""
+    authority = (f"[{host}]" if ":" in host else host) + ("" if port == 80 else f":{port}")
+    kept = [name + b": " + value for name, value in request.headers.raw_items() if name.lower() not in DROPPED]
+    return b"\r\n".join(
+        [
+            request.method + b" " + path.encode("ascii") + b" HTTP/" + request.http_version,
+            b"Host: " + authority.encode("ascii"),
+            *kept,
+            b"Connection: close",
+            b"",
+            b"",
+        ]
+    )
 
 
 async def _answer(writer: asyncio.StreamWriter, status: int, text: str) -> None:
@@ -582,7 +547,7 @@ class EgressSettings:
     """The operator's side of egress: the site ceiling, and how the proxy resolves names (a test
     gives a StaticResolver and the networks of its own test hosts)."""
 
-    ceiling: Policy = Policy()
+    ceiling: Policy = field(default_factory=Policy)
     resolver: Resolver = field(default_factory=Resolver)
     public_for_tests: tuple[Any, ...] = ()
 

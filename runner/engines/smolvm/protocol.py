@@ -24,6 +24,10 @@ class Mount(NamedTuple):
     read_only: bool
 
 
+# The most a ready branch's hand-over message may hold (the run's argv and environment).
+HAND_OVER_MAX_BYTES = 4 << 20
+
+
 @dataclass(frozen=True)
 class ChildConfig:
     """What the child needs to create, run and delete one machine; no shell strings anywhere."""
@@ -51,8 +55,13 @@ class ChildConfig:
     base_lock: str | None = None
     cold_reason: str = ""
     # smolvm's TSI network for a run with egress: the VMM runs in the run's network namespace,
-    # whose only reachable place is the egress proxy (runner.netns). False: no network at all.
+    # whose only reachable place is the egress proxy (runner.host.netns). False: no network at all.
     network: bool = False
+    # A ready branch (runner.ready): the child's end of its hand-over socket. The child makes the
+    # machine with its mounts, says {"ready": true} on it and waits; the run arrives as one
+    # message {"argv", "env", "exec_timeout_s"} (which replace the config's), the guest's entropy
+    # and clock are refreshed, and the program starts. The socket closed first: the machine goes.
+    ready_fd: int | None = None
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))

@@ -1,15 +1,19 @@
 """The per-run child that drives one smolvm microVM through the SDK (local target), and the
 keeper of a warm base.
 
-`python -m runner.engines.smolvm_child CONFIG` — run by the supervisor inside the run's
+`python -m runner.engines.smolvm.child CONFIG` — run by the supervisor inside the run's
 cgroup, killed with it. With a base in its config it branches that frozen base (a warm start:
 the run's own mounts added to the branch, fresh entropy and the host's clock set before the
-program) and boots cold if anything of that fails. The guest's stdout and stderr are relayed on this process's own
+program) and boots cold if anything of that fails. With a hand-over socket in its config it is
+a ready branch (runner.ready): it branches and mounts, says so on the socket and waits; the run's
+program comes as one message, the refresh is done then, its outcome answered on the socket, and
+the program starts (a ready branch that fails is not booted cold: the pool counts the failure, and
+the run starts cold instead). The guest's stdout and stderr are relayed on this process's own
 stdout and stderr; control facts (machine name, VM dir and uid, VMM pid, exit code, engine
 errors with codes) go only to the control descriptor named in the config, which nothing in
 the guest can reach. So a guest that prints a control message only prints text.
 
-`python -m runner.engines.smolvm_child --keep CONFIG` keeps one base (smolvm_bases): it joins
+`python -m runner.engines.smolvm.child --keep CONFIG` keeps one base (bases): it joins
 the base's cgroup, builds the base, freezes it with a probe branch, records it and stays until
 it is stopped; SIGTERM deletes the base.
 """
@@ -22,6 +26,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -29,7 +34,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from runner.engines.smolvm_protocol import (
+from runner.engines.smolvm.protocol import (
+    HAND_OVER_MAX_BYTES,
     READY_TIMINGS,
     BaseConfig,
     ChildConfig,
@@ -208,9 +214,10 @@ def refresh(machine: Any, exec_options: Any) -> tuple[float, float]:
     return time.monotonic() - started, round(skew, 3)
 
 
-def warm_start(config: ChildConfig, smol: Any, timings: dict[str, float]) -> tuple[Any, str]:
-    """Branch the base, give the branch this run's mounts, refresh it; (the machine, guest user).
-    Raises WarmStartFailed (or the SDK's error) with the branch deleted by the caller."""
+def warm_start(config: ChildConfig, smol: Any, timings: dict[str, float], *, fresh: bool = True) -> tuple[Any, str]:
+    """Branch the base, give the branch this run's mounts, refresh it (`fresh`: a ready branch is
+    refreshed at hand-over); (the machine, guest user). Raises WarmStartFailed (or the SDK's error)
+    with the branch deleted by the caller."""
     if not config.base or not config.base_lock:
         raise WarmStartFailed("no base")
     lock = os.open(config.base_lock, os.O_RDWR | os.O_CLOEXEC)  # held shared while this run lives
@@ -237,6 +244,9 @@ def warm_start(config: ChildConfig, smol: Any, timings: dict[str, float]) -> tup
             add_mount(vmm_cli, config.name, mount)
         return time.monotonic() - started
 
+    if not fresh:
+        timings["mount_s"] = round(mounts(), 3)
+        return machine, user
     # The mounts (through the VMM's control socket) and the refresh (through the guest's agent)
     # are independent: the program starts once both are done.
     with ThreadPoolExecutor(max_workers=2) as pool:
@@ -246,6 +256,29 @@ def warm_start(config: ChildConfig, smol: Any, timings: dict[str, float]) -> tup
         took, skew = refreshed.result()
     timings["refresh_s"], timings["clock_skew_s"] = round(took, 3), skew
     return machine, user
+
+
+def take_run(
+    end: socket.socket, config: ChildConfig, machine: Any, smol: Any, timings: dict[str, float]
+) -> ChildConfig | None:
+    """A ready branch: say it is ready, wait for its run, refresh the guest then (entropy and clock
+    as of the hand-over, not the making) and answer; the config with the run's program, or None
+    when the socket closed first or the refresh failed (said on the socket: the run starts cold)."""
+    end.send(json.dumps({"ready": True}).encode())
+    message = end.recv(HAND_OVER_MAX_BYTES)
+    if not message:
+        return None
+    order = json.loads(message)
+    try:
+        took, skew = refresh(machine, smol.ExecOptions(timeout=REFRESH_TIMEOUT_S))
+    except (WarmStartFailed, smol.SmolError) as exc:
+        end.send(json.dumps({"problem": plain(getattr(exc, "message", None) or str(exc))[-300:]}).encode())
+        return None
+    timings["refresh_s"], timings["clock_skew_s"] = round(took, 3), skew
+    end.send(json.dumps({"handed": True, "refresh_s": round(took, 3)}).encode())
+    return dataclasses.replace(
+        config, argv=list(order["argv"]), env=dict(order["env"]), exec_timeout_s=float(order["exec_timeout_s"])
+    )
 
 
 def drop_branch(smol: Any, name: str) -> str:
@@ -299,14 +332,20 @@ def main(config_path: str) -> int:
     machine = None
     timings: dict[str, float] = {}
     note, vm_start, user = config.cold_reason, "cold", config.user
+    end = socket.socket(fileno=config.ready_fd) if config.ready_fd is not None else None
     try:
         if config.base:
             try:
-                machine, user = warm_start(config, smol, timings)
+                machine, user = warm_start(config, smol, timings, fresh=end is None)
                 vm_start, note = "branch", ""
             except (WarmStartFailed, SmolError, OSError, subprocess.SubprocessError) as exc:
                 reason = plain(getattr(exc, "message", None) or str(exc))[-300:]
                 left = drop_branch(smol, name)
+                if end is not None:  # a ready branch is a branch or nothing: the pool counts it
+                    end.send(
+                        json.dumps({"problem": f"its branch failed ({reason}){'; ' + left if left else ''}"}).encode()
+                    )
+                    return 3
                 if left:  # never boot a second machine under a name whose first is still there
                     message = f"the warm start failed ({reason}) and its branch remains: {left}"
                     control.say(Error(phase="boot", code="branch_failed", message=message, retryable=True))
@@ -323,6 +362,11 @@ def main(config_path: str) -> int:
                                   retryable=retryable, facts=vm_facts(state_root, name)))  # fmt: skip
                 return 3
             timings["cold_s"] = round(time.monotonic() - cold, 3)
+        if end is not None:
+            handed = take_run(end, config, machine, smol, timings)
+            if handed is None:
+                return 0  # not taken (or its refresh failed): the machine is deleted below
+            config, started = handed, time.monotonic()  # the run's VM start is from its hand-over
         facts = vm_facts(state_root, name)
         if vm_start == "cold":
             facts = dataclasses.replace(facts, vm_uid=vmm_uid(facts) or None)
@@ -376,8 +420,8 @@ def keep(config_path: str) -> int:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         return 0  # another keeper has it
-    from runner.admission import Admission, Capacity
-    from runner.engines.smolvm_bases import Bases
+    from runner.engines.smolvm.bases import Bases
+    from runner.host.admission import Admission, Capacity
 
     os.environ.pop("SMOL_CLOUD_TOKEN", None)
     os.environ["HOME"] = config.state_root

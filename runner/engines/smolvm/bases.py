@@ -10,7 +10,7 @@ from its base, so a run gets a base of exactly its own size or boots cold. Each 
 
 - a smolvm machine `cordonbase-<key>` (never `cordon-`: the run sweep deletes those), created
   branchable, persistent and detached;
-- a keeper process (runner.engines.smolvm_child --keep) in the base's own cgroup
+- a keeper process (runner.engines.smolvm.child --keep) in the base's own cgroup
   `<parent>-bases/<name>`, outside the runs' parent: it starts the VMM there (the host, not a
   run, is charged for the base) and holds the base's memory in the admission ledger, an entry
   owned by its pid. SIGTERM makes it delete the machine; if it dies, the base is swept;

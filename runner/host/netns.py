@@ -1,11 +1,11 @@
 """A run's network namespace for scoped egress: loopback only, and on it one listener, the run's
-egress proxy (runner.egress), which the supervisor serves from outside the namespace.
+egress proxy (runner.egress.proxy), which the supervisor serves from outside the namespace.
 
 The namespace has no other interface and so no route anywhere: a program in it can reach
 127.0.0.1:PROXY_PORT and nothing else (no resolver, no raw TCP or UDP path off the machine). The
 listener is made inside the namespace and served by the supervisor's own thread, whose outgoing
 connections leave from the host's namespace, after the proxy's checks. A sandbox joins the
-namespace in its launcher before exec with runner.spawner.join_netns (bubblewrap then unshares
+namespace in its launcher before exec with runner.host.spawner.join_netns (bubblewrap then unshares
 no network; a microVM's child, and so its VMM, likewise).
 """
 
@@ -19,7 +19,7 @@ import struct
 import threading
 from dataclasses import dataclass
 
-from runner.spawner import CLONE_NEWNET
+from runner.host.spawner import CLONE_NEWNET
 
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 PROXY_PORT = 3128

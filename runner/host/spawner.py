@@ -46,7 +46,7 @@ class Steps:
     rlimits: list[tuple[int, int]] = field(default_factory=list)  # (resource, soft = hard)
     oom_score_adj: int = 1000
     # A network namespace to join (the fd's number in the child, one of the targets; closed once
-    # joined), after the cgroups and before the drop: a run with scoped egress (runner.netns).
+    # joined), after the cgroups and before the drop: a run with scoped egress (runner.host.netns).
     netns_fd: int = -1
 
 
@@ -56,7 +56,7 @@ _libc = ctypes.CDLL(None, use_errno=True)  # loaded before any fork
 
 def join_netns(fd: int) -> None:
     """In a forked child before exec: into the network namespace `fd`, then close it (setns(2)).
-    The one way into a run's egress namespace (runner.netns), for every launcher."""
+    The one way into a run's egress namespace (runner.host.netns), for every launcher."""
     if _libc.setns(fd, CLONE_NEWNET) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"setns(CLONE_NEWNET): {os.strerror(err)}")

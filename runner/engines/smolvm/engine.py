@@ -1,6 +1,6 @@
 """The `smolvm` engine: a fresh microVM with its own guest kernel per run (isolation "vm").
 
-The supervisor starts a per-run child (runner.engines.smolvm_child) inside the run's cgroup;
+The supervisor starts a per-run child (runner.engines.smolvm.child) inside the run's cgroup;
 the child drives the SDK and so owns the VMM, which dies with it. Control facts come back on
 a dedicated pipe (never mixed with guest output); CPU time and peak memory come from the
 host's cgroup. Teardown deletes the machine through smolvm's CLI and audits the VMM process,
@@ -21,11 +21,12 @@ import json
 import os
 import resource
 import shutil
+import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -33,9 +34,18 @@ from typing import Any
 
 import psutil
 
-from runner import hostfs
-from runner.cgroups import CgroupLayout, RunCgroup, run_names
-from runner.engines.base import CgroupLimits, Collected, RunContext, run_env
+from runner.config import PROJECT_ROOT
+from runner.engines.base import (
+    Availability,
+    CgroupLimits,
+    Collected,
+    Diagnosis,
+    DoctorContext,
+    EngineHost,
+    HandOverError,
+    RunContext,
+    run_env,
+)
 from runner.engines.common import (
     CgroupEngine,
     CgroupState,
@@ -46,8 +56,9 @@ from runner.engines.common import (
     output_area_bytes,
     processes_of_uid,
 )
-from runner.engines.smolvm_bases import BASE_PREFIX, BaseKey, BaseRecord, Bases
-from runner.engines.smolvm_protocol import (
+from runner.engines.smolvm import checks
+from runner.engines.smolvm.bases import BASE_PREFIX, BaseKey, BaseRecord, Bases
+from runner.engines.smolvm.protocol import (
     READY_TIMINGS,
     BaseConfig,
     ChildConfig,
@@ -59,11 +70,18 @@ from runner.engines.smolvm_protocol import (
     Ready,
     decode,
 )
-from runner.images import ImageRef
-from runner.registry import read_json
-from runner.spawner import join_netns
-from runner.spec import MIB, CleanupCheck, Limits, RunnerError
+from runner.env import env_choice, env_float, env_int, env_path
+from runner.host import hostfs
+from runner.host.admission import Capacity
+from runner.host.cgroups import CgroupLayout, RunCgroup, run_names
+from runner.host.spawner import join_netns
+from runner.images import ImageRef, ImageStore
+from runner.spec import MIB, CleanupCheck, Limits, RunnerError, RunSpec
 
+# Where VMs keep their state unless CORDON_SMOLVM_STATE_DIR says otherwise.
+DEFAULT_STATE_ROOT = Path("/var/lib/cordon/smolvm")
+# Harness-only smolvm switches an engine passes on to smolvm when its environment sets them.
+PASSTHROUGH = frozenset({"SMOLVM_VM_UID_DROP"})
 GUEST_WORKDIR = "/tmp"
 VMM_OVERHEAD_MIB = 768 + 64  # smolvm's own VMM allowance, plus the Python child
 MACHINE_PREFIX = "cordon-"
@@ -75,6 +93,14 @@ ERROR_MESSAGE_CHARS = 2000
 VM_STARTS = ("cold", "branch")
 OVERLAY_GB = 1
 NEW_BASE_GRACE_S = 60.0
+# A ready branch's hand-over: the child refreshes the guest's entropy and clock (bounded by its
+# REFRESH_TIMEOUT_S) before it answers.
+HAND_OVER_TIMEOUT_S = 60.0
+
+
+def state_root_from_env(environ: Mapping[str, str] | None = None) -> Path:
+    """Where VMs keep their state: CORDON_SMOLVM_STATE_DIR, relative to the project if not absolute."""
+    return env_path("CORDON_SMOLVM_STATE_DIR", DEFAULT_STATE_ROOT, base=PROJECT_ROOT, environ=environ)
 
 
 @lru_cache(maxsize=1)
@@ -140,7 +166,7 @@ def component_hashes() -> dict[str, str]:
 
 @dataclass
 class ControlChannel:
-    """Reads the child's control pipe: one event a line (smolvm_protocol), known events and typed
+    """Reads the child's control pipe: one event a line (protocol), known events and typed
     fields only. Anything else is dropped. Guest output never reaches this pipe."""
 
     buffer: bytes = b""
@@ -197,6 +223,7 @@ def child_config(
     base: str | None = None,
     base_lock: Path | None = None,
     cold_reason: str = "",
+    ready_fd: int | None = None,
 ) -> ChildConfig:
     """What the child needs to create, run and delete the machine."""
     limits = ctx.limits
@@ -227,6 +254,7 @@ def child_config(
         base=base,
         base_lock=str(base_lock) if base_lock else None,
         cold_reason=cold_reason,
+        ready_fd=ready_fd,
     )
 
 
@@ -259,11 +287,12 @@ def guest_argv(ctx: RunContext) -> list[str]:
 class SmolvmState(CgroupState):
     control: ControlChannel = field(default_factory=ControlChannel)  # fed from control_fd
     base: str | None = None  # the warm base this run was given to branch
+    machine: str = ""  # the machine's name: its run's, or the ready sandbox's it was made as
 
 
 @dataclass(frozen=True)
 class WarmSettings:
-    """Warm starts (smolvm_bases): on, off, or `auto` (on where the warm canary passed); bases built
+    """Warm starts (bases): on, off, or `auto` (on where the warm canary passed); bases built
     on a run's first need (`lazy`) or for the default size when the worker starts (`start`)."""
 
     mode: str = "auto"
@@ -299,6 +328,12 @@ class SmolvmEngine(CgroupEngine[SmolvmState]):
     # a guest socket its own stack cannot serve is opened by the VMM, in that namespace. So the
     # guest reaches 127.0.0.1:3128, the proxy, and no route off the machine (make test-vm).
     scoped_egress = True
+    # A ready sandbox is a branch of a warm base, made ahead with the areas of its run-to-be
+    # mounted, its child waiting on the hand-over socket; at hand-over the child refreshes the
+    # guest's entropy and clock, then starts the program through the agent. No interpreter waits:
+    # the program starts in the guest as in any VM run.
+    ready_sandboxes = True
+    ready_interpreter = False
 
     def __init__(
         self,
@@ -308,8 +343,9 @@ class SmolvmEngine(CgroupEngine[SmolvmState]):
         cgroup_parent: str = "cordon",
         layout: CgroupLayout | None = None,
         extra_env: dict[str, str] | None = None,
-        child_module: str = "runner.engines.smolvm_child",
+        child_module: str = "runner.engines.smolvm.child",
         warm: WarmSettings | None = None,
+        canary_path: Path | None = None,
     ):
         super().__init__(cgroup_parent=cgroup_parent, layout=layout)
         self.child_module = child_module
@@ -317,8 +353,71 @@ class SmolvmEngine(CgroupEngine[SmolvmState]):
         self.boot_timeout_s = boot_timeout_s
         self.extra_env = extra_env or {}
         self.warm = warm or WarmSettings(mode="false")
+        self.canary_path = canary_path  # the canary boot's verdict (runner.engines.smolvm.checks)
         self.bases = Bases(state_root.parent / "bases")
         self._build_lock = threading.Lock()
+
+    # --- the engine's own policy ---------------------------------------------------------------
+
+    @classmethod
+    def from_host(cls, host: EngineHost) -> SmolvmEngine:
+        """Its settings, CORDON_SMOLVM_*: where VMs keep their state, the boot's bound, warm starts.
+        Without a host state directory (a test's engine) there is no canary file and no warm start."""
+        env = host.environ
+        state = host.host_state_dir
+        warm = WarmSettings(
+            mode=env_choice("CORDON_SMOLVM_WARM", "auto", ("auto", "true", "false"), environ=env),
+            build=env_choice("CORDON_SMOLVM_WARM_BUILD", "lazy", ("lazy", "start"), environ=env),
+            max_bases=env_int("CORDON_SMOLVM_WARM_MAX_BASES", 4, minimum=1, maximum=64, environ=env),
+            max_age_s=env_float("CORDON_SMOLVM_WARM_MAX_AGE_S", 86400.0, minimum=60.0, environ=env),
+            canary_file=state / checks.WARM_CANARY_FILE if state else None,
+            admission_dir=state / "admission" if state else None,
+            memory_budget_mib=Capacity.from_env(env).memory_mib,
+        )
+        return cls(
+            state_root=state_root_from_env(env),
+            boot_timeout_s=env_float("CORDON_SMOLVM_BOOT_TIMEOUT_S", 20.0, minimum=1.0, environ=env),
+            cgroup_parent=host.cgroup_parent,
+            extra_env={k: v for k, v in env.items() if k in PASSTHROUGH},
+            warm=warm if state else WarmSettings(mode="false"),
+            canary_path=state / checks.CANARY_FILE if state else None,
+        )
+
+    def read_canary(self) -> dict[str, Any] | None:
+        return checks.read_json(self.canary_path) if self.canary_path else None
+
+    def availability(self) -> Availability:
+        # Only a boot proves a microVM can run here: the verdict of the last canary boot.
+        return checks.canary_verdict(self.read_canary())
+
+    def installed(self) -> Availability:
+        """Whether the smolmachines wheel is installed, with its version and its components' hashes."""
+        if wheel_dir() is None:
+            return Availability(False, "the smolmachines wheel is not installed")
+        hashes = ", ".join(f"{name} {digest[:16]}" for name, digest in component_hashes().items())
+        return Availability(True, f"{engine_version()}; sha256: {hashes}")
+
+    def diagnose(self, ctx: DoctorContext) -> Diagnosis:
+        return checks.diagnose(self, ctx)
+
+    def host_report(self) -> dict[str, Any]:
+        return {"smolvm_canary": self.read_canary() or {}}
+
+    def warm_up(self, images: ImageStore) -> list[str]:
+        """With warm starts on and CORDON_SMOLVM_WARM_BUILD=start, start building the base of each
+        image at the default size (a worker calls this as it starts); what was started."""
+        if self.warm.build != "start" or not self.warm_enabled()[0] or not self.availability().ok:
+            return []
+        started = []
+        for name in sorted(images.built()):
+            ref = images.resolve(name)
+            key = self.base_key(ref, Limits())
+            if self.bases.read(key.name) is None and self.build_base(ref, key):
+                started.append(key.name)
+        return started
+
+    def sweep_kept(self) -> list[str]:
+        return self.sweep_bases(everything=True)
 
     def version(self) -> str:
         return engine_version()
@@ -360,10 +459,7 @@ class SmolvmEngine(CgroupEngine[SmolvmState]):
         # the read-only mount keeps even a VMM running as root from writing into the image.
         bind_views(ctx, {"root": ctx.image.rootfs, "in": ctx.input_dir})
         ctx.scratch_dir.mkdir(mode=0o755)  # holds the script, mounted read-only at /job
-        if ctx.spec.stdin:  # and the stdin, which the guest's shell opens as the program's fd 0
-            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-            with os.fdopen(os.open(ctx.scratch_dir / STDIN_NAME, flags, 0o444), "wb") as handle:
-                handle.write(ctx.spec.stdin)
+        _write_stdin(ctx)  # and the stdin, which the guest's shell opens as the program's fd 0
         # The VMM runs as a per-VM uid known only once it starts; it is in the kvm group (it opens
         # /dev/kvm), so the area is root:kvm 0770 until the child hands it to that uid.
         mount_output_area(ctx, uid=0, gid=_kvm_gid(), mode=0o770)
@@ -373,8 +469,13 @@ class SmolvmEngine(CgroupEngine[SmolvmState]):
             base, cold_reason = self.warm_base(ctx)
         else:  # a base and its branches have no network; a run with egress boots its own VM
             base, cold_reason = None, "the run has egress, which a warm base's branches cannot have"
-            fds["netns"] = os.dup(ctx.egress.namespace.fd)
-        self.state(ctx).base = base
+            fds["netns"] = os.dup(ctx.egress.netns_fd)
+        if ctx.ready_end is not None:  # a ready branch: of its class's base, or none is made
+            if base is None:
+                raise RunnerError("base_unusable", f"a ready branch needs a frozen base: {cold_reason}")
+            fds["ready"] = os.dup(ctx.ready_end.fileno())
+        state = self.state(ctx)
+        state.base, state.machine = base, machine_name(ctx.run_id)
         config = child_config(
             ctx,
             state_root=self.state_root,
@@ -384,6 +485,7 @@ class SmolvmEngine(CgroupEngine[SmolvmState]):
             base=base,
             base_lock=self.bases.folder(base) / "lock" if base else None,
             cold_reason=cold_reason,
+            ready_fd=fds.get("ready"),
         )
         config_path = ctx.run_dir / "smolvm-child.json"
         fd = os.open(config_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
@@ -418,6 +520,43 @@ class SmolvmEngine(CgroupEngine[SmolvmState]):
         env.pop("SMOL_CLOUD_TOKEN", None)
         return env
 
+    def ready_fit(self, spec: RunSpec, image: ImageRef) -> tuple[str | None, str]:
+        """The warm base a ready branch for runs like `spec` is made from (the runs its branches
+        serve: same image, vCPUs, memory and disk)."""
+        on, why = self.warm_enabled()
+        base, why = self.bases.usable(self.base_key(image, spec.limits)) if on else (None, why)
+        return base, "" if base else f"a ready branch needs a warm base: {why}"
+
+    def ready_room(self, fixed: str, room: Limits) -> Limits | None:
+        record = self.bases.read(fixed)
+        if record is None or record.state != "frozen":
+            return None
+        key = record.key  # base_key of these limits is `key` again: the launch branches this base
+        return Limits(memory_mib=key.memory_mib, cpus=float(key.cpus), disk_mib=key.storage_gb * 1024,
+                      max_processes=room.max_processes)  # fmt: skip
+
+    def hand_over(self, ctx: RunContext, host: socket.socket) -> None:
+        """The run's limits on the branch's cgroups and output area, its stdin beside its script in
+        /job, then its program and environment to the child, which refreshes the guest's entropy
+        and clock and starts it."""
+        self.bind_run_limits(ctx)
+        try:
+            _write_stdin(ctx)
+        except OSError as exc:
+            raise HandOverError(f"its stdin could not be written: {exc}") from exc
+        order = {"argv": guest_argv(ctx), "env": run_env(ctx), "exec_timeout_s": ctx.limits.wall_timeout_s + 5.0}
+        try:
+            host.send(json.dumps(order).encode())
+            host.settimeout(HAND_OVER_TIMEOUT_S)
+            answer = host.recv(65536)
+        except OSError as exc:  # a time-out too
+            raise HandOverError(f"its child did not take the run: {exc}") from exc
+        finally:
+            host.settimeout(None)
+        said = json.loads(answer) if answer else {"problem": "its child exited"}
+        if not said.get("handed"):
+            raise HandOverError(f"the branch's refresh failed: {said.get('problem') or said}")
+
     def on_control(self, ctx: RunContext, fd: int, data: bytes) -> None:
         self.state(ctx).control.feed(data)
 
@@ -450,13 +589,17 @@ class SmolvmEngine(CgroupEngine[SmolvmState]):
         # A branch's uid is its base's and its siblings': the child reports a VM uid for a cold
         # boot only, the one whose every process is this run's.
         vm_uid = self.state(ctx).control.facts.vm_uid
-        return self.vmm_processes(machine_name(ctx.run_id)) + (processes_of_uid(vm_uid) if vm_uid else [])
+        return self.vmm_processes(self._machine(ctx)) + (processes_of_uid(vm_uid) if vm_uid else [])
 
     def strays_described(self, ctx: RunContext) -> str:
         return "VMM of this machine"
 
     def engine_checks(self, ctx: RunContext) -> list[CleanupCheck]:
-        return self.machine_checks(machine_name(ctx.run_id), self.state(ctx).control.facts.vm_dir)
+        return self.machine_checks(self._machine(ctx), self.state(ctx).control.facts.vm_dir)
+
+    def _machine(self, ctx: RunContext) -> str:
+        """The run's machine: named when it was launched (a ready branch, as its sandbox)."""
+        return self.state(ctx).machine or machine_name(ctx.run_id)
 
     def machine_checks(self, name: str, vm_dir: str | None) -> list[CleanupCheck]:
         """Delete the machine record if any, then audit what smolvm keeps per machine."""
@@ -493,7 +636,7 @@ class SmolvmEngine(CgroupEngine[SmolvmState]):
                 swept.append(f"smolvm lock file {lock.name}")
         return swept
 
-    # warm starts (smolvm_bases)
+    # warm starts (bases)
 
     def warm_enabled(self) -> tuple[bool, str]:
         """Whether runs branch warm bases here, and why (or why not)."""
@@ -502,7 +645,7 @@ class SmolvmEngine(CgroupEngine[SmolvmState]):
             return False, "warm starts are off (CORDON_SMOLVM_WARM=false)"
         if mode == "true":
             return True, "warm starts are on (CORDON_SMOLVM_WARM=true)"
-        canary = read_json(self.warm.canary_file) if self.warm.canary_file else None
+        canary = checks.read_json(self.warm.canary_file) if self.warm.canary_file else None
         if canary and canary.get("ok"):
             return True, "warm starts are on: the warm canary passed"
         why = f"the warm canary failed ({canary.get('reason')})" if canary else "no warm canary has passed here"
@@ -745,6 +888,14 @@ class SmolvmEngine(CgroupEngine[SmolvmState]):
                 if not config or _names(Path(config).parent, name) or not Path(config).parent.exists():
                     found.append(int(entry.name))
         return found
+
+
+def _write_stdin(ctx: RunContext) -> None:
+    """A run's stdin, beside its script in /job (STDIN_REDIRECT)."""
+    if ctx.spec.stdin:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        with os.fdopen(os.open(ctx.scratch_dir / STDIN_NAME, flags, 0o444), "wb") as handle:
+            handle.write(ctx.spec.stdin)
 
 
 def _kill(cgroup: RunCgroup) -> None:

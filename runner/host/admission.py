@@ -194,10 +194,11 @@ class Admission:
             return any(e.run_id == run_id for e in entries)
 
     def peek(self) -> list[Reservation]:
-        """The ledger as last written, without its lock (advice only: a dead owner's entries are
-        still there until the next locked call reclaims them)."""
+        """The ledger's live entries as last written, without its lock (advice only). A dead owner's
+        entries are left out, as a locked call would drop them: on an idle host none may come for
+        a long while, and a removed warm base's memory would look held until then."""
         try:
-            return self._read()
+            return [e for e in self._read() if _alive(e)]
         except ValueError:  # never half-written (it is replaced whole), but advice may be wrong
             return []
 

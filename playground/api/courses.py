@@ -1,6 +1,6 @@
-"""The classroom's API (a router of playground/api.py, under /api): courses, members, roster
+"""The classroom's API (a router of the API, under /api): courses, members, roster
 imports, course datasets, assignments with their tests, submissions and the gradebook. Thin, like
-api.py: access through selectors/courses.py (404 for whoever may not see a thing), writes through
+the rest of the API: access through selectors/courses.py (404 for whoever may not see a thing), writes through
 services/courses.py and services/grading.py. A student never receives a hidden test's stdin,
 args, expectation or check program, nor an after_due test's before the due time: every test and
 result leaves through `_test_out` / `_result_out`, which decide what the viewer may see."""
@@ -13,7 +13,6 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
-from django.db.models import QuerySet, Sum
 from django.http import Http404, HttpRequest, HttpResponse
 from django.utils.http import content_disposition_header
 from ninja import Field, File, Router, Schema, Status
@@ -21,20 +20,13 @@ from ninja.files import UploadedFile
 from ninja.params.functions import Query
 
 from playground import throttle
-from playground.api import (
-    MAX_IDS,
-    REPLACE_DOC,
-    STAFF_POLL_RECORD_WINDOW,
-    DatasetOut,
-    RunOut,
-    RuntimeName,
-    _answers,
-    _run_out,
-    uploaded_file,
-)
+from playground.api.datasets import REPLACE_DOC
+from playground.api.runs import STAFF_POLL_RECORD_WINDOW
+from playground.api.schemas import MAX_IDS, DatasetOut, RunOut, RuntimeName, answers, run_out, uploaded_file
 from playground.bodies import NOT_BLANK, BodyIn, Bool, DateTime, Int, Number, Text
 from playground.csvcells import csv_cell
 from playground.egress import SiteEgressPolicy
+from playground.errors import ServiceError
 from playground.limits import LimitsCeilingIn, LimitsIn, limits_set
 from playground.models import (
     Assignment,
@@ -52,15 +44,12 @@ from playground.selectors.courses import assignment_past_due, is_staff
 from playground.selectors.runs import staff_access_recorded_since
 from playground.services import courses as course_services
 from playground.services import datasets as dataset_services
-from playground.services import grading
+from playground.services import grading, grading_results
 from playground.services.audit import record_staff_access
-from playground.services.errors import ServiceError
 from runner.spec import RUNTIMES
 from runner.units import size_words
 
 router = Router(tags=["courses"])
-# What lists of assignments do not show, and do not read: each can be 64 to 256 KiB.
-ASSIGNMENT_TEXTS = ("instructions", "instructions_html", "starter_code")
 ROSTER_MAX_BYTES = 1 << 20
 
 
@@ -360,9 +349,9 @@ def _test_out(test: Any, assignment: Assignment, staff: bool) -> dict[str, Any]:
 
 def _result_out(result: TestResult, assignment: Assignment, staff: bool) -> dict[str, Any]:
     shown = _details_shown(result.visibility, assignment, staff)
-    status, words = result.status, grading.words_for(result)
-    if not shown and status not in grading.STATUS_WORDS:
-        status, words = "failed", grading.HIDDEN_FAILED  # a hidden test says pass or fail, not how it failed
+    status, words = result.status, grading_results.words_for(result)
+    if not shown and status not in grading_results.STATUS_WORDS:
+        status, words = "failed", grading_results.HIDDEN_FAILED  # a hidden test says pass or fail, not how it failed
     out: dict[str, Any] = {
         "name": result.name, "points": result.points, "visibility": result.visibility, "status": status,
         "status_text": words, "score": result.score,
@@ -405,7 +394,7 @@ def _submission_out(submission: Submission, *, staff: bool, attempt: int | None,
 
 
 def _my_progress(assignment: Assignment, user: Any) -> dict[str, Any]:
-    mine = list(Submission.objects.filter(assignment=assignment, student=user).defer("code").order_by("-created_at"))
+    mine = course_selectors.submissions_of(assignment=assignment, student=user)
     used = sum(1 for s in mine if s.counted)
     latest = next((s for s in mine if s.state == SubmissionState.GRADED), mine[0] if mine else None)
     left = None if not assignment.attempts_allowed else max(0, assignment.attempts_allowed - used)
@@ -445,7 +434,7 @@ def _assignment_data(payload: AssignmentIn) -> dict[str, Any]:
 # --- courses ------------------------------------------------------------------------------
 
 
-@router.post("/courses", response=_answers({201: CourseOut}, 422))
+@router.post("/courses", response=answers({201: CourseOut}, 422))
 def course_create(request: HttpRequest, payload: CourseIn) -> Status[Any]:
     policy = payload.model_dump(exclude={"title"}, exclude_none=True, exclude_unset=True)
     course = course_services.course_create(user=request.user, title=payload.title, policy=policy)  # type: ignore[arg-type]
@@ -453,13 +442,12 @@ def course_create(request: HttpRequest, payload: CourseIn) -> Status[Any]:
     return Status(201, _course_out(course, membership))
 
 
-@router.get("/courses", response=_answers({200: list[CourseOut]}))
+@router.get("/courses", response=answers({200: list[CourseOut]}))
 def course_list(request: HttpRequest) -> list[dict[str, Any]]:
-    memberships = Membership.objects.filter(user=request.user).select_related("course")  # type: ignore[misc]
-    return [_course_out(m.course, m) for m in memberships.order_by("-course__created_at")]
+    return [_course_out(m.course, m) for m in course_selectors.memberships_of(user=request.user)]
 
 
-@router.post("/courses/join", response=_answers({201: MembershipOut}, 404, 422))
+@router.post("/courses/join", response=answers({201: MembershipOut}, 404, 422))
 def course_join(request: HttpRequest, payload: JoinIn) -> Status[Any]:
     wait_s = throttle.join_wait_s(request)
     if wait_s is not None:  # before the code is looked up: a right one is refused too
@@ -473,13 +461,13 @@ def course_join(request: HttpRequest, payload: JoinIn) -> Status[Any]:
     return Status(201, _membership_out(membership, staff_view=False))
 
 
-@router.get("/courses/{course_id}", response=_answers({200: CourseOut}, 404, 422))
+@router.get("/courses/{course_id}", response=answers({200: CourseOut}, 404, 422))
 def course_get(request: HttpRequest, course_id: UUID) -> dict[str, Any]:
     course, membership = course_selectors.course_for_member(user=request.user, course_id=course_id)
     return _course_out(course, membership)
 
 
-@router.patch("/courses/{course_id}", response=_answers({200: CourseOut}, 404, 422))
+@router.patch("/courses/{course_id}", response=answers({200: CourseOut}, 404, 422))
 def course_update(request: HttpRequest, course_id: UUID, payload: CoursePatchIn) -> dict[str, Any]:
     course, membership = course_selectors.course_for_staff(user=request.user, course_id=course_id, instructor=True)
     # A field left out or null is left as it is (an empty list or object clears a ceiling).
@@ -487,40 +475,40 @@ def course_update(request: HttpRequest, course_id: UUID, payload: CoursePatchIn)
     return _course_out(course, membership)
 
 
-@router.post("/courses/{course_id}/join-code", response=_answers({200: CourseOut}, 404, 422))
+@router.post("/courses/{course_id}/join-code", response=answers({200: CourseOut}, 404, 422))
 def course_join_code(request: HttpRequest, course_id: UUID, payload: JoinCodeIn) -> dict[str, Any]:
     course, membership = course_selectors.course_for_staff(user=request.user, course_id=course_id, instructor=True)
     return _course_out(course_services.course_join_code(course=course, action=payload.action), membership)
 
 
-@router.get("/courses/{course_id}/members", response=_answers({200: list[MembershipOut]}, 404, 422))
+@router.get("/courses/{course_id}/members", response=answers({200: list[MembershipOut]}, 404, 422))
 def member_list(request: HttpRequest, course_id: UUID) -> list[dict[str, Any]]:
     course, _ = course_selectors.course_for_staff(user=request.user, course_id=course_id)
-    return [_membership_out(m, staff_view=True) for m in course.memberships.select_related("user", "course")]
+    return [_membership_out(m, staff_view=True) for m in course_selectors.members(course)]
 
 
 def _member(course: Course, username: str) -> Membership:
-    membership = course.memberships.select_related("user", "course").filter(user__username=username).first()
+    membership = course_selectors.member(course, username)
     if membership is None:
         raise Http404("no such member")
     return membership
 
 
-@router.patch("/courses/{course_id}/members/{username}", response=_answers({200: MembershipOut}, 404, 409, 422))
+@router.patch("/courses/{course_id}/members/{username}", response=answers({200: MembershipOut}, 404, 409, 422))
 def member_update(request: HttpRequest, course_id: UUID, username: str, payload: RoleIn) -> dict[str, Any]:
     course, _ = course_selectors.course_for_staff(user=request.user, course_id=course_id, instructor=True)
     membership = course_services.member_set_role(course=course, membership=_member(course, username), role=payload.role)
     return _membership_out(membership, staff_view=True)
 
 
-@router.delete("/courses/{course_id}/members/{username}", response=_answers({204: None}, 404, 409, 422))
+@router.delete("/courses/{course_id}/members/{username}", response=answers({204: None}, 404, 409, 422))
 def member_remove(request: HttpRequest, course_id: UUID, username: str) -> Status[Any]:
     course, _ = course_selectors.course_for_staff(user=request.user, course_id=course_id, instructor=True)
     course_services.member_remove(course=course, membership=_member(course, username))
     return Status(204, None)
 
 
-@router.post("/courses/{course_id}/roster", response=_answers({200: RosterOut}, 404, 422))
+@router.post("/courses/{course_id}/roster", response=answers({200: RosterOut}, 404, 422))
 def roster_import(request: HttpRequest, course_id: UUID, file: UploadedFile | None = File(None)) -> dict[str, Any]:  # type: ignore[type-arg]  # noqa: B008
     """A CSV of usernames or email addresses (a second column may give the role: student or
     assistant); each one not yet a member gets an invitation, accepted from their courses page."""
@@ -531,17 +519,17 @@ def roster_import(request: HttpRequest, course_id: UUID, file: UploadedFile | No
     return course_services.roster_import(course=course, by=request.user, data=upload.read())  # type: ignore[arg-type]
 
 
-@router.get("/courses/{course_id}/invitations", response=_answers({200: list[CourseInvitationOut]}, 404, 422))
+@router.get("/courses/{course_id}/invitations", response=answers({200: list[CourseInvitationOut]}, 404, 422))
 def course_invitations(request: HttpRequest, course_id: UUID) -> list[dict[str, Any]]:
     course, _ = course_selectors.course_for_staff(user=request.user, course_id=course_id)
     return [
         {"id": i.id, "identifier": i.identifier, "role": i.role, "created_at": i.created_at,
          "accepted_at": i.accepted_at, "accepted_by": i.accepted_by.get_username() if i.accepted_by else None}
-        for i in course.invitations.select_related("accepted_by")
+        for i in course_selectors.invitations_of(course)
     ]  # fmt: skip
 
 
-@router.get("/invitations", response=_answers({200: list[MyInvitationOut]}))
+@router.get("/invitations", response=answers({200: list[MyInvitationOut]}))
 def my_invitations(request: HttpRequest) -> list[dict[str, Any]]:
     return [
         {"id": i.id, "course_id": i.course_id, "course_title": i.course.title, "role": i.role,
@@ -550,7 +538,7 @@ def my_invitations(request: HttpRequest) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
-@router.post("/invitations/{invitation_id}/accept", response=_answers({201: MembershipOut}, 404, 422))
+@router.post("/invitations/{invitation_id}/accept", response=answers({201: MembershipOut}, 404, 422))
 def invitation_accept(request: HttpRequest, invitation_id: int) -> Status[Any]:
     invitation = course_selectors.invitations_for_user(user=request.user).filter(id=invitation_id).first()
     if invitation is None:
@@ -568,12 +556,12 @@ class CourseDatasetOut(DatasetOut):
     )
 
 
-@router.get("/courses/{course_id}/datasets", response=_answers({200: list[CourseDatasetOut]}, 404, 422))
+@router.get("/courses/{course_id}/datasets", response=answers({200: list[CourseDatasetOut]}, 404, 422))
 def course_dataset_list(request: HttpRequest, course_id: UUID) -> Any:
     course, membership = course_selectors.course_for_member(user=request.user, course_id=course_id)
     return [
         {**DatasetOut.model_validate(d).model_dump(), "can_delete": _may_delete(membership, d, request.user)}
-        for d in Dataset.objects.filter(course=course, replaced_at=None)
+        for d in course_selectors.course_datasets(course)
     ]
 
 
@@ -581,7 +569,7 @@ def _may_delete(membership: Membership, dataset: Dataset, user: Any) -> bool:
     return membership.role == Role.INSTRUCTOR or (is_staff(membership) and dataset.owner_id == user.pk)
 
 
-@router.post("/courses/{course_id}/datasets", response=_answers({201: DatasetOut}, 404, 409, 422))
+@router.post("/courses/{course_id}/datasets", response=answers({201: DatasetOut}, 404, 409, 422))
 def course_dataset_upload(
     request: HttpRequest,
     course_id: UUID,
@@ -594,7 +582,7 @@ def course_dataset_upload(
     return Status(201, made)
 
 
-@router.delete("/courses/{course_id}/datasets/{dataset_id}", response=_answers({204: None}, 404, 422))
+@router.delete("/courses/{course_id}/datasets/{dataset_id}", response=answers({204: None}, 404, 422))
 def course_dataset_delete(request: HttpRequest, course_id: UUID, dataset_id: UUID) -> Status[Any]:
     """An instructor deletes any course dataset; an assistant only one they uploaded (403 otherwise)."""
     _, membership = course_selectors.course_for_staff(user=request.user, course_id=course_id)
@@ -611,20 +599,20 @@ def course_dataset_delete(request: HttpRequest, course_id: UUID, dataset_id: UUI
 # --- assignments --------------------------------------------------------------------------
 
 
-@router.post("/courses/{course_id}/assignments", response=_answers({201: AssignmentOut}, 404, 422))
+@router.post("/courses/{course_id}/assignments", response=answers({201: AssignmentOut}, 404, 422))
 def assignment_create(request: HttpRequest, course_id: UUID, payload: AssignmentIn) -> Status[Any]:
     course, membership = course_selectors.course_for_staff(user=request.user, course_id=course_id, instructor=True)
     assignment = course_services.assignment_save(course=course, data=_assignment_data(payload))
     return Status(201, _assignment_out(assignment, membership))
 
 
-@router.get("/courses/{course_id}/assignments", response=_answers({200: list[AssignmentSummaryOut]}, 404, 422))
+@router.get("/courses/{course_id}/assignments", response=answers({200: list[AssignmentSummaryOut]}, 404, 422))
 def assignment_list(request: HttpRequest, course_id: UUID) -> list[dict[str, Any]]:
     course, membership = course_selectors.course_for_member(user=request.user, course_id=course_id)
     staff = is_staff(membership)
     out = []
     listed = course_selectors.assignments_for_member(course=course, membership=membership)
-    for assignment, max_score in _with_max_score(listed):
+    for assignment, max_score in course_selectors.assignments_with_max_score(listed):
         out.append({
             "id": assignment.id, "title": assignment.title, "runtime": assignment.runtime,
             "opens_at": assignment.opens_at, "due_at": assignment.due_at,
@@ -635,13 +623,13 @@ def assignment_list(request: HttpRequest, course_id: UUID) -> list[dict[str, Any
     return out
 
 
-@router.get("/assignments/{assignment_id}", response=_answers({200: AssignmentOut}, 404, 422))
+@router.get("/assignments/{assignment_id}", response=answers({200: AssignmentOut}, 404, 422))
 def assignment_get(request: HttpRequest, assignment_id: UUID) -> dict[str, Any]:
     assignment, membership = course_selectors.assignment_for_member(user=request.user, assignment_id=assignment_id)
     return _assignment_out(assignment, membership)
 
 
-@router.put("/assignments/{assignment_id}", response=_answers({200: AssignmentOut}, 404, 422))
+@router.put("/assignments/{assignment_id}", response=answers({200: AssignmentOut}, 404, 422))
 def assignment_update(request: HttpRequest, assignment_id: UUID, payload: AssignmentIn) -> dict[str, Any]:
     assignment, membership = course_selectors.assignment_for_member(
         user=request.user, assignment_id=assignment_id, instructor=True
@@ -650,7 +638,7 @@ def assignment_update(request: HttpRequest, assignment_id: UUID, payload: Assign
     return _assignment_out(assignment, membership)
 
 
-@router.delete("/assignments/{assignment_id}", response=_answers({204: None}, 404, 422))
+@router.delete("/assignments/{assignment_id}", response=answers({204: None}, 404, 422))
 def assignment_delete(request: HttpRequest, assignment_id: UUID) -> Status[Any]:
     assignment, _ = course_selectors.assignment_for_member(
         user=request.user, assignment_id=assignment_id, instructor=True
@@ -659,7 +647,7 @@ def assignment_delete(request: HttpRequest, assignment_id: UUID) -> Status[Any]:
     return Status(204, None)
 
 
-@router.post("/assignments/{assignment_id}/regrade", response=_answers({200: RegradeOut}, 404, 422))
+@router.post("/assignments/{assignment_id}/regrade", response=answers({200: RegradeOut}, 404, 422))
 def assignment_regrade(request: HttpRequest, assignment_id: UUID) -> dict[str, Any]:
     """Grade every student's latest graded submission again, with the tests as they are now."""
     assignment, _ = course_selectors.assignment_for_member(
@@ -668,7 +656,7 @@ def assignment_regrade(request: HttpRequest, assignment_id: UUID) -> dict[str, A
     return {"regrading": grading.regrade(assignment=assignment)}
 
 
-@router.post("/assignments/{assignment_id}/try", response=_answers({201: RunOut}, 404, 422, 503))
+@router.post("/assignments/{assignment_id}/try", response=answers({201: RunOut}, 404, 422, 503))
 def assignment_try(request: HttpRequest, assignment_id: UUID, payload: TryIn) -> Status[Any]:
     """Run the code without submitting it: the caller's own run (GET /api/runs/{id}, its live
     output and log as any run's), with the course's datasets and the assignment's limits."""
@@ -676,37 +664,34 @@ def assignment_try(request: HttpRequest, assignment_id: UUID, payload: TryIn) ->
     user: Any = request.user
     run = grading.assignment_try(user=user, assignment=assignment, code=payload.code, stdin=payload.stdin,
                                  args=payload.args)  # fmt: skip
-    return Status(201, _run_out(run))
+    return Status(201, run_out(run))
 
 
 # --- submissions --------------------------------------------------------------------------
 
 
-@router.post("/assignments/{assignment_id}/submissions", response=_answers({201: SubmissionOut}, 404, 422))
+@router.post("/assignments/{assignment_id}/submissions", response=answers({201: SubmissionOut}, 404, 422))
 def submission_create(request: HttpRequest, assignment_id: UUID, payload: SubmissionIn) -> Status[Any]:
     assignment, membership = course_selectors.assignment_for_member(user=request.user, assignment_id=assignment_id)
     submission = grading.submission_create(user=request.user, assignment=assignment, code=payload.code)  # type: ignore[arg-type]
-    numbers = _attempt_numbers(list(assignment.submissions.filter(student=request.user)))  # type: ignore[misc]
+    numbers = _attempt_numbers(course_selectors.submissions_of(assignment=assignment, student=request.user))
     full = _submission_out(submission, staff=is_staff(membership), attempt=numbers.get(submission.id), full=True)
     return Status(201, full)
 
 
-@router.get("/assignments/{assignment_id}/submissions", response=_answers({200: list[SubmissionSummaryOut]}, 404, 422))
+@router.get("/assignments/{assignment_id}/submissions", response=answers({200: list[SubmissionSummaryOut]}, 404, 422))
 def submission_list(request: HttpRequest, assignment_id: UUID, student: str | None = None) -> list[dict[str, Any]]:
     """A student's own submissions; for staff everyone's (or one student's, by username)."""
     assignment, membership = course_selectors.assignment_for_member(user=request.user, assignment_id=assignment_id)
     staff = is_staff(membership)
-    submissions = assignment.submissions.select_related("student").defer("code")
-    if not staff:
-        submissions = submissions.filter(student=request.user)  # type: ignore[misc]
-    elif student:
-        submissions = submissions.filter(student__username=student)
-    found = list(submissions[:1000])
+    found = course_selectors.submissions_shown(
+        assignment=assignment, viewer=request.user, staff=staff, student=student, limit=1000
+    )
     numbers = _attempt_numbers(found)
     return [_submission_out(s, staff=staff, attempt=numbers.get(s.id), full=False) for s in found]
 
 
-@router.get("/submissions/{submission_id}", response=_answers({200: SubmissionOut}, 404, 422))
+@router.get("/submissions/{submission_id}", response=answers({200: SubmissionOut}, 404, 422))
 def submission_get(request: HttpRequest, submission_id: UUID) -> dict[str, Any]:
     submission, membership = course_selectors.submission_for_viewer(user=request.user, submission_id=submission_id)
     staff = is_staff(membership)
@@ -719,69 +704,27 @@ def submission_get(request: HttpRequest, submission_id: UUID) -> dict[str, Any]:
             viewer=request.user, owner=submission.student, what="submission", detail=str(submission.id),
             path=request.get_full_path(),
         )  # fmt: skip
-    siblings = list(
-        Submission.objects.filter(assignment_id=submission.assignment_id, student=submission.student).only(
-            "id", "created_at", "charged", "student_id"
-        )
-    )
+    siblings = course_selectors.attempts_beside(submission)
     return _submission_out(submission, staff=staff, attempt=_attempt_numbers(siblings).get(submission.id), full=True)
 
 
 # --- gradebook ----------------------------------------------------------------------------
 
 
-def _with_max_score(assignments: QuerySet[Assignment]) -> list[tuple[Assignment, float]]:
-    """Each without its texts, with its tests' points summed by the database (a GROUP BY query,
-    which Meta.ordering does not order: ordered here)."""
-    summed: Any = assignments.defer(*ASSIGNMENT_TEXTS).annotate(max_score=Sum("tests__points"))
-    return [(a, float(a.max_score or 0.0)) for a in summed.order_by("due_at", "created_at")]
-
-
-def _gradebook(course: Course) -> dict[str, Any]:
-    """Students x assignments: each student's latest graded submission (else their latest one)."""
-    scored = _with_max_score(course.assignments.all())
-    assignments = [assignment for assignment, _ in scored]
-    students = list(course.memberships.filter(role=Role.STUDENT).select_related("user").order_by("user__username"))
-    latest: dict[tuple[int, Any], Submission] = {}
-    attempts: dict[tuple[int, Any], int] = {}
-    for submission in Submission.objects.filter(assignment__course=course).defer("code").order_by("created_at"):
-        key = (submission.student_id, submission.assignment_id)
-        if submission.counted:
-            attempts[key] = attempts.get(key, 0) + 1
-        current = latest.get(key)
-        if current is None or submission.state == SubmissionState.GRADED or current.state != SubmissionState.GRADED:
-            latest[key] = submission
-    rows = []
-    for member in students:
-        cells: list[dict[str, Any] | None] = []
-        for assignment in assignments:
-            found = latest.get((member.user_id, assignment.id))
-            cells.append(None if found is None else {
-                "assignment_id": assignment.id, "score": found.score, "state": found.state,
-                "attempts": attempts.get((member.user_id, assignment.id), 0), "late": found.late,
-                "submission_id": found.id,
-            })  # fmt: skip
-        rows.append({"username": member.user.get_username(), "cells": cells})
-    return {
-        "assignments": [{"id": a.id, "title": a.title, "max_score": max_score} for a, max_score in scored],
-        "students": rows,
-    }  # fmt: skip
-
-
-@router.get("/courses/{course_id}/gradebook", response=_answers({200: GradebookOut}, 404, 422))
+@router.get("/courses/{course_id}/gradebook", response=answers({200: GradebookOut}, 404, 422))
 def gradebook(request: HttpRequest, course_id: UUID) -> dict[str, Any]:
     course, _ = course_selectors.course_for_staff(user=request.user, course_id=course_id)
-    return _gradebook(course)
+    return course_selectors.gradebook(course)
 
 
 @router.get(
-    "/courses/{course_id}/gradebook.csv", response=_answers({200: None}, 404, 422),
+    "/courses/{course_id}/gradebook.csv", response=answers({200: None}, 404, 422),
     openapi_extra={"responses": {200: {"description": "one row per student, a column per assignment",
                                        "content": {"text/csv": {}}}}},
 )  # fmt: skip
 def gradebook_csv(request: HttpRequest, course_id: UUID) -> HttpResponse:
     course, _ = course_selectors.course_for_staff(user=request.user, course_id=course_id)
-    book = _gradebook(course)
+    book = course_selectors.gradebook(course)
     out = io.StringIO()
     writer = csv.writer(out)
     writer.writerow(["student", *[csv_cell(f"{a['title']} (/{a['max_score']:g})") for a in book["assignments"]]])

@@ -1,0 +1,51 @@
+"""What the service offers: its limits, its egress ceiling, its images, and its health."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest
+from ninja import Field, Schema
+
+from playground.api.base import api
+from playground.api.schemas import ErrorOut, ImageOut, answers
+from playground.egress import site_ceiling
+from playground.limits import (
+    LimitOut,
+    limits_described,
+)
+from runner.images import read_lock
+
+
+@api.get("/limits", response=answers({200: list[LimitOut]}), tags=["service"])
+def limits(request: HttpRequest) -> list[dict[str, Any]]:
+    """Every limit a run takes: its unit, default and the maximum on this service."""
+    return limits_described()
+
+
+class EgressCeilingOut(Schema):
+    ceiling: list[str] = Field(description="the destinations any run's egress policy may name at most (empty: none)")
+
+
+@api.get("/egress", response=answers({200: EgressCeilingOut}), tags=["service"])
+def egress_ceiling(request: HttpRequest) -> dict[str, Any]:
+    """This service's egress ceiling: a run's policy (and a course's ceiling) must be within it."""
+    return {"ceiling": site_ceiling().to_json()}
+
+
+@api.get("/images", response=answers({200: list[ImageOut]}), tags=["service"])
+def images(request: HttpRequest) -> list[dict[str, str]]:
+    return [{"name": name, "digest": entry.digest} for name, entry in sorted(read_lock().items())]
+
+
+class HealthOut(Schema):
+    ok: bool
+
+
+@api.get("/health", auth=None, response={200: HealthOut, 429: ErrorOut}, tags=["service"])
+def health(request: HttpRequest) -> dict[str, Any]:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+    return {"ok": True}

@@ -1,0 +1,104 @@
+// static/js/run_output.js: which part of a live chunk the page has not shown yet (offsets in UTF-8
+// bytes), and ANSI colours read into segments.
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import { ansiSegments, chunkNews, dropBytes } from "../../static/js/run_output.js";
+
+const bytes = (text) => new TextEncoder().encode(text).length;
+const chunk = (offset, data) => ({ type: "chunk", stream: "stdout", offset, data, length: bytes(data) });
+
+test("dropping bytes counts UTF-8 bytes, not characters", () => {
+  assert.equal(dropBytes("abc", 1), "bc");
+  assert.equal(dropBytes("€€x", 3), "€x");  // € is three bytes
+  assert.equal(dropBytes("😀x", 4), "x");  // four bytes, two UTF-16 units
+  assert.equal(dropBytes("é😀", 2), "😀");
+});
+
+test("dropping no bytes, fewer than none or all of them", () => {
+  assert.equal(dropBytes("€", 0), "€");
+  assert.equal(dropBytes("€", -5), "€");
+  assert.equal(dropBytes("€", 3), "");
+  assert.equal(dropBytes("€", 10), "");
+});
+
+test("a chunk where the page's stream ends is shown whole", () => {
+  assert.deepEqual(chunkNews(0, chunk(0, "hello\n")), { text: "hello\n", shown: 6 });
+  assert.deepEqual(chunkNews(6, chunk(6, "€")), { text: "€", shown: 9 });
+});
+
+test("a chunk past what the page has is a gap, not news", () => {
+  assert.equal(chunkNews(6, chunk(7, "x")), null);
+  assert.equal(chunkNews(0, chunk(1, "")), null);
+});
+
+test("a chunk the page has whole is a repeat: nothing to show and nothing counted again", () => {
+  assert.deepEqual(chunkNews(9, chunk(0, "€€€")), { text: "", shown: 9 });
+  assert.deepEqual(chunkNews(20, chunk(3, "€")), { text: "", shown: 20 });  // an old one never moves it back
+});
+
+test("a chunk that overlaps what the page has shows only its bytes past it", () => {
+  // The replay sent bytes 0-300; the live chunk from byte 150 repeats its first 50 characters.
+  assert.deepEqual(chunkNews(300, chunk(150, "€".repeat(100))), { text: "€".repeat(50), shown: 450 });
+});
+
+test("a replay, live chunks overlapping it, a repeat and an empty chunk add up to the output once", () => {
+  // Lines of 11, 12 and 16 bytes: € at bytes 7-9, 😀 at 18-21. Messages hold whole characters.
+  const output = "tick 0 €\ntick 1 😀\n\x1b[31mtick 2\x1b[0m\n";
+  const whole = new TextEncoder().encode(output);
+  const at = (start, end) => chunk(start, new TextDecoder().decode(whole.subarray(start, end)));
+  const arrivals = [at(0, 11), at(0, 7), at(7, 18), at(11, 23), at(18, 23), at(23, 23), at(23, whole.length)];
+  let shown = 0;
+  let text = "";
+  for (const arrival of arrivals) {
+    const news = chunkNews(shown, arrival);
+    assert.notEqual(news, null);
+    text += news.text;
+    shown = news.shown;
+  }
+  assert.equal(text, output);
+  assert.equal(shown, whole.length);
+});
+
+const plain = () => ({ fg: null, bold: false });
+
+test("text without sequences is one segment in the stream's colour", () => {
+  assert.deepEqual(ansiSegments("hello", plain()), [{ text: "hello", fg: null, bold: false }]);
+  assert.deepEqual(ansiSegments("", plain()), []);
+});
+
+test("a colour applies from its sequence to a reset, and the sequences are taken out", () => {
+  assert.deepEqual(ansiSegments("a\x1b[31mred\x1b[0m plain", plain()), [
+    { text: "a", fg: null, bold: false },
+    { text: "red", fg: 1, bold: false },
+    { text: " plain", fg: null, bold: false },
+  ]);
+});
+
+test("a colour set in one chunk carries into the next", () => {
+  const state = plain();
+  assert.deepEqual(ansiSegments("\x1b[1;32mgo", state), [{ text: "go", fg: 2, bold: true }]);
+  assert.deepEqual(state, { fg: 2, bold: true });
+  assert.deepEqual(ansiSegments("on", state), [{ text: "on", fg: 2, bold: true }]);
+});
+
+test("bright colours show as their plain ones, and 39 resets the colour but not bold", () => {
+  const state = plain();
+  assert.deepEqual(ansiSegments("\x1b[1m\x1b[94mx\x1b[39my", state), [
+    { text: "x", fg: 4, bold: true },
+    { text: "y", fg: null, bold: true },
+  ]);
+});
+
+test("an empty sequence resets, as 0 does", () => {
+  const state = { fg: 3, bold: true };
+  assert.deepEqual(ansiSegments("\x1b[mz", state), [{ text: "z", fg: null, bold: false }]);
+});
+
+test("codes it does not draw are taken out and change nothing", () => {
+  const state = { fg: 5, bold: false };
+  assert.deepEqual(ansiSegments("\x1b[4mu\x1b[38;5;200mv", state), [
+    { text: "u", fg: 5, bold: false },
+    { text: "v", fg: 5, bold: false },
+  ]);
+});
