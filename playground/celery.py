@@ -181,7 +181,7 @@ class HostLoop(threading.Thread):
 class GradingLoop(threading.Thread):
     """Every REAP_S: the grading runs whose own task did not settle them (its worker was lost after
     the run) become results, and free grading slots are handed out. Each result is settled on its
-    own (services/grading_settle.settle); a failed round is logged and the next tries again."""
+    own (classroom/grading_settle.settle); a failed round is logged and the next tries again."""
 
     def __init__(self) -> None:
         super().__init__(name="cordon-grading-loop", daemon=True)
@@ -189,7 +189,7 @@ class GradingLoop(threading.Thread):
     def run(self) -> None:
         from django.db import close_old_connections
 
-        from playground.services import grading_settle
+        from playground.classroom import grading_settle
 
         while True:
             time.sleep(REAP_S)

@@ -617,7 +617,7 @@ class TestResult(models.Model):
 
 
 class GradingLock(models.Model):
-    """One row, locked while grading slots are handed out (services/grading.py), so that two
+    """One row, locked while grading slots are handed out (classroom/grading.py), so that two
     processes handing them out at once cannot both count the same free slot. (On SQLite every
     write transaction is IMMEDIATE and serialises already.)"""
 

@@ -67,7 +67,7 @@ try:
     # Seconds a queued run may wait for a live worker host that serves its engine.
     CORDON_QUEUE_WAIT_S = env_int("CORDON_QUEUE_WAIT_S", 300, minimum=10)
     # Grading runs (a test of a submission, a check program) in flight at once, site-wide: the rest
-    # wait in the grading queue, served round-robin per student (services/grading.py). About the
+    # wait in the grading queue, served round-robin per student (classroom/grading.py). About the
     # workers' concurrency: fewer leaves workers idle, many more lets one student's burst queue up.
     CORDON_GRADING_SLOTS = env_int("CORDON_GRADING_SLOTS", 4, minimum=1)
     # CPU seconds one comparison of a test's output with its expectation may use (an RE2 pattern's

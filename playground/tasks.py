@@ -8,8 +8,9 @@ from celery import shared_task
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
+from playground.classroom import grading_settle
 from playground.models import RunKind
-from playground.services import dispatch, execution, grading_settle, hosts, retention
+from playground.services import dispatch, execution, hosts, retention
 
 
 # A database briefly away (a restart, no free connection) before the claim: the task is tried again

@@ -2,9 +2,16 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from playground import views, views_courses
+from playground import views
 from playground.api import api
+from playground.classroom import views as classroom_views
+from playground.classroom.api import router as classroom_router
 from playground.throttle import throttled_login
+
+# The site's API: its own domains (playground.api), then the classroom's router.
+api.add_router("/", classroom_router)
+
+__all__ = ["api", "urlpatterns"]  # api: the site's whole API, the classroom's router mounted
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -14,13 +21,13 @@ urlpatterns = [
     path("runs/", views.runs, name="runs"),
     path("runs/<uuid:run_id>/", views.run_detail, name="run_detail"),
     path("images/", views.images, name="images"),
-    path("courses/", views_courses.courses, name="courses"),
-    path("courses/join/<str:code>/", views_courses.course_join, name="course_join"),
-    path("courses/<uuid:course_id>/", views_courses.course, name="course"),
-    path("courses/<uuid:course_id>/assignments/new/", views_courses.assignment_new, name="assignment_new"),
-    path("assignments/<uuid:assignment_id>/", views_courses.assignment, name="assignment"),
-    path("assignments/<uuid:assignment_id>/edit/", views_courses.assignment_edit, name="assignment_edit"),
-    path("submissions/<uuid:submission_id>/", views_courses.submission, name="submission"),
+    path("courses/", classroom_views.courses, name="courses"),
+    path("courses/join/<str:code>/", classroom_views.course_join, name="course_join"),
+    path("courses/<uuid:course_id>/", classroom_views.course, name="course"),
+    path("courses/<uuid:course_id>/assignments/new/", classroom_views.assignment_new, name="assignment_new"),
+    path("assignments/<uuid:assignment_id>/", classroom_views.assignment, name="assignment"),
+    path("assignments/<uuid:assignment_id>/edit/", classroom_views.assignment_edit, name="assignment_edit"),
+    path("submissions/<uuid:submission_id>/", classroom_views.submission, name="submission"),
     path("accounts/login/", throttled_login(views.LoginPage.as_view()), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("accounts/signup/", views.signup, name="signup"),

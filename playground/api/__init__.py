@@ -3,14 +3,13 @@ selector, shape the answer. Every error is JSON {"code", "message", "field"} (ap
 operation lists the error statuses it can answer with in the OpenAPI document.
 
 One module per domain: `base` (the instance, authentication, errors), `schemas` (the shapes more than
-one domain answers with), then `datasets`, `runs`, `notebooks`, `service` and `courses` (the
-classroom, a router). Importing this package registers every operation, in that order.
+one domain answers with), then `datasets`, `runs`, `notebooks` and `service`. Importing this package
+registers their operations, in that order. The classroom's operations are its own router
+(playground/classroom/api.py, which builds on `base` and `schemas`); urls.py, which puts the site
+together, mounts it after these: import the whole API from there (`playground.urls.api`).
 """
 
 from playground.api import datasets, notebooks, runs, service  # noqa: F401 - each registers its operations
 from playground.api.base import api
-from playground.api.courses import router as courses_router
-
-api.add_router("/", courses_router)
 
 __all__ = ["api"]

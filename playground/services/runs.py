@@ -222,7 +222,7 @@ def run_rerun(*, run: Run, by: User) -> Run:
 def retry_once(*, run: Run) -> Run | None:
     """A sandbox error is not the user's: run it once more, as a new, linked run."""
     if run.retry_count >= 1 or run.cancel_requested or run.kind != RunKind.RUN:
-        return None  # a grading run is tried again by the grading queue (services/grading.py)
+        return None  # a grading run is tried again by the grading queue (classroom/grading.py)
     try:  # the same checks as a new run's: the maxima or a ceiling may have been lowered since
         check_limits(limits=limits_from_record(run.limits))
         check_egress(run.egress, course=run.course)

@@ -6,7 +6,8 @@
 // CordonEditor: the CodeMirror bundle (static/vendor/codemirror.js), a classic script loaded before.
 
 // LIMITS: the limits a cell offers
-import { api, displayNode, el, LIMITS, markdownNodes, RunView, tableView } from "./cordon.js";
+import { api, displayNode, el, LIMITS, markdownNodes, tableView } from "./cordon.js";
+import { RunView } from "./run_view.js";
 import { egressRules, egressWords, formatBytes, formatWhen } from "./format.js";
 
 const root = document.getElementById("notebook");

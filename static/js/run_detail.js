@@ -3,7 +3,8 @@
 // file_bytes: what its files in /tmp and /output held; rows stored before file_bytes have three).
 // uPlot: static/vendor/uplot.min.js, a classic script loaded before.
 
-import { api, el, RunView } from "./cordon.js";
+import { api, el } from "./cordon.js";
+import { RunView } from "./run_view.js";
 import { axisByteUnit, formatAxisSeconds, formatBytes, known } from "./format.js";
 
 const MIB = 1048576;

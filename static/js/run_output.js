@@ -1,6 +1,7 @@
 // A run's output as the run view receives it (cordon.js's RunView): which part of a live chunk is
-// new to the page, and ANSI colours read into segments the view makes spans of (the text itself
-// only ever textContent). No DOM here: node's tests (tests/js) import it.
+// new to the page, the batcher that draws live chunks once a frame, and ANSI colours read into
+// segments the view makes spans of (the text itself only ever textContent). No DOM here: node's
+// tests (tests/js) import it.
 
 // Offsets and lengths count UTF-8 bytes, as the stored log does, while a string counts UTF-16
 // units: what a message repeats is cut off by bytes. Messages hold whole characters, so the cut
@@ -43,4 +44,48 @@ export function ansiSegments(text, state) {
   }
   add(text.slice(last));
   return segments;
+}
+
+// Live chunks arrive one websocket message each, hundreds a second from a chatty program; drawing
+// each on its own lays the page out that often and makes a span per message. The batcher keeps
+// what arrives, per stream and in order, and hands it to `draw(stream, text)` once per `schedule`
+// (the browser's requestAnimationFrame; a test passes its own). `drain` draws what waits at once:
+// the view calls it before it adds text from elsewhere (the stored log), so a stream stays in
+// order. `clear` drops what waits (the view is given another run); a frame asked for before it
+// draws nothing.
+export class LiveBatcher {
+  constructor(draw, schedule) {
+    this.draw = draw;
+    this.schedule = schedule;
+    this.pending = new Map();
+    this.asked = false;
+    this.epoch = 0;
+  }
+
+  add(stream, text) {
+    if (!text) return;
+    this.pending.set(stream, (this.pending.get(stream) || "") + text);
+    if (this.asked) return;
+    this.asked = true;
+    const epoch = this.epoch;
+    this.schedule(() => { if (epoch === this.epoch) this.drain(); });
+  }
+
+  drain() {
+    const pending = this.pending;
+    this.clear();
+    for (const [stream, text] of pending) this.draw(stream, text);
+  }
+
+  clear() {
+    this.pending = new Map();
+    this.asked = false;
+    this.epoch += 1;
+  }
+
+  get waiting() {
+    let count = 0;
+    for (const text of this.pending.values()) count += text.length;
+    return count;
+  }
 }

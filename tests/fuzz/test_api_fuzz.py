@@ -40,7 +40,7 @@ CHECKS = (
     "ensure_resource_availability",  # what was created can be read at once
 )
 # Not object_level_authorization: it needs a second user's credentials set up for Schemathesis,
-# which this stack does not give it; tests/playground/test_courses_access.py holds that matrix.
+# which this stack does not give it; tests/playground/classroom/test_courses_access.py holds that matrix.
 # Per operation and generation mode (valid, invalid), on top of the boundary cases of the
 # coverage phase and the call sequences of the stateful one.
 MAX_EXAMPLES = 100

@@ -1,9 +1,9 @@
 // static/js/run_output.js: which part of a live chunk the page has not shown yet (offsets in UTF-8
-// bytes), and ANSI colours read into segments.
+// bytes), the batcher that draws live chunks once a frame, and ANSI colours read into segments.
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { ansiSegments, chunkNews, dropBytes } from "../../static/js/run_output.js";
+import { LiveBatcher, ansiSegments, chunkNews, dropBytes } from "../../static/js/run_output.js";
 
 const bytes = (text) => new TextEncoder().encode(text).length;
 const chunk = (offset, data) => ({ type: "chunk", stream: "stdout", offset, data, length: bytes(data) });
@@ -101,4 +101,63 @@ test("codes it does not draw are taken out and change nothing", () => {
     { text: "u", fg: 5, bold: false },
     { text: "v", fg: 5, bold: false },
   ]);
+});
+
+// A batcher whose frames the test runs by hand: `frames` holds the callbacks asked for.
+function batcher() {
+  const drawn = [];
+  const frames = [];
+  const live = new LiveBatcher((stream, text) => drawn.push([stream, text]), (callback) => frames.push(callback));
+  return { live, drawn, frames };
+}
+
+test("the chunks of one frame are drawn once per stream, in order", () => {
+  const { live, drawn, frames } = batcher();
+  for (const line of ["a\n", "b\n", "c\n"]) live.add("stdout", line);
+  live.add("stderr", "oops\n");
+  live.add("stdout", "d\n");
+  assert.equal(frames.length, 1);  // one frame asked for, however many chunks
+  assert.deepEqual(drawn, []);
+  assert.equal(live.waiting, 13);
+  frames[0]();
+  assert.deepEqual(drawn, [["stdout", "a\nb\nc\nd\n"], ["stderr", "oops\n"]]);
+  assert.equal(live.waiting, 0);
+});
+
+test("after a frame is drawn the next chunk asks for another", () => {
+  const { live, drawn, frames } = batcher();
+  live.add("stdout", "1");
+  frames[0]();
+  live.add("stdout", "2");
+  assert.equal(frames.length, 2);
+  frames[1]();
+  assert.deepEqual(drawn, [["stdout", "1"], ["stdout", "2"]]);
+});
+
+test("drain draws at once, and the frame asked for before it draws nothing twice", () => {
+  const { live, drawn, frames } = batcher();
+  live.add("stdout", "socket ");
+  live.drain();  // the view reads the stored log next: what the socket brought goes first
+  assert.deepEqual(drawn, [["stdout", "socket "]]);
+  frames[0]();
+  assert.deepEqual(drawn, [["stdout", "socket "]]);
+});
+
+test("clear drops what waits, and its frame draws nothing", () => {
+  const { live, drawn, frames } = batcher();
+  live.add("stdout", "the old run's");
+  live.clear();
+  live.add("stdout", "the new run's");
+  assert.equal(frames.length, 2);
+  frames[0]();  // the old run's frame: nothing of either run
+  assert.deepEqual(drawn, []);
+  frames[1]();
+  assert.deepEqual(drawn, [["stdout", "the new run's"]]);
+});
+
+test("empty text asks for no frame", () => {
+  const { live, frames } = batcher();
+  live.add("stdout", "");
+  assert.equal(frames.length, 0);
+  assert.equal(live.waiting, 0);
 });

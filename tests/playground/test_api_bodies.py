@@ -16,8 +16,8 @@ from django.test import Client
 from pydantic import BaseModel
 
 import playground.urls  # noqa: F401  (it adds the classroom's router to the API)
-from playground.api import api as ninja_api
 from playground.bodies import BodyIn
+from playground.urls import api as ninja_api
 from tests.playground.conftest import api, json_error
 from tests.playground.factories import UserFactory
 

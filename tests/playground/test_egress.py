@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 from django.test import Client, override_settings
 
+from playground.classroom import grading_queue, grading_results
 from playground.models import Run, RunEvent, RunState, Submission, TestResult
-from playground.services import execution, grading_queue, grading_results
+from playground.services import execution
 from playground.services import runs as run_services
 from runner.egress.policy import Policy
 from runner.spec import Outcome, RunResult

@@ -21,9 +21,9 @@ from django.test import Client
 from playground import markdown
 from playground.models import Run, RunKind, Submission, TestResult
 from runner import bounded
+from tests.playground.classroom.test_grading import DOUBLE, course_with, joined, post, wait_graded
 from tests.playground.conftest import SharedWorker, Worker, api, json_error
 from tests.playground.factories import UserFactory
-from tests.playground.test_grading import DOUBLE, course_with, joined, post, wait_graded
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis]
 
@@ -57,7 +57,7 @@ def test_a_deeply_nested_pattern_is_no_500_and_matches_as_written() -> None:
     response = instructor.post(f"/api/courses/{new_course(instructor)}/assignments",
                                json.dumps(assignment_body(tests)), content_type="application/json")  # fmt: skip
     assert response.status_code == 201, response.content
-    from playground.services.grading_compare import compare
+    from playground.classroom.grading_compare import compare
 
     assert compare("a\n", nested, "regex").passed and compare("b", nested, "regex").status == "failed"
 
@@ -121,7 +121,8 @@ def test_a_result_that_cannot_be_settled_is_not_graded_alone_and_other_courses_a
 
 def test_the_host_loop_sweeps_when_its_reaper_fails_and_does_no_grading(monkeypatch: pytest.MonkeyPatch) -> None:
     from playground import celery
-    from playground.services import grading_settle, hosts, runs
+    from playground.classroom import grading_settle
+    from playground.services import hosts, runs
 
     swept: list[bool] = []
     monkeypatch.setattr(celery, "_register", lambda **_: None)
@@ -503,8 +504,8 @@ def test_an_ipynb_import_is_read_in_a_bounded_child_and_too_many_cells_refused_b
 def test_a_roster_of_two_thousand_lines_is_imported_in_a_few_queries(django_assert_max_num_queries: Any) -> None:
     """It took three or four queries a line (about 6,000, each taking SQLite's write lock) in the
     request; now a few, and the inserts in batches."""
+    from playground.classroom import courses as course_services
     from playground.models import CourseInvitation, Membership, Role
-    from playground.services import courses as course_services
 
     teacher = cast(User, UserFactory())
     course = course_services.course_create(user=teacher, title="Big class")

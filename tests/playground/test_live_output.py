@@ -256,7 +256,7 @@ async def test_two_hundred_sockets_closing_together_leave_no_group_members_and_u
 def test_the_page_drops_the_bytes_a_message_repeats_not_as_many_characters() -> None:
     from playwright.sync_api import Route, sync_playwright
 
-    # cordon.js is an ES module that imports its neighbours by URL: a made-up origin serves the page
+    # run_view.js is an ES module that imports its neighbours by URL: a made-up origin serves the page
     # and static/js, as the site serves them.
     def serve(route: Route) -> None:
         path = route.request.url.removeprefix("http://cordon.test")
@@ -274,7 +274,7 @@ def test_the_page_drops_the_bytes_a_message_repeats_not_as_many_characters() -> 
         page.goto("http://cordon.test/")
         shown = page.evaluate(
             """async () => {
-                const { RunView } = await import("/static/js/cordon.js");
+                const { RunView } = await import("/static/js/run_view.js");
                 const view = new RunView(document.getElementById("run"));
                 view.offsets = { stdout: 0, stderr: 0 };
                 view.ansi = { stdout: { fg: null, bold: false }, stderr: { fg: null, bold: false } };
@@ -283,8 +283,10 @@ def test_the_page_drops_the_bytes_a_message_repeats_not_as_many_characters() -> 
                 chunk(0, "€".repeat(100));     // bytes 0-300, from the replay
                 chunk(150, "€".repeat(100));   // bytes 150-450, live: its first 50 characters were shown
                 chunk(450, "😀 done");
-                return [view.out.textContent, view.offsets.stdout];
+                const before = view.out.textContent;  // the chunks wait for the next frame, drawn together
+                await new Promise((resolve) => { requestAnimationFrame(() => resolve()); });
+                return [before, view.out.textContent, view.out.childElementCount, view.offsets.stdout];
             }"""
         )
         browser.close()
-    assert shown == ["€" * 150 + "😀 done", 450 + len("😀 done".encode())]
+    assert shown == ["", "€" * 150 + "😀 done", 1, 450 + len("😀 done".encode())]

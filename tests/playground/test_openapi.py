@@ -11,7 +11,7 @@ import pytest
 from django.test import Client
 
 import playground.urls  # noqa: F401  (it adds the classroom's router to the API)
-from playground.api import api as ninja_api
+from playground.urls import api as ninja_api
 from runner.egress.policy import Policy
 from runner.spec import Limits
 

@@ -16,6 +16,7 @@ from runner.engines.base import Engine, RunContext
 from runner.engines.namespace import NamespaceEngine
 from runner.engines.smolvm import engine as smolvm
 from runner.engines.smolvm.engine import SmolvmEngine
+from runner.engines.smolvm.runtime import wheel_dir
 from runner.host import hostfs
 from runner.host.cgroups import CgroupLayout, RunCgroup
 from runner.images import ImageRef
@@ -70,7 +71,7 @@ def _prepare(engine: Engine, limits: Limits, tmp_path: Path) -> RunContext:
         scratch_dir=view / "scratch", output_dir=view / "out", slot=0, uid=1_900_000,
         image=ImageRef("python", "sha256:0", tmp_path / "image.tar", tmp_path / "rootfs"), argv=[],
     )  # fmt: skip
-    if isinstance(engine, SmolvmEngine) and smolvm.wheel_dir() is None:
+    if isinstance(engine, SmolvmEngine) and wheel_dir() is None:
         pytest.skip("the smolmachines wheel is not installed")
     engine.prepare(ctx)
     return ctx

@@ -20,9 +20,9 @@ from runner.config import PROJECT_ROOT, paths_from_env
 from runner.egress.policy import Policy
 from runner.egress.proxy import EgressSettings
 from runner.engines.base import EngineHost, RunContext
+from runner.engines.smolvm.control import ControlChannel
 from runner.engines.smolvm.engine import (
     STDIN_REDIRECT,
-    ControlChannel,
     SmolvmEngine,
     child_config,
     machine_name,

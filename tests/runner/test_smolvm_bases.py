@@ -21,8 +21,9 @@ import pytest
 
 from runner.config import PROJECT_ROOT
 from runner.engines.smolvm.bases import BASE_PREFIX, MAX_BRANCH_FAILURES, BaseKey
-from runner.engines.smolvm.engine import SmolvmEngine, WarmSettings, state_root_from_env
+from runner.engines.smolvm.engine import SmolvmEngine, state_root_from_env
 from runner.engines.smolvm.protocol import Facts
+from runner.engines.smolvm.warm import WarmSettings
 from runner.host import hostfs
 from runner.host.admission import NO_SLOT
 from runner.host.cgroups import CgroupLayout

@@ -239,7 +239,7 @@ class Builder:
     def smolvm_runtime(self) -> str:
         """smolvm's runtime copy, made by the engine's own code in the root, with the disk
         templates expanded here (smol-vmm would take about 5 minutes to do it under emulation)."""
-        code = "from pathlib import Path; from runner.engines.smolvm.engine import runtime_copy, engine_version; "
+        code = "from pathlib import Path; from runner.engines.smolvm.runtime import runtime_copy, engine_version; "
         code += f"print(runtime_copy(Path({L1_RUNTIME_ROOT!r}))); print(engine_version())"
         out = chroot(self.root, [f"{L1_VENV}/bin/python", "-c", code], PYTHONPATH=L1_PROJECT).stdout.split("\n")
         runtime, version = out[0].strip(), out[1].strip()

@@ -33,6 +33,10 @@ from django.contrib.auth.models import User
 from django.db import transaction
 
 from playground import throttle
+from playground.classroom.courses import effective_limits
+from playground.classroom.grading_queue import pump
+from playground.classroom.grading_results import finish_submission
+from playground.classroom.selectors import assignment_is_open, assignment_past_due
 from playground.errors import ServiceError
 from playground.models import (
     Assignment,
@@ -42,10 +46,6 @@ from playground.models import (
     SubmissionState,
     TestResult,
 )
-from playground.selectors.courses import assignment_is_open, assignment_past_due
-from playground.services.courses import effective_limits
-from playground.services.grading_queue import pump
-from playground.services.grading_results import finish_submission
 from playground.services.runs import MAX_CODE_BYTES, run_create
 from runner.units import size_words
 

@@ -4,8 +4,8 @@
 // the field it names ("tests.1.points").
 // CordonEditor: the CodeMirror bundle (static/vendor/codemirror.js), a classic script loaded before.
 
-import { api, clearFieldErrors, el, limitFields, limitValues, showFieldError } from "./cordon.js";
-import { egressRules, egressText, egressWords, fromLocalInput, toLocalInput } from "./format.js";
+import { api, clearFieldErrors, el, limitFields, limitValues, showFieldError } from "../cordon.js";
+import { egressRules, egressText, egressWords, fromLocalInput, toLocalInput } from "../format.js";
 
 const root = document.getElementById("assignment-editor");
 const courseId = root.dataset.courseId;

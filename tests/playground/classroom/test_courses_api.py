@@ -19,10 +19,10 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 from django.utils import timezone
 
+from playground.classroom.courses import JOIN_ALPHABET
+from playground.classroom.grading_compare import Verdict, compare
 from playground.matching import normalise
 from playground.models import CourseInvitation, Membership, Submission, SubmissionState
-from playground.services.courses import JOIN_ALPHABET
-from playground.services.grading_compare import Verdict, compare
 from tests.playground.conftest import api, json_error
 
 pytestmark = pytest.mark.django_db

@@ -1,14 +1,12 @@
-"""The Django admin is Cordon's audit console: read-only run records (a run's audit page shows its
-code, inputs, outputs, network attempts, logs and timeline, and opening it is itself recorded),
-staff reads of user data, an overview of the last 7 days (/admin/overview/) and a CSV export of the
-filtered run list; filters for outcome, engine, isolation, runtime, network, image digest and
-incomplete cleanup; actions that say what they did."""
+"""The run list and a run's audit page: filters (cleanup, network, image), the CSV export of the
+filtered list, the actions (cancel, rerun), and the audit page's code, inputs, outputs, network,
+logs and timeline; opening it is itself recorded as a staff access."""
 
 from __future__ import annotations
 
 import csv
 from collections.abc import AsyncIterator, Iterator
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -16,51 +14,39 @@ from django.contrib import admin, messages
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.utils import unquote
 from django.contrib.admin.views.main import ChangeList
-from django.contrib.auth import get_user_model
-from django.contrib.auth.admin import UserAdmin
 from django.core.exceptions import PermissionDenied
 from django.core.handlers.asgi import ASGIRequest
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, HttpResponseBase, StreamingHttpResponse
-from django.template.response import TemplateResponse
-from django.urls import URLPattern, URLResolver, path, reverse
+from django.urls import URLPattern, path, reverse
 from django.utils import timezone
-from django.utils.html import format_html, format_html_join
+from django.utils.html import format_html
 
+from playground.admin.display import (
+    NOT_APPLICABLE,
+    ReadOnlyInline,
+    RecordAdmin,
+    human_bytes,
+    human_seconds,
+    ms_time,
+    pairs_table,
+    timing_pairs,
+    value_words,
+)
 from playground.csvcells import csv_cell
 from playground.errors import ServiceError
 from playground.limits import limit_pairs, limits_from_record
 from playground.models import (
-    ApiToken,
     CleanupCheck,
-    Course,
-    Dataset,
-    Invite,
-    Membership,
     Run,
-    RuntimeImage,
-    StaffAccess,
     WorkerHost,
 )
-from playground.selectors.accounts import invite_status
-from playground.selectors.hosts import WORKER_LIVE_S, hosts_with_active_runs
-from playground.selectors.overview import Rate, overview
 from playground.selectors.runs import LIST_DEFERRED, run_egress_view, run_log_read
-from playground.services.accounts import tokens_revoke
 from playground.services.audit import record_staff_access
-from playground.services.hosts import hosts_drain
 from playground.services.retention import purge_user_data
 from playground.services.runs import run_cancel, run_rerun
-from runner.units import seconds_words, size_words
+from runner.units import size_words
 
-admin.site.site_header = "Cordon audit console"
-admin.site.site_title = "Cordon"
-admin.site.index_title = "Runs, datasets and hosts"
-# No nav sidebar beside every page: the run list's columns and its filters need the width (the
-# index and the breadcrumbs lead everywhere it did).
-admin.site.enable_nav_sidebar = False
-
-NOT_APPLICABLE = "-"
 LOG_SHOWN_BYTES = 64 * 1024  # of each stream, on a run's audit page
 STAFF_ACCESSES_SHOWN = 50
 CSV_BATCH = 500
@@ -77,96 +63,11 @@ EGRESS_TOTALS = ("connections", "refused", "bytes_out", "bytes_in", "limit")
 CSV_FIELDS = (*(name for name in CSV_COLUMNS if not name.startswith("egress")), "egress", "egress_record")
 
 
-def human_bytes(count: int | None) -> str:
-    """Bytes in the unit that reads best (binary units, as on the site); None is unknown, not 0."""
-    if count is None:
-        return "unknown"
-    if count < 1024:
-        return f"{count} B"
-    value = float(count)
-    for unit in ("KiB", "MiB", "GiB", "TiB"):
-        value /= 1024
-        if value < 1024 or unit == "TiB":
-            break
-    return f"{value:.1f} {unit}"
-
-
-def human_seconds(seconds: float | None) -> str:
-    if seconds is None:
-        return "unknown"
-    if seconds < 1:
-        return f"{seconds * 1000:.0f} ms"
-    if seconds < 60:
-        return f"{seconds:.3f} s"
-    minutes, rest = divmod(seconds, 60)
-    return f"{int(minutes)} min {rest:.1f} s"
-
-
-def ms_time(moment: datetime | None) -> str:
-    """A moment to the millisecond, in the site's time zone."""
-    if moment is None:
-        return NOT_APPLICABLE
-    local = timezone.localtime(moment)
-    return f"{local:%Y-%m-%d %H:%M:%S}.{local.microsecond // 1000:03d}"
-
-
-def pairs_table(pairs: list[tuple[str, str]]) -> str:
-    """A small two-column table (a record's facts as a person reads them, not its JSON)."""
-    if not pairs:
-        return NOT_APPLICABLE
-    rows = format_html_join("", "<tr><th>{}</th><td>{}</td></tr>", pairs)
-    return format_html('<table class="audit-pairs">{}</table>', rows)
-
-
-def value_words(value: Any) -> str:
-    """A value from a JSON record in words: a list as its items, a dict as "key: value", nothing as "-"."""
-    if value is None or value == "" or value == [] or value == {}:
-        return NOT_APPLICABLE
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, list):
-        return ", ".join(value_words(v) for v in value)
-    if isinstance(value, dict):
-        return "; ".join(f"{k.replace('_', ' ')}: {value_words(v)}" for k, v in value.items())
-    return str(value)
-
-
-def timing_pairs(timings: dict[str, Any]) -> list[tuple[str, str]]:
-    """A run's timings ({"start_s": 0.2, ...}) as ("start", "200 ms") rows."""
-    return [(name.removesuffix("_s").replace("_", " "), seconds_words(float(value)) if isinstance(value, int | float)
-             else value_words(value)) for name, value in timings.items()]  # fmt: skip
-
-
 class _Echo:
     """A file-like object for csv.writer that hands back each line instead of storing it."""
 
     def write(self, value: str) -> str:
         return value
-
-
-class RecordAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    """Records the system writes (runs, staff reads, datasets, tokens, invites): listed and read
-    here, never added, edited or deleted by hand (an action may still act on them: revoke, purge)."""
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-
-class ReadOnlyInline(admin.TabularInline):  # type: ignore[type-arg]
-    extra = 0
-    can_delete = False
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 class CleanupInline(ReadOnlyInline):
@@ -522,236 +423,3 @@ def _timeline(run: Run) -> list[dict[str, Any]]:
         })  # fmt: skip
         previous = (event.state, event.at)
     return rows
-
-
-@admin.register(StaffAccess)
-class StaffAccessAdmin(RecordAdmin):
-    """Staff reads of other users' code, logs and outputs: a record nobody edits or deletes here."""
-
-    list_display = ("when", "staff_username", "what", "owner_username", "run", "detail", "path")
-    list_filter = (("staff", admin.RelatedOnlyFieldListFilter), "what", "at")
-    list_select_related = ("run",)
-    search_fields = ("staff_username", "owner_username", "run__id", "detail")
-    date_hierarchy = "at"
-    ordering = ("-at", "-id")
-
-    @admin.display(description="when", ordering="at")
-    def when(self, access: StaffAccess) -> str:
-        return ms_time(access.at)
-
-
-@admin.register(Dataset)
-class DatasetAdmin(RecordAdmin):
-    # No delete one by one: a user's data goes with the audited purge action on runs.
-    list_display = ("name", "owner", "size_shown", "sniffed_type", "sha256", "created_at")
-    list_select_related = ("owner",)
-    list_filter = ("sniffed_type", "created_at")
-    search_fields = ("name", "owner__username", "sha256")
-    # No file link: datasets are user data, and a download here would be a staff read not recorded.
-    readonly_fields = ("id", "owner", "name", "size", "sha256", "sniffed_type", "created_at")
-
-    @admin.display(description="size", ordering="size")
-    def size_shown(self, dataset: Dataset) -> str:
-        return human_bytes(dataset.size)
-
-
-class MembershipInline(ReadOnlyInline):
-    model = Membership
-    fields = readonly_fields = ("user", "role", "joined_at")
-
-
-@admin.register(Course)
-class CourseAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    """Courses as their instructors set them up (read-only here: courses are run from their pages;
-    submissions' code is read there, where each staff read is recorded)."""
-
-    list_display = ("title", "created_by", "created_at", "require_vm", "members")
-    list_select_related = ("created_by",)
-    search_fields = ("title", "created_by__username")
-    inlines = (MembershipInline,)
-    readonly_fields = ("id", "title", "created_by", "created_at", "allowed_runtimes", "limits_ceiling",
-                       "egress_ceiling", "require_vm", "quota_concurrent_runs", "quota_runs_per_hour")  # fmt: skip
-    exclude = ("join_code",)
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    @admin.display(description="members")
-    def members(self, course: Course) -> int:
-        return course.memberships.count()
-
-
-@admin.register(RuntimeImage)
-class RuntimeImageAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    """The runtime images `make images` built and pinned: a record, written by the build alone."""
-
-    list_display = ("name", "digest", "built_at", "active")
-    list_filter = ("name", "active")
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-
-@admin.register(WorkerHost)
-class WorkerHostAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    """Worker hosts, live or not, what each holds now; drain one (it finishes its runs and takes no
-    new ones: services/hosts.py) or resume it. Rows are written by the hosts, never edited here."""
-
-    list_display = ("name", "engines_shown", "status", "active_runs", "heartbeat_at", "started_at")
-    fields = readonly_fields = ("name", "engines_shown", "doctor_shown", "heartbeat_at", "started_at", "draining",
-                                "drain_requested_at")  # fmt: skip
-    actions = ("drain_hosts", "resume_hosts")
-
-    def get_queryset(self, request: HttpRequest) -> QuerySet[WorkerHost]:
-        return hosts_with_active_runs()
-
-    class Media:
-        css = {"all": ("css/audit.css",)}
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False  # a host writes its own row when its worker starts
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_drain_permission(self, request: HttpRequest) -> bool:
-        return bool(request.user.has_perm("playground.change_workerhost"))
-
-    @admin.display(description="engines")
-    def engines_shown(self, host: WorkerHost) -> str:
-        return ", ".join(host.engines) or "none"
-
-    @admin.display(description="doctor's checks")
-    def doctor_shown(self, host: WorkerHost) -> str:
-        """What the host found when its worker started: each check and its answer, the smolvm
-        canary boot's record in full (a run's engine note says it in one sentence)."""
-        rows = []
-        for name, value in (host.doctor or {}).items():
-            if isinstance(value, dict) and value:
-                rows += [(f"{name.replace('_', ' ')}: {k.replace('_', ' ')}", value_words(v)) for k, v in value.items()]
-            else:
-                rows.append((name.replace("_", " "), value_words(value)))
-        return pairs_table(rows)
-
-    @admin.display(description="status")
-    def status(self, host: WorkerHost) -> str:
-        live = host.heartbeat_at >= timezone.now() - timedelta(seconds=WORKER_LIVE_S)
-        if not live:
-            return f"not heard from for {WORKER_LIVE_S} s"
-        if host.draining:
-            return "draining" if getattr(host, "active_runs", 0) else "drained (holds no runs)"
-        return "live"
-
-    @admin.display(description="runs held now", ordering="active_runs")
-    def active_runs(self, host: WorkerHost) -> int:
-        return int(getattr(host, "active_runs", 0))
-
-    @admin.action(description="Drain: finish their runs, take no new ones", permissions=["drain"])
-    def drain_hosts(self, request: HttpRequest, queryset: QuerySet[WorkerHost]) -> None:
-        names = list(queryset.values_list("name", flat=True))
-        changed = hosts_drain(names=names, draining=True)
-        self.message_user(request, f"draining {changed} host(s): {', '.join(names)}")
-
-    @admin.action(description="Resume: take new runs again", permissions=["drain"])
-    def resume_hosts(self, request: HttpRequest, queryset: QuerySet[WorkerHost]) -> None:
-        names = list(queryset.values_list("name", flat=True))
-        changed = hosts_drain(names=names, draining=False)
-        self.message_user(request, f"resumed {changed} host(s): {', '.join(names)}")
-
-
-@admin.register(ApiToken)
-class ApiTokenAdmin(RecordAdmin):
-    """Tokens are made only where the key can be shown once (the account page, or the
-    create_api_token command); here they are listed and revoked. A revoked token stops at once
-    and stays listed, with when and by whom; nothing deletes one here."""
-
-    list_display = ("prefix", "user", "name", "created_at", "last_used_at", "status")
-    list_filter = (("revoked_at", admin.EmptyFieldListFilter),)
-    list_select_related = ("user", "revoked_by")
-    search_fields = ("prefix", "user__username", "name")
-    readonly_fields = ("prefix", "user", "name", "key_hash", "created_at", "last_used_at", "revoked_at", "revoked_by")
-    actions = ("revoke_tokens",)
-    ordering = ("-created_at",)
-
-    def has_revoke_permission(self, request: HttpRequest) -> bool:
-        return bool(request.user.has_perm("playground.change_apitoken"))
-
-    @admin.display(description="status", ordering="revoked_at")
-    def status(self, token: ApiToken) -> str:
-        if token.revoked_at is None:
-            return "in use"
-        return f"revoked {ms_time(token.revoked_at)} by {token.revoked_by or 'a deleted account'}"
-
-    @admin.action(description="Revoke: they stop at once (the records stay)", permissions=["revoke"])
-    def revoke_tokens(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
-        revoked = tokens_revoke(tokens=queryset, by=request.user)  # type: ignore[arg-type]
-        self.message_user(request, f"revoked {revoked} token(s); clients using them now get 401")
-
-
-@admin.register(Invite)
-class InviteAdmin(RecordAdmin):
-    """Sign-up invites: made on the account page, where the link is shown once; listed here with
-    their status. An unused one is revoked there."""
-
-    list_display = ("prefix", "note", "created_by", "created_at", "expires_at", "status", "used_by", "used_at")
-    list_select_related = ("created_by", "used_by")
-    search_fields = ("prefix", "note", "created_by__username", "used_by__username")
-    readonly_fields = ("prefix", "note", "created_by", "created_at", "expires_at", "used_by", "used_at")
-    exclude = ("key_hash",)
-
-    @admin.display(description="status")
-    def status(self, invite: Invite) -> str:
-        return invite_status(invite)
-
-
-def _percent(part: float | None) -> str:
-    return NOT_APPLICABLE if part is None else f"{part * 100:.1f} %"
-
-
-def _rate_rows(rates: list[Rate]) -> list[dict[str, Any]]:
-    return [
-        {"key": r.key, "finished": r.finished, "sandbox_errors": r.sandbox_errors,
-         "sandbox_error_rate": _percent(r.sandbox_error_rate), "audited": r.audited,
-         "cleanup_failures": r.cleanup_failures, "cleanup_failure_rate": _percent(r.cleanup_failure_rate)}
-        for r in rates
-    ]  # fmt: skip
-
-
-def overview_view(request: HttpRequest) -> TemplateResponse:
-    """The last 7 days at a glance: charts (static/js/overview.js) with their figures beside them."""
-    data = overview()
-    context = {
-        **admin.site.each_context(request),
-        "title": "Overview: the last 7 days",
-        "overview": data,
-        "chart_data": data.chart_data(),
-        "by_host": _rate_rows(data.by_host),
-        "by_engine": _rate_rows(data.by_engine),
-        "queue_wait": (human_seconds(data.queue_wait.p50_s), human_seconds(data.queue_wait.p95_s)),
-        "wall": (human_seconds(data.wall.p50_s), human_seconds(data.wall.p95_s)),
-        "top_users": [(user, human_seconds(cpu), runs) for user, cpu, runs in data.top_users],
-        "window_end": ms_time(data.now),
-        "window_start": ms_time(data.now - timedelta(days=7)),
-    }
-    return TemplateResponse(request, "admin/overview.html", context)
-
-
-# The overview is a page of the site as a whole, not of one model: added to the default site's
-# URLs (the project keeps Django's admin.site rather than a subclass of its own).
-_site_urls = admin.site.get_urls
-
-
-def _urls_with_overview() -> list[URLPattern | URLResolver]:
-    return [path("overview/", admin.site.admin_view(overview_view), name="overview"), *_site_urls()]
-
-
-admin.site.get_urls = _urls_with_overview  # type: ignore[method-assign]
-
-admin.site.unregister(get_user_model())
-admin.site.register(get_user_model(), UserAdmin)

@@ -16,6 +16,9 @@ from django.core.files.storage import default_storage
 from django.db import transaction
 from django.utils import timezone
 
+from playground.classroom.courses import effective_limits
+from playground.classroom.grading_compare import COMPARE_MAX
+from playground.classroom.grading_results import IN_PROGRESS, finish_submission, give_up
 from playground.errors import ServiceError
 from playground.models import (
     ACTIVE_STATES,
@@ -29,10 +32,7 @@ from playground.models import (
     TestStatus,
 )
 from playground.selectors.runs import run_log_read
-from playground.services.courses import effective_limits
 from playground.services.dispatch import choose_queue
-from playground.services.grading_compare import COMPARE_MAX
-from playground.services.grading_results import IN_PROGRESS, finish_submission, give_up
 from playground.services.runs import check_egress, queue_run
 from runner.spec import Limits
 

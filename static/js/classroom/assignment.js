@@ -4,8 +4,9 @@
 // submission's grading as it goes, and every earlier submission with its results.
 // CordonEditor: the CodeMirror bundle (static/vendor/codemirror.js), a classic script loaded before.
 
-import { api, el, markdownNodes, RunView } from "./cordon.js";
-import { formatScore, formatWhen, points } from "./format.js";
+import { api, el, markdownNodes } from "../cordon.js";
+import { RunView } from "../run_view.js";
+import { formatScore, formatWhen, points } from "../format.js";
 import { FINAL, facts, follow, testSpec, view, visibilityMark } from "./submission_view.js";
 
 const root = document.getElementById("assignment");

@@ -3,8 +3,8 @@
 // submissions. What a test shows is what the API sent: a hidden test's result comes without its
 // input or expected output.
 
-import { api, el } from "./cordon.js";
-import { formatScore, formatWhen, known, points } from "./format.js";
+import { api, el } from "../cordon.js";
+import { formatScore, formatWhen, known, points } from "../format.js";
 
 export const FINAL = new Set(["graded", "not_graded"]);
 const POLL_MS = 1000;

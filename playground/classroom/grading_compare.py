@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from django.conf import settings
 
 from playground import matching
+from playground.classroom.grading_results import WRONG_OUTPUT
 from playground.models import (
     Match,
     TestStatus,
 )
-from playground.services.grading_results import WRONG_OUTPUT
 from runner import bounded
 
 COMPARE_MAX = 1 << 20  # the stdout compared with an expectation (the run's own cap is usually this)

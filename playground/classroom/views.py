@@ -1,5 +1,5 @@
 """Classroom pages: each checks that the viewer may see the course, assignment or submission (404
-otherwise, as selectors/courses.py decides) and renders a template; its script talks to the API."""
+otherwise, as classroom/selectors.py decides) and renders a template; its script talks to the API."""
 
 from __future__ import annotations
 
@@ -12,9 +12,8 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
 
 from playground import throttle
-from playground.errors import ServiceError
-from playground.models import Membership, Role
-from playground.selectors.courses import (
+from playground.classroom.courses import course_join as join_course
+from playground.classroom.selectors import (
     assignment_for_member,
     course_by_join_code,
     course_for_member,
@@ -23,8 +22,9 @@ from playground.selectors.courses import (
     membership_of,
     submission_for_viewer,
 )
+from playground.errors import ServiceError
+from playground.models import Membership, Role
 from playground.services.audit import record_staff_access
-from playground.services.courses import course_join as join_course
 from runner.spec import RUNTIMES
 
 
@@ -40,7 +40,7 @@ def _roles(membership: Membership) -> dict[str, Any]:
 
 @login_required
 def courses(request: HttpRequest) -> HttpResponse:
-    return render(request, "courses/list.html")
+    return render(request, "classroom/list.html")
 
 
 @login_required
@@ -59,7 +59,7 @@ def course_join(request: HttpRequest, code: str) -> HttpResponse:
     if course is None:
         throttle.join_failed(request)
         message = "This join link does not work: no course has this code (it may have been rotated or closed)."
-        return render(request, "courses/join.html", {"error": message}, status=404)
+        return render(request, "classroom/join.html", {"error": message}, status=404)
     if membership_of(request.user, course) is not None:
         return redirect("course", course_id=course.id)
     error = None
@@ -71,33 +71,34 @@ def course_join(request: HttpRequest, code: str) -> HttpResponse:
         else:
             return redirect("course", course_id=course.id)
     context = {"course": course, "code": code, "error": error}
-    return render(request, "courses/join.html", context, status=400 if error else 200)
+    return render(request, "classroom/join.html", context, status=400 if error else 200)
 
 
 @login_required
 def course(request: HttpRequest, course_id: UUID) -> HttpResponse:
     found, membership = course_for_member(user=request.user, course_id=course_id)
-    return render(request, "courses/course.html", {"course": found, **_roles(membership)})
+    return render(request, "classroom/course.html", {"course": found, **_roles(membership)})
 
 
 @login_required
 def assignment_new(request: HttpRequest, course_id: UUID) -> HttpResponse:
     found, membership = course_for_staff(user=request.user, course_id=course_id, instructor=True)
-    return render(request, "courses/assignment_edit.html", {"course": found, "assignment": None, **_roles(membership)})
+    context = {"course": found, "assignment": None, **_roles(membership)}
+    return render(request, "classroom/assignment_edit.html", context)
 
 
 @login_required
 def assignment_edit(request: HttpRequest, assignment_id: UUID) -> HttpResponse:
     found, membership = assignment_for_member(user=request.user, assignment_id=assignment_id, instructor=True)
     context = {"course": found.course, "assignment": found, **_roles(membership)}
-    return render(request, "courses/assignment_edit.html", context)
+    return render(request, "classroom/assignment_edit.html", context)
 
 
 @login_required
 def assignment(request: HttpRequest, assignment_id: UUID) -> HttpResponse:
     found, membership = assignment_for_member(user=request.user, assignment_id=assignment_id)
     return render(
-        request, "courses/assignment.html", {"assignment": found, "course": found.course, **_roles(membership)}
+        request, "classroom/assignment.html", {"assignment": found, "course": found.course, **_roles(membership)}
     )
 
 
@@ -115,4 +116,4 @@ def submission(request: HttpRequest, submission_id: UUID) -> HttpResponse:
         "submission": found, "assignment": found.assignment, "course": found.assignment.course,
         "viewed_as_staff": viewed_as_staff, **_roles(membership),
     }  # fmt: skip
-    return render(request, "courses/submission.html", context)
+    return render(request, "classroom/submission.html", context)

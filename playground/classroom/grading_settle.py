@@ -12,6 +12,17 @@ from django.core.files.storage import default_storage
 from django.db import transaction
 from django.utils import timezone
 
+from playground.classroom.grading_compare import COMPARE_MAX, compare
+from playground.classroom.grading_queue import pump
+from playground.classroom.grading_results import (
+    FEEDBACK_MAX,
+    INFRASTRUCTURE,
+    MAX_TRIES,
+    finish_submission,
+    give_up,
+    move_result,
+    result_words,
+)
 from playground.models import (
     Match,
     Run,
@@ -21,17 +32,6 @@ from playground.models import (
     TestStatus,
 )
 from playground.selectors.runs import run_log_read
-from playground.services.grading_compare import COMPARE_MAX, compare
-from playground.services.grading_queue import pump
-from playground.services.grading_results import (
-    FEEDBACK_MAX,
-    INFRASTRUCTURE,
-    MAX_TRIES,
-    finish_submission,
-    give_up,
-    move_result,
-    result_words,
-)
 from playground.storage import delete_with_folders
 from runner.spec import Outcome
 

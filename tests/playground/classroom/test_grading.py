@@ -178,7 +178,7 @@ def test_a_sandbox_error_is_retried_not_charged_and_the_student_is_told(settings
 def test_a_sandbox_error_of_a_grading_run_is_run_again_by_the_grader() -> None:
     """A grading run that ends in sandbox_error (here: finished so by hand, as the reaper does a
     lost worker's) goes back to the queue and is graded on its next try, uncharged until then."""
-    from playground.services import grading_settle
+    from playground.classroom import grading_settle
     from playground.services.runs import record_event
 
     instructor = api(UserFactory())
@@ -251,8 +251,8 @@ def test_grading_slots_go_round_robin_per_student_in_the_order_they_came(
 ) -> None:
     """No worker: the queue's own order. A student with five submissions made first gets one test
     run per turn, like the two who came after them; nobody waits behind more than one of theirs."""
+    from playground.classroom import grading, grading_queue
     from playground.models import Assignment, Course, Membership
-    from playground.services import grading, grading_queue
     from playground.services import runs as run_services
 
     # The runs are made and left queued: a worker an earlier test left alive must not take them.
@@ -287,9 +287,9 @@ def test_a_regrade_the_grader_cannot_run_keeps_the_attempt_counted_and_says_so(
     redis_server: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A graded attempt stays counted when its regrade fails for the infrastructure's reasons."""
+    from playground.classroom import grading, grading_queue
     from playground.errors import ServiceError
     from playground.models import Assignment, Course, Membership, SubmissionState
-    from playground.services import grading, grading_queue
 
     course = Course.objects.create(title="c", allowed_runtimes=["python"])
     assignment = Assignment.objects.create(course=course, title="a", runtime="python")

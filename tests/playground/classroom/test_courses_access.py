@@ -22,6 +22,8 @@ from django.test import Client
 from django.utils import timezone
 
 from playground.asgi import application
+from playground.classroom import courses as course_services
+from playground.classroom import grading, grading_results
 from playground.models import (
     Assignment,
     Course,
@@ -39,9 +41,7 @@ from playground.models import (
     TestResult,
 )
 from playground.models import TestStatus as ResultStatus
-from playground.services import courses as course_services
 from playground.services import datasets as dataset_services
-from playground.services import grading, grading_results
 from tests.playground.conftest import api, json_error, session_cookie
 from tests.playground.factories import stored_logs
 
@@ -346,7 +346,7 @@ def test_access_matrix(world: World, method: str, path: str, body: Any, role: st
 
 def test_the_matrix_covers_every_classroom_operation() -> None:
     """A new operation of the classroom router needs its row here."""
-    router = import_module("playground.api.courses").router
+    router = import_module("playground.classroom.api").router
 
     covered = {(m, "/" + p.split("/", 2)[2].split("?")[0]) for m, p, _, _ in MATRIX if p.startswith("/api/")}
     placeholders = {"{course}": "{course_id}", "{assignment}": "{assignment_id}", "{submission}": "{submission_id}",

@@ -2,8 +2,8 @@
 // course. A course: its assignments (a student's scores and attempts); for its staff the gradebook,
 // joining, members and invitations, datasets; for its instructors the controls (roles, join code,
 // roster import, policy, regrading).
-import { api, clearFieldErrors, el, limitFields, limitValues, showFieldError } from "./cordon.js";
-import { egressRules, egressText, egressWords, formatBytes, formatScore, formatWhen } from "./format.js";
+import { api, clearFieldErrors, el, limitFields, limitValues, showFieldError } from "../cordon.js";
+import { egressRules, egressText, egressWords, formatBytes, formatScore, formatWhen } from "../format.js";
 
 function message(text) { document.getElementById("message").textContent = text; }
 

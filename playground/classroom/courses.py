@@ -1,6 +1,6 @@
 """Courses: creation, policy, joining (a code or link the instructor rotates or closes), roster
 imports (invitations by username or email), members' roles, and assignments with their tests.
-Who may call what is checked by the callers through selectors/courses.py; what is checked here is
+Who may call what is checked by the callers through classroom/selectors.py; what is checked here is
 the data: a policy within the operator's maxima, an assignment within its course's policy."""
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from django.db.models.functions import Lower
 from django.utils import timezone
 
 from playground import matching
+from playground.classroom.selectors import course_by_join_code
 from playground.errors import ServiceError
 from playground.limits import over_maximum
 from playground.markdown import SOURCE_MAX_BYTES as MARKDOWN_MAX_BYTES
@@ -36,7 +37,6 @@ from playground.models import (
     Role,
     Visibility,
 )
-from playground.selectors.courses import course_by_join_code
 from playground.selectors.datasets import current_versions
 from playground.services.runs import check_egress, check_program_input
 from runner.spec import RUNTIMES, Limits

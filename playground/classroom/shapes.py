@@ -1,0 +1,138 @@
+"""The classroom's answers, shaped for their viewer: a student never receives a hidden test's stdin,
+args, expectation or check program, nor an after_due test's before the due time. Every test and
+result the API sends leaves through `test_out` / `result_out`, which decide what the viewer may see."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from playground.classroom import grading_results
+from playground.classroom import selectors as course_selectors
+from playground.classroom.selectors import assignment_past_due, is_staff
+from playground.models import (
+    Assignment,
+    Course,
+    Membership,
+    Role,
+    Submission,
+    SubmissionState,
+    TestResult,
+    Visibility,
+)
+
+
+def course_out(course: Course, membership: Membership) -> dict[str, Any]:
+    roles = list(course.memberships.values_list("role", flat=True))
+    staff = is_staff(membership)
+    return {
+        "id": course.id, "title": course.title, "role": membership.role,
+        "join_code": course.join_code if staff else None, "join_open": course.join_code is not None,
+        "allowed_runtimes": course.allowed_runtimes, "limits_ceiling": course.limits_ceiling,
+        "egress_ceiling": course.egress_ceiling, "require_vm": course.require_vm,
+        "quota_concurrent_runs": course.quota_concurrent_runs, "quota_runs_per_hour": course.quota_runs_per_hour,
+        "created_at": course.created_at,
+        "students": roles.count(Role.STUDENT), "staff": len(roles) - roles.count(Role.STUDENT),
+    }  # fmt: skip
+
+
+def membership_out(membership: Membership, *, staff_view: bool) -> dict[str, Any]:
+    return {
+        "course_id": membership.course_id, "course_title": membership.course.title,
+        "username": membership.user.get_username(), "email": membership.user.email if staff_view else "",
+        "role": membership.role, "joined_at": membership.joined_at,
+    }  # fmt: skip
+
+
+def details_shown(visibility: str, assignment: Assignment, staff: bool) -> bool:
+    """Whether a test's details (stdin, args, expectation, diff, feedback) may be shown."""
+    if staff or visibility == Visibility.VISIBLE:
+        return True
+    return visibility == Visibility.AFTER_DUE and assignment_past_due(assignment)
+
+
+def test_out(test: Any, assignment: Assignment, staff: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": test.name, "points": test.points, "visibility": test.visibility}
+    if staff:
+        out.update(
+            id=test.id, stdin=test.stdin, args=test.args, expected_stdout=test.expected_stdout, match=test.match,
+            check_code=test.check_code, check_runtime=test.check_runtime or None,
+        )  # fmt: skip
+    elif details_shown(test.visibility, assignment, staff):
+        out.update(stdin=test.stdin, args=test.args, expected_stdout=test.expected_stdout, match=test.match)
+    return out
+
+
+def result_out(result: TestResult, assignment: Assignment, staff: bool) -> dict[str, Any]:
+    shown = details_shown(result.visibility, assignment, staff)
+    status, words = result.status, grading_results.words_for(result)
+    if not shown and status not in grading_results.STATUS_WORDS:
+        status, words = "failed", grading_results.HIDDEN_FAILED  # a hidden test says pass or fail, not how it failed
+    out: dict[str, Any] = {
+        "name": result.name, "points": result.points, "visibility": result.visibility, "status": status,
+        "status_text": words, "score": result.score,
+    }  # fmt: skip
+    if shown:
+        spec = result.spec
+        out.update(
+            detail=result.detail, diff=result.diff, feedback=result.feedback, stdin=spec.get("stdin"),
+            args=spec.get("args"), expected_stdout=spec.get("expected_stdout"),
+        )  # fmt: skip
+    if staff:
+        out.update(run_id=result.run_id, check_run_id=result.check_run_id)
+    return out
+
+
+def attempt_numbers(submissions: list[Submission]) -> dict[Any, int]:
+    """Each counted submission's attempt number, per student, oldest first."""
+    numbers: dict[Any, int] = {}
+    counts: dict[int, int] = {}
+    for submission in sorted(submissions, key=lambda s: s.created_at):
+        if submission.counted:
+            counts[submission.student_id] = counts.get(submission.student_id, 0) + 1
+            numbers[submission.id] = counts[submission.student_id]
+    return numbers
+
+
+def submission_out(submission: Submission, *, staff: bool, attempt: int | None, full: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "id": submission.id, "assignment_id": submission.assignment_id,
+        "student": submission.student.get_username(), "state": submission.state, "score": submission.score,
+        "max_score": submission.max_score, "charged": submission.charged, "late": submission.late,
+        "attempt": attempt, "note": submission.note, "created_at": submission.created_at,
+        "graded_at": submission.graded_at,
+    }  # fmt: skip
+    if full:
+        assignment = submission.assignment
+        out["code"] = submission.code
+        out["tests"] = [result_out(r, assignment, staff) for r in submission.results.all()]
+    return out
+
+
+def my_progress(assignment: Assignment, user: Any) -> dict[str, Any]:
+    mine = course_selectors.submissions_of(assignment=assignment, student=user)
+    used = sum(1 for s in mine if s.counted)
+    latest = next((s for s in mine if s.state == SubmissionState.GRADED), mine[0] if mine else None)
+    left = None if not assignment.attempts_allowed else max(0, assignment.attempts_allowed - used)
+    return {
+        "score": latest.score if latest else None, "state": latest.state if latest else None,
+        "attempts_used": used, "attempts_left": left, "submission_id": latest.id if latest else None,
+        "late": latest.late if latest else False,
+    }  # fmt: skip
+
+
+def assignment_out(assignment: Assignment, membership: Membership) -> dict[str, Any]:
+    staff = is_staff(membership)
+    tests = list(assignment.tests.all())
+    return {
+        "id": assignment.id, "course_id": assignment.course_id, "course_title": assignment.course.title,
+        "title": assignment.title, "instructions": assignment.instructions,
+        "instructions_html": assignment.instructions_html, "runtime": assignment.runtime,
+        "starter_code": assignment.starter_code, "datasets": list(assignment.datasets.all()),
+        "limits": assignment.limits, "egress": assignment.egress, "opens_at": assignment.opens_at,
+        "due_at": assignment.due_at,
+        "past_due": assignment_past_due(assignment), "attempts_allowed": assignment.attempts_allowed,
+        "accept_late": assignment.accept_late, "max_score": sum(t.points for t in tests),
+        "tests_version": assignment.tests_version, "is_staff": staff,
+        "tests": [test_out(t, assignment, staff) for t in tests],
+        "my": None if staff else my_progress(assignment, membership.user),
+    }  # fmt: skip
