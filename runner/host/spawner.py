@@ -12,6 +12,11 @@ its children and reports how each ended; the supervisor signals them through pid
 recycled pid is never hit. It exits when the supervisor's end of the socket closes (the
 supervisor is gone), killing what it started; bwrap's --die-with-parent follows.
 
+It is also the subreaper of what it starts: bwrap's monitor returns as soon as the init of the
+sandbox's pid namespace reports the program's exit, without waiting for that init, which is
+then an orphan. Orphans come here (PR_SET_CHILD_SUBREAPER), not to the host's init, and are
+reaped at once: none is left a zombie, under a container without an init too.
+
 This file is also the helper's program, so it imports nothing outside the standard library.
 """
 
@@ -51,6 +56,7 @@ class Steps:
 
 
 CLONE_NEWNET = 0x40000000
+PR_SET_CHILD_SUBREAPER = 36
 _libc = ctypes.CDLL(None, use_errno=True)  # loaded before any fork
 
 
@@ -88,13 +94,24 @@ def drop(steps: Steps) -> None:
 
 
 def serve(sock: socket.socket) -> None:
-    """The helper's loop: spawn on request, report each child's end, stop when the client goes."""
+    """The helper's loop: spawn on request, report each child's end, reap the orphans it adopts,
+    stop when the client goes."""
+    if _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
+    woken, wake = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+    signal.set_wakeup_fd(wake, warn_on_full_buffer=False)
+    signal.signal(signal.SIGCHLD, lambda signo, frame: None)  # a child ended: `woken` turns readable
     selector = selectors.DefaultSelector()
     selector.register(sock, selectors.EVENT_READ, None)
+    selector.register(woken, selectors.EVENT_READ, "reap")
     children: dict[int, int] = {}  # pidfd -> pid
     while True:
         for key, _ in selector.select():
-            if key.data is None:
+            if key.data == "reap":
+                while os.read(woken, 4096) == 4096:
+                    pass
+                _reap(children, selector, sock)
+            elif key.data is None:
                 message, fds, _, _ = socket.recv_fds(sock, MAX_MESSAGE, MAX_FDS)
                 if not message:  # the supervisor is gone: so is everything it started
                     for pid in children.values():
@@ -110,12 +127,27 @@ def serve(sock: socket.socket) -> None:
                 socket.send_fds(sock, [json.dumps(reply).encode()], reply_fds)
                 for fd in reply_fds:
                     os.close(fd)
-            else:
-                pid = children.pop(key.fd)
-                selector.unregister(key.fd)
-                os.close(key.fd)
-                _, status = os.waitpid(pid, 0)
-                sock.send(json.dumps({"exit": pid, "status": status}).encode())
+            else:  # a child's pidfd: it has exited
+                _reap(children, selector, sock)
+
+
+def _reap(children: dict[int, int], selector: selectors.BaseSelector, sock: socket.socket) -> None:
+    """Collect every child that has ended: a program it started is reported to the supervisor; an
+    orphan it adopted (a sandbox's pid-namespace init) is reaped and nothing more."""
+    pidfds = {pid: pidfd for pidfd, pid in children.items()}
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        pidfd = pidfds.pop(pid, None)
+        if pidfd is not None:
+            del children[pidfd]
+            selector.unregister(pidfd)
+            os.close(pidfd)
+            sock.send(json.dumps({"exit": pid, "status": status}).encode())
 
 
 def _spawn(
