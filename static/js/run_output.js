@@ -1,4 +1,4 @@
-// A run's output as the run view receives it (cordon.js's RunView): which part of a live chunk is
+// A run's output as the run view receives it (run_view.js's RunView): which part of a live chunk is
 // new to the page, the batcher that draws live chunks once a frame, and ANSI colours read into
 // segments the view makes spans of (the text itself only ever textContent). No DOM here: node's
 // tests (tests/js) import it.
