@@ -205,7 +205,12 @@ def test_a_run_for_an_engine_no_live_host_serves_is_refused_at_submit(redis_serv
     assert Run.objects.get().queue == "smolvm"
 
 
-def test_a_queued_run_no_live_host_serves_ends_rejected_capacity_after_the_wait_bound(redis_server: Any) -> None:
+def test_a_queued_run_no_live_host_serves_ends_rejected_capacity_after_the_wait_bound(
+    redis_server: Any, no_worker: None
+) -> None:
+    # The session's shared worker, if an earlier test started it, is stopped (no_worker); the row its
+    # heartbeat committed outside this test's transaction is removed here, so no live host serves.
+    WorkerHost.objects.all().delete()
     user: Any = UserFactory()
     run = run_services.run_create(user=user, runtime="python", code="1", dataset_ids=[])  # auto, nobody serves it
     assert run_services.reject_unserved(older_than_s=60) == 0  # still within the bound
