@@ -22,6 +22,7 @@ This file is also the helper's program, so it imports nothing outside the standa
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import fcntl
 import json
@@ -108,8 +109,9 @@ def serve(sock: socket.socket) -> None:
     while True:
         for key, _ in selector.select():
             if key.data == "reap":
-                while os.read(woken, 4096) == 4096:
-                    pass
+                with contextlib.suppress(BlockingIOError):  # emptied: the next SIGCHLD wakes it again
+                    while os.read(woken, 4096):
+                        pass
                 _reap(children, selector, sock)
             elif key.data is None:
                 message, fds, _, _ = socket.recv_fds(sock, MAX_MESSAGE, MAX_FDS)
