@@ -38,6 +38,14 @@ def _run(argv: list[str], *, steps: Steps | None = None, extra: dict[int, int] |
     return process, read
 
 
+def _gone(pid: int, *, timeout_s: float) -> bool:
+    """Whether `pid` no longer exists (not even as a zombie) within `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and psutil.pid_exists(pid):
+        time.sleep(0.01)
+    return not psutil.pid_exists(pid)
+
+
 def _output(read: int) -> str:
     chunks = []
     while chunk := os.read(read, 65536):
@@ -90,10 +98,7 @@ def test_when_the_supervisor_is_gone_what_the_spawner_started_is_killed() -> Non
     os.close(read)
     spawner.sock.close()  # as when the supervisor's process dies
     assert spawner.process.wait(timeout=10) == 0
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and os.path.exists(f"/proc/{process.pid}"):
-        time.sleep(0.01)
-    assert not os.path.exists(f"/proc/{process.pid}")
+    assert _gone(process.pid, timeout_s=10)
 
 
 def test_targets_among_the_helpers_own_fd_numbers_still_land_where_asked() -> None:
@@ -118,10 +123,7 @@ def test_an_orphan_of_what_it_started_is_adopted_by_the_spawner_and_reaped() -> 
     orphan = int(_output(read))
     assert process.wait(timeout=10) == 0  # the program's own end is still reported
     assert psutil.Process(orphan).ppid() == spawner.process.pid  # adopted here, not by the host's init
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and psutil.pid_exists(orphan):
-        time.sleep(0.01)
-    assert not psutil.pid_exists(orphan)  # reaped, not a zombie
+    assert _gone(orphan, timeout_s=20)  # reaped, not a zombie (a zombie's pid still exists)
     spawner.sock.close()
     assert spawner.process.wait(timeout=10) == 0
 
