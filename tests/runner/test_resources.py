@@ -68,7 +68,9 @@ def test_a_half_second_run_has_a_curve_of_samples_from_its_start_to_its_end() ->
     assert len(times) >= 6, times
     assert times == sorted(times) and times[0] < 0.15 and times[-1] <= result.wall_s
     assert all(isinstance(s["memory_bytes"], int) and isinstance(s["file_bytes"], int) for s in samples)
-    assert samples[-1]["memory_bytes"] > samples[0]["memory_bytes"]  # it grew, and the samples saw it
+    # It grew by its 40 MiB, and the samples saw it. The last sample may come as the program exits
+    # and frees them (CI saw 3.7 MiB there after 7.4 at the start), so the curve's top is compared.
+    assert max(s["memory_bytes"] for s in samples) >= samples[0]["memory_bytes"] + 24 * MIB, samples
 
 
 def test_samples_are_recorded_densely_at_first_and_ever_more_sparsely() -> None:
