@@ -59,11 +59,23 @@ def queues_for(kind: str, engines: list[str]) -> list[str]:
 
 @signals.celeryd_init.connect
 def _serve_engine_queues(sender: Any = None, conf: Any = None, options: Any = None, **kwargs: Any) -> None:
-    kind = worker_kind()  # checked even with -Q: a misspelt kind stops the worker here
+    try:
+        kind = worker_kind()  # checked even with -Q: a misspelt kind stops the worker here
+        _check_sandbox_paths()
+    except ValueError as exc:  # a ConfigError too. Celery logs a handler's Exception and goes on: not this
+        raise SystemExit(f"cordon: this worker cannot start: {exc}") from exc
     if options is not None and options.get("queues"):
         return  # the operator chose with -Q
     engines, _ = engines_here()
     conf.task_queues = [Queue(name) for name in queues_for(kind, engines)]
+
+
+def _check_sandbox_paths() -> None:
+    """A host whose sandboxes' uid cannot reach their views would fail every run's setup: the
+    worker refuses to start, naming the directory (runner's ConfigError), rather than take runs."""
+    from runner.supervisor import Supervisor
+
+    Supervisor().check_sandbox_paths()
 
 
 # Each worker host's own loop (a thread of the worker's main process): its heartbeat and drain

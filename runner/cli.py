@@ -173,6 +173,7 @@ def _run(args: argparse.Namespace) -> int:
     for signo in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signo, lambda *_: cancel.set())
     supervisor = Supervisor()
+    supervisor.check_sandbox_paths()
     supervisor.sweep()
     if args.output_dir is not None:
         args.output_dir.mkdir(parents=True, exist_ok=True)

@@ -11,6 +11,7 @@ from dataclasses import asdict
 from typing import Any
 
 from runner.engines.base import Check, DoctorContext
+from runner.env import ConfigError
 from runner.host import netns
 from runner.host.cgroups import CgroupLayout, favors_dynmods
 from runner.images import ImageStore, recipe_names
@@ -20,7 +21,7 @@ from runner.supervisor import Supervisor
 
 def diagnose(supervisor: Supervisor | None = None, *, recheck: bool = False) -> dict[str, Any]:
     supervisor = supervisor or Supervisor()
-    checks = [_cgroups(), *_images(supervisor.images), _egress(supervisor)]
+    checks = [_cgroups(), _sandbox_paths(supervisor), *_images(supervisor.images), _egress(supervisor)]
     ctx = DoctorContext(run=supervisor.run, image=supervisor.images.resolve, recheck=recheck)
     engines = {}
     for name, engine in supervisor.registry.engines.items():
@@ -72,6 +73,16 @@ def _cgroups() -> Check:
         None: "no cgroup2 mount",
     }[favor]
     return Check("cgroups", True, f"{layout.describe()}; stop method {kill}; {joins}")
+
+
+def _sandbox_paths(supervisor: Supervisor) -> Check:
+    try:
+        supervisor.check_sandbox_paths()
+    except ConfigError as exc:
+        return Check("sandbox paths", False, str(exc))
+    return Check(
+        "sandbox paths", True, f"the sandboxes' uid ({supervisor.settings.uid_base} and up) reaches their views"
+    )
 
 
 def _images(store: ImageStore) -> list[Check]:

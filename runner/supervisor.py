@@ -14,7 +14,8 @@ import selectors
 import shutil
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -148,6 +149,22 @@ class Supervisor:
         for directory in (self.paths.host_state_dir, self.views_dir):
             os.chmod(directory, 0o711)  # noqa: S103 - the sandbox uid traverses to its view
 
+    def check_sandbox_paths(self) -> None:
+        """Refuse to go on (ConfigError, the directory named) when a sandbox's uid cannot reach a
+        directory its sandbox is made in: every run's setup would fail. Asked at start-up (a
+        worker's, the CLI's) and by the doctor; one process as that uid, so not once per run."""
+        uid = self.settings.uid_base
+        paths = {path for engine in self.engines.values() for path in engine.sandbox_uid_paths(self.views_dir)}
+        for path in sorted(paths):
+            blocked = hostfs.untraversable(path, uid)
+            if blocked is not None:
+                st = blocked.stat()
+                raise ConfigError(
+                    f"the sandboxes' uid ({uid} and up) cannot enter {blocked} (mode {st.st_mode & 0o7777:04o}, "
+                    f"owner uid {st.st_uid}), on the way to {path}: every run's sandbox would fail to set up. "
+                    f"Let others traverse it (chmod o+x {blocked}) or set CORDON_HOST_STATE_DIR elsewhere"
+                )
+
     @property
     def engines(self) -> dict[str, Engine]:
         """Every engine by name, from the registry (a test may put its own in this dict)."""
@@ -239,8 +256,10 @@ class Supervisor:
                     ctx.egress = EgressReach(opened.namespace.fd, opened.env)
                 if ready is None:
                     _announce(emit, Phase.STARTING)
-                engine.prepare(ctx)
-                self._write_script(ctx)
+                with _ours("sandbox_prepare_failed", "preparing the sandbox (its cgroups and mounts)"):
+                    engine.prepare(ctx)
+                with _ours("staging_failed", "writing the program's script"):
+                    self._write_script(ctx)
                 ctx.process = engine.start(ctx)
                 result.sandbox_start = "cold"
             result.sandbox_id = f"{engine.name}:{run_id}"
@@ -259,10 +278,7 @@ class Supervisor:
             if evidence.engine_error is not None:
                 raise evidence.engine_error
             if not collected.started:
-                said = bytes(streams["stderr"].tail).decode(errors="replace")[-500:]
-                raise RunnerError(
-                    "sandbox_setup_failed", f"the sandbox did not start the program: {said}", retryable=True
-                )
+                raise engine.not_started(ctx, bytes(streams["stderr"].tail).decode(errors="replace")[-500:])
             _announce(emit, Phase.EXPORTING)
             self._record(result, collected, evidence, engine)
             if result.cpu_s is not None and cpu_at_ready is not None:
@@ -393,19 +409,21 @@ class Supervisor:
     def _stage_inputs(self, ctx: RunContext) -> None:
         """The run's inputs (and a cell's state) into its input directory, which is empty."""
         spec = ctx.spec  # a failure leaves the directory to the teardown
-        stage_inputs(spec.inputs, ctx.input_dir, spec.limits, spec.input_names)
-        if spec.state is not None:
-            stage_state(spec.state, ctx.input_dir, spec.limits)
+        with _ours("staging_failed", "staging the run's inputs"):
+            stage_inputs(spec.inputs, ctx.input_dir, spec.limits, spec.input_names)
+            if spec.state is not None:
+                stage_state(spec.state, ctx.input_dir, spec.limits)
 
     def context(self, spec: RunSpec, run_id: str, slot: int, image: Any, engine: Engine) -> RunContext:
         """A sandbox's context, its run directory made with an empty input directory: a run's,
         or a ready sandbox's (runner.ready), named `run_id`."""
         run_dir = self.runs_dir / run_id
         views = engine.view_root(self.views_dir)
-        views.mkdir(mode=0o711, parents=True, exist_ok=True)
-        run_dir.mkdir(mode=0o711)
         input_dir = run_dir / "in"
-        input_dir.mkdir(mode=0o755)
+        with _ours("staging_failed", "making the run's directories"):
+            views.mkdir(mode=0o711, parents=True, exist_ok=True)
+            run_dir.mkdir(mode=0o711)
+            input_dir.mkdir(mode=0o755)
         return RunContext(
             run_id=run_id,
             spec=spec,
@@ -677,6 +695,16 @@ def program_argv(spec: RunSpec, script_dir: str = "/tmp") -> list[str]:
         return ["/usr/bin/python3", *program, *spec.args]
     heap_mib = max(16, int(spec.limits.memory_mib * 0.6))
     return ["/usr/bin/node", f"--max-old-space-size={heap_mib}", *program, *spec.args]
+
+
+@contextmanager
+def _ours(code: str, step: str) -> Iterator[None]:
+    """A host failure (OSError: a full disk, a mount refused) in a step before the program runs:
+    ours, a retryable sandbox error named by the step, never the program's."""
+    try:
+        yield
+    except OSError as exc:
+        raise RunnerError(code, f"{step} failed, so the program never ran: {exc}", retryable=True) from exc
 
 
 def _announce(emit: EventSink, phase: Phase, **detail: Any) -> None:

@@ -292,6 +292,11 @@ class Engine(ABC):
         """Where this engine's per-run views live (the supervisor's host-wide default)."""
         return default
 
+    def sandbox_uid_paths(self, default: Path) -> list[Path]:
+        """Directories a sandbox's own uid (the slot's) must be able to reach: checked as that uid
+        at start-up (Supervisor.check_sandbox_paths), since every run would fail to set up."""
+        return []
+
     def ready(self, ctx: RunContext) -> bool:
         """Whether the sandbox is up and the program started (a VM boots first)."""
         return True
@@ -299,6 +304,11 @@ class Engine(ABC):
     def failure(self, ctx: RunContext) -> RunnerError | None:
         """An infrastructure failure the engine has learnt of (boot failure, engine crash)."""
         return None
+
+    def not_started(self, ctx: RunContext, said: str) -> RunnerError:
+        """The error of a run whose sandbox never started its program (Collected.started false):
+        ours, not the user's, retried. `said` is the end of what the sandbox wrote to stderr."""
+        return RunnerError("sandbox_setup_failed", f"the sandbox did not start the program: {said}", retryable=True)
 
     def ready_fit(self, spec: RunSpec, image: ImageRef) -> tuple[str | None, str]:
         """What a ready sandbox of this engine fixes for runs like `spec` beyond their class ("" for

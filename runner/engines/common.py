@@ -19,8 +19,8 @@ from runner.cells import session_area_bytes
 from runner.engines.base import Collected, Engine, HandOverError, Process, RunContext, RunState, Sample
 from runner.host import hostfs
 from runner.host.cgroups import CgroupLayout, RunCgroup, run_names
-from runner.host.spawner import Spawner, Steps, join_cgroups
-from runner.spec import MIB, CleanupCheck, Limits
+from runner.host.spawner import Spawner, SpawnError, Steps, join_cgroups
+from runner.spec import MIB, CleanupCheck, Limits, RunnerError
 
 # Room in the output area past the output cap. With none, ENOSPC would cut an oversize file off
 # at exactly the cap, where it looks like a file within it (exported, silently truncated); with
@@ -306,6 +306,11 @@ def _spawn(launch: Launch, drop: Drop, procs_files: list[str], passed: list[int]
         steps = Steps(cgroup_procs=procs_files, uid=drop.uid, rlimits=drop.rlimits, netns_fd=drop.netns_fd)
         fds = {0: stdin, 1: out_write, 2: err_write, **{fd: fd for fd in passed}}
         process = Spawner.here().spawn(launch.argv, env=launch.env, fds=fds, steps=steps)
+    except SpawnError as exc:
+        os.close(out_read)
+        os.close(err_read)
+        # Before the sandbox existed: ours, named by the launcher's step ("launcher_cgroups_failed").
+        raise RunnerError(f"launcher_{exc.step}_failed", str(exc), retryable=True) from exc
     except BaseException:
         os.close(out_read)
         os.close(err_read)

@@ -8,16 +8,24 @@ policy gets no fresh network namespace from bwrap: its launcher first joins the 
 (runner.host.netns: loopback and the egress proxy's listener, nothing else), and HTTP(S)_PROXY
 names the proxy. Every directory is
 handed to bwrap as an fd, so the sandbox uid needs no access to the host paths above them.
+
+Whether the program ever ran is bwrap's to say, not its exit status's (a setup failure exits 1,
+as a program may): bwrap reports {"exit-code": N} on its status fd only for a program it exec'd,
+and reads one byte from its --block-fd as its last step after the mounts. A sandbox that did
+neither never ran the program: a sandbox error named by the step bwrap said failed, never the
+user's failure (`not_started`).
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import resource
 import shutil
 import socket
 import subprocess
+import termios
 import time
 from dataclasses import dataclass
 from functools import lru_cache
@@ -50,7 +58,7 @@ from runner.host import hostfs
 from runner.host.cgroups import CgroupLayout
 from runner.host.seccomp import bpf_fd, bpf_program
 from runner.images import ImageError, ImageRef
-from runner.spec import MIB, Limits, Outcome, RunnerError, RunSpec
+from runner.spec import MIB, CleanupCheck, Limits, Outcome, RunnerError, RunSpec
 
 SHM_BYTES = 8 * MIB
 SANDBOX_UID_INSIDE = 1000
@@ -60,6 +68,8 @@ STATUS_KEPT_BYTES = 65536
 @dataclass
 class NamespaceState(CgroupState):
     status: bytes = b""  # the end of bwrap's --json-status-fd stream, read from control_fd
+    # The write end of bwrap's --block-fd pipe, holding one byte until bwrap's setup reads it.
+    block_fd: int | None = None
 
 
 class NamespaceEngine(CgroupEngine[NamespaceState]):
@@ -112,6 +122,10 @@ class NamespaceEngine(CgroupEngine[NamespaceState]):
             cpus=limits.cpus,
         )
 
+    def sandbox_uid_paths(self, default: Path) -> list[Path]:
+        # bwrap, already the slot's uid, resolves the view directories it is handed as fds.
+        return [self.view_root(default)]
+
     # prepare / start
 
     def prepare_views(self, ctx: RunContext) -> None:
@@ -128,6 +142,7 @@ class NamespaceEngine(CgroupEngine[NamespaceState]):
         fds["seccomp"] = bpf_fd()
         if ctx.egress is not None:
             fds["netns"] = os.dup(ctx.egress.netns_fd)
+        fds["block"] = self._block_pipe(ctx)
         program = ctx.argv
         if ctx.ready_end is not None:  # a ready sandbox's interpreter, told where its socket is
             fds["ready"] = os.dup(ctx.ready_end.fileno())
@@ -138,6 +153,14 @@ class NamespaceEngine(CgroupEngine[NamespaceState]):
             drop=Drop(uid=ctx.uid, rlimits=rlimits(ctx), netns_fd=fds.get("netns", -1)),
             stdin=ctx.spec.stdin,
         )
+
+    def _block_pipe(self, ctx: RunContext) -> int:
+        """The read end of a pipe holding one byte, for bwrap's --block-fd; the write end stays in
+        the run's state, where `_set_up` sees whether bwrap's setup got as far as reading it."""
+        read, write = os.pipe2(os.O_CLOEXEC)
+        os.write(write, b"\0")
+        self.state(ctx).block_fd = write
+        return read
 
     def ready_fit(self, spec: RunSpec, image: ImageRef) -> tuple[str | None, str]:
         if spec.runtime == "node" and spec.stdin:
@@ -180,9 +203,32 @@ class NamespaceEngine(CgroupEngine[NamespaceState]):
         return decode_exit_status(code)
 
     def started(self, ctx: RunContext) -> bool:
-        return "child-pid" in parse_status(self.state(ctx).status)
+        # An exit code is reported only for a program bwrap exec'd. Without one, bwrap ended on
+        # its own before the program ran, or the supervisor killed it: the program ran if bwrap
+        # had got past its setup by then (a setup that hangs is ours too).
+        state = self.state(ctx)
+        if "exit-code" in parse_status(state.status):
+            return True
+        killed = ctx.process is not None and (ctx.process.returncode or 0) < 0
+        return killed and _set_up(state)
+
+    def not_started(self, ctx: RunContext, said: str) -> RunnerError:
+        state = self.state(ctx)
+        words = bwrap_said(said)
+        if not words:
+            words = "its setup was stopped before it finished" if not _set_up(state) else "it gave no reason"
+        return RunnerError(
+            setup_step_code(words), f"the sandbox was not set up, so the program never ran: {words}", retryable=True
+        )
 
     # teardown
+
+    def engine_checks(self, ctx: RunContext) -> list[CleanupCheck]:
+        state = self.state(ctx)
+        if state.block_fd is not None:
+            os.close(state.block_fd)
+            state.block_fd = None
+        return []
 
     def stray_processes(self, ctx: RunContext) -> list[int]:
         return processes_of_uid(ctx.uid)
@@ -224,10 +270,50 @@ def bwrap_argv(
     argv += [
         "--chdir", "/tmp",
         "--seccomp", str(fds["seccomp"]),
+        "--block-fd", str(fds["block"]),
         "--json-status-fd", str(fds["control"]),
         "--", *program,
     ]  # fmt: skip
     return argv
+
+
+# bwrap's words for the step that failed ("bwrap: Can't find source path ...") -> the error code.
+SETUP_STEPS = (
+    ("execvp", "sandbox_exec_failed"),  # the image's interpreter
+    ("seccomp", "sandbox_seccomp_failed"),
+    ("namespace", "sandbox_namespaces_failed"),
+    ("uid map", "sandbox_namespaces_failed"),
+    ("Can't find source path", "sandbox_mounts_failed"),
+    ("mount", "sandbox_mounts_failed"),
+    ("Can't mkdir", "sandbox_mounts_failed"),
+    ("Can't create", "sandbox_mounts_failed"),
+    ("Can't access", "sandbox_mounts_failed"),
+    ("newroot", "sandbox_mounts_failed"),
+    ("oldroot", "sandbox_mounts_failed"),
+    ("pivot_root", "sandbox_mounts_failed"),
+    ("chdir", "sandbox_mounts_failed"),
+)
+
+
+def bwrap_said(stderr_tail: str) -> str:
+    """bwrap's own last complaint ("Can't find source path ...: Permission denied"), or ""."""
+    lines = [line for line in stderr_tail.splitlines() if line.startswith("bwrap: ")]
+    said = lines[-1].removeprefix("bwrap: ")[:300] if lines else ""
+    return "".join(ch if ch.isprintable() else "?" for ch in said)
+
+
+def setup_step_code(words: str) -> str:
+    """The code of the setup step bwrap's words name; sandbox_setup_failed for any other."""
+    return next((code for needle, code in SETUP_STEPS if needle in words), "sandbox_setup_failed")
+
+
+def _set_up(state: NamespaceState) -> bool:
+    """Whether bwrap read its --block-fd byte: its mounts and namespaces were all made."""
+    if state.block_fd is None:
+        return False
+    waiting = bytearray(4)
+    fcntl.ioctl(state.block_fd, termios.FIONREAD, waiting)
+    return int.from_bytes(waiting, "little") == 0
 
 
 def handed_argv(argv: list[str]) -> list[str]:

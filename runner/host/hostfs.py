@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import subprocess
 from pathlib import Path
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
@@ -83,3 +84,20 @@ def is_full(path: Path, slack_bytes: int = 4096) -> bool:
 
 def _unescape(field: str) -> str:
     return field.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
+
+
+# As the uid: into each directory, top down; print the first it cannot enter.
+_WALK = 'for d do cd -- "$d" 2>/dev/null || { printf %s "$d"; exit 1; }; done'
+
+
+def untraversable(path: Path, uid: int) -> Path | None:
+    """The first directory on the way to `path` (itself included) that `uid` cannot enter, or
+    None. Asked of the kernel as that uid (a shell that changes into each in turn), so modes,
+    ACLs and mount options all count; needs root to become the uid."""
+    path = path.resolve()
+    steps = [str(p) for p in [*reversed(path.parents), path]]
+    walk = subprocess.run(
+        ["/bin/sh", "-c", _WALK, "sh", *steps],
+        user=uid, group=uid, extra_groups=[], capture_output=True, check=False, cwd="/", env={"PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    return Path(walk.stdout.decode()) if walk.returncode else None

@@ -121,6 +121,8 @@ def serve(sock: socket.socket) -> None:
                     return
                 try:
                     reply, reply_fds = _spawn(json.loads(message), fds, selector, children)
+                except LaunchFailed as exc:  # the client raises it, with the step
+                    reply, reply_fds = {"error": str(exc), "step": exc.step}, []
                 except Exception as exc:  # refused or failed: the client raises it
                     reply, reply_fds = {"error": f"{type(exc).__name__}: {exc}"}, []
                 finally:
@@ -169,7 +171,7 @@ def _spawn(
             failed = fcntl.fcntl(failed_write, fcntl.F_DUPFD_CLOEXEC, max(targets, default=2) + 1)
             _child(argv, env, fds, targets, failed, steps)
         except BaseException as exc:
-            os.write(failed, f"{type(exc).__name__}: {exc}".encode()[:2000])
+            os.write(failed, json.dumps({"step": _step, "error": f"{type(exc).__name__}: {exc}"[:2000]}).encode())
         finally:
             os._exit(127)
     os.close(failed_write)
@@ -181,18 +183,41 @@ def _spawn(
     if failure:
         os.waitpid(pid, 0)
         os.close(pidfd)
-        raise OSError(f"the sandbox launcher failed before exec: {failure.decode(errors='replace')}")
+        raise LaunchFailed(**json.loads(failure))
     children[pidfd] = pid
     selector.register(pidfd, selectors.EVENT_READ, pid)
     return {"pid": pid}, [os.dup(pidfd)]
+
+
+class LaunchFailed(Exception):
+    """A sandbox launcher failed between fork and exec, at `step`."""
+
+    def __init__(self, step: str, error: str):
+        super().__init__(f"the sandbox launcher failed {STEP_WORDS.get(step, step)}: {error}")
+        self.step, self.error = step, error
+
+
+# The launcher's steps, in order, as its failure names them (the step under way when it failed).
+STEP_WORDS = {
+    "start": "as it started",
+    "cgroups": "joining the run's cgroups",
+    "fds": "putting the sandbox's fds in place",
+    "netns": "joining the run's network namespace",
+    "drop": "setting its limits and dropping to the sandbox uid",
+    "exec": "starting the sandbox (exec)",
+}
+_step = "start"  # the forked child's step under way
 
 
 def _child(argv: list[str], env: dict[str, str], fds: list[int], targets: list[int], failed: int,
            steps: Steps) -> None:  # fmt: skip
     """Between fork and exec: into the cgroups, the fds into place (a network namespace joined)
     and nothing else open, the limits and the uid drop (last: /proc/self/fd is not readable once
-    the uid has changed)."""
+    the uid has changed). Each step is named as it begins, for the failure to say."""
+    global _step
+    _step = "cgroups"
     join_cgroups(steps.cgroup_procs)
+    _step = "fds"
     for signo in (signal.SIGPIPE, signal.SIGXFSZ):  # as subprocess restores them for its children
         signal.signal(signo, signal.SIG_DFL)
     floor = max([*targets, failed]) + 1
@@ -200,7 +225,9 @@ def _child(argv: list[str], env: dict[str, str], fds: list[int], targets: list[i
     for source, target in zip(moved, targets, strict=True):
         os.dup2(source, target)  # inheritable
     if steps.netns_fd >= 0:
+        _step = "netns"
         join_netns(steps.netns_fd)
+        _step = "fds"
     keep = {*targets, failed} - {steps.netns_fd}
     for fd in [int(name) for name in os.listdir("/proc/self/fd")]:
         if fd not in keep:
@@ -209,7 +236,9 @@ def _child(argv: list[str], env: dict[str, str], fds: list[int], targets: list[i
             except OSError:
                 pass  # the listing's own fd, closed already
     os.chdir("/")
+    _step = "drop"
     drop(steps)
+    _step = "exec"
     os.execve(argv[0], argv, env)  # noqa: S606 - an argv list by design, never a shell
 
 
@@ -230,7 +259,12 @@ def _kill(pid: int) -> None:
 
 
 class SpawnError(OSError):
-    """The helper could not start the program (or is gone)."""
+    """The helper could not start the program (or is gone). `step` names the launcher's step that
+    failed (STEP_WORDS), or is "spawner" when the helper itself failed or is gone."""
+
+    def __init__(self, message: str, *, step: str = "spawner"):
+        super().__init__(message)
+        self.step = step
 
 
 class Spawner:
@@ -279,7 +313,7 @@ class Spawner:
         if not reply:
             raise SpawnError("the sandbox spawner did not answer within 30 s")
         if "error" in reply:
-            raise SpawnError(reply["error"])
+            raise SpawnError(reply["error"], step=reply.get("step", "spawner"))
         return Spawned(self, argv, reply["pid"], received[0])
 
     def _receive(self, *, timeout: float | None) -> tuple[dict[str, Any], list[int]]:

@@ -37,7 +37,7 @@ from runner.host.cgroups import CgroupLayout, RunCgroup
 from runner.images import ImageRef
 from runner.spec import Limits, RunSpec
 
-FDS = {"root": 3, "input": 4, "scratch": 5, "output": 6, "seccomp": 7, "control": 8}
+FDS = {"root": 3, "input": 4, "scratch": 5, "output": 6, "seccomp": 7, "control": 8, "block": 9}
 PROGRAM = ["/usr/bin/python3", "/tmp/main.py"]
 ENV = guest_env(Limits())
 
@@ -81,6 +81,7 @@ def test_the_bwrap_command_line_is_the_reviewed_one_in_its_fixed_order() -> None
         "--clearenv", *setenv,
         "--chdir", "/tmp",
         "--seccomp", "7",
+        "--block-fd", "9",
         "--json-status-fd", "8",
         "--", *PROGRAM,
     ]  # fmt: skip

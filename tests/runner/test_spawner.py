@@ -86,10 +86,27 @@ def test_a_program_killed_by_a_signal_reports_it_negative_like_popen() -> None:
 
 
 def test_a_program_that_cannot_be_started_is_an_error_not_a_process() -> None:
-    with pytest.raises(SpawnError, match="No such file"):
+    with pytest.raises(SpawnError, match="No such file") as missing:
         _run(["/nonexistent/program"])
-    with pytest.raises(SpawnError, match="absolute"):
+    assert missing.value.step == "exec"
+    with pytest.raises(SpawnError, match="absolute") as refused:
         _run(["sh", "-c", "true"])
+    assert refused.value.step == "spawner"
+
+
+@pytest.mark.parametrize(
+    ("steps", "step", "words"),
+    [
+        (Steps(cgroup_procs=["/nonexistent/cgroup.procs"], uid=NOBODY), "cgroups", "joining the run's cgroups"),
+        (Steps(cgroup_procs=[], uid=NOBODY, rlimits=[(resource.RLIMIT_NOFILE, -5)]), "drop",
+         "setting its limits and dropping to the sandbox uid"),
+    ],
+)  # fmt: skip
+def test_a_launcher_that_fails_before_exec_names_its_step(steps: Steps, step: str, words: str) -> None:
+    with pytest.raises(SpawnError) as failed:
+        _run(["/bin/true"], steps=steps)
+    assert failed.value.step == step
+    assert f"the sandbox launcher failed {words}: " in str(failed.value)
 
 
 def test_when_the_supervisor_is_gone_what_the_spawner_started_is_killed() -> None:
