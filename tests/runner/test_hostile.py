@@ -47,8 +47,12 @@ SANDBOX_FAULTS = ("boot_failed", "boot_error", "exec_error")
 # Under emulated KVM guest work runs many times slower than on hardware, so a case's time
 # limits buy far less work (a flood meant to fill memory hits its CPU limit first). The harness
 # sets this factor: every time limit is multiplied by it except the one the case is about (a
-# timed_out case keeps its wall limit, a cpu_limit case its CPU limit). 1 everywhere else.
-SLOWDOWN = float(os.environ.get("CORDON_TEST_SLOWDOWN", "1"))
+# timed_out case keeps its wall limit, a cpu_limit case its CPU limit). 1 everywhere else. Read
+# when a case runs, not at import: the harness's plugin calibrates it as the session starts.
+
+
+def slowdown() -> float:
+    return float(os.environ.get("CORDON_TEST_SLOWDOWN", "1"))
 
 
 @dataclass(frozen=True)
@@ -75,8 +79,8 @@ class Case:
         limits = replace(Limits(), **self.expect.get("limits", {}))
         return replace(
             limits,
-            wall_timeout_s=limits.wall_timeout_s * (1 if "timed_out" in self.outcomes else SLOWDOWN),
-            cpu_time_s=limits.cpu_time_s * (1 if "cpu_limit" in self.outcomes else SLOWDOWN),
+            wall_timeout_s=limits.wall_timeout_s * (1 if "timed_out" in self.outcomes else slowdown()),
+            cpu_time_s=limits.cpu_time_s * (1 if "cpu_limit" in self.outcomes else slowdown()),
         )
 
 
@@ -305,7 +309,7 @@ def assert_expected(case: Case, result: RunResult, inputs: Inputs, engine: str) 
     for name, reason in expect.get("rejected_has", {}).items():
         assert name in rejected and reason in rejected[name], (name, rejected)
     if "max_wall_s" in expect:
-        assert result.wall_s is not None and result.wall_s < expect["max_wall_s"] * SLOWDOWN
+        assert result.wall_s is not None and result.wall_s < expect["max_wall_s"] * slowdown()
     if expect.get("escalated") and engine == "namespace":  # a VM's child stops its machine on SIGTERM
         assert result.evidence["kill_method"] not in (None, "SIGTERM", "exited"), result.evidence
     if "error_code" in expect:

@@ -19,7 +19,7 @@ from runner.engines.smolvm.engine import SmolvmEngine
 from runner.ready import ReadyPool, ReadySettings, ready_class
 from runner.spec import Outcome, RunResult, RunSpec
 from runner.supervisor import Supervisor
-from tests.runner.test_hostile import SLOWDOWN, retrying
+from tests.runner.test_hostile import retrying, slowdown
 
 BRANCHES = 3
 
@@ -136,8 +136,8 @@ def test_ready_branches_are_fresh_at_hand_over_bound_by_the_run_and_used_once(
         assert pool.wait_ready(cls, timeout_s=300) is not None, pool.status()
         # Its time limits scaled as the battery's are where they are not the case's (an emulated
         # guest touches memory slowly: unscaled, it ran out of CPU time first); its memory is the class's.
-        slow = dataclasses.replace(FRESHNESS_LIMITS, cpu_time_s=FRESHNESS_LIMITS.cpu_time_s * SLOWDOWN,
-                                   wall_timeout_s=FRESHNESS_LIMITS.wall_timeout_s * SLOWDOWN)  # fmt: skip
+        slow = dataclasses.replace(FRESHNESS_LIMITS, cpu_time_s=FRESHNESS_LIMITS.cpu_time_s * slowdown(),
+                                   wall_timeout_s=FRESHNESS_LIMITS.wall_timeout_s * slowdown())  # fmt: skip
         bomb = supervisor.run(RunSpec(runtime="python", script=MEMORY_BOMB, engine=engine, limits=slow))
     finally:
         pool.close()

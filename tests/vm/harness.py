@@ -53,7 +53,7 @@ from typing import Any, TextIO
 
 from runner.config import PROJECT_ROOT, paths_from_env
 from runner.images import ImageStore
-from tests.vm.plugin import done_entry
+from tests.vm.plugin import BASE, CALIBRATION_JOB, done_entry
 
 SUITE = "bookworm"
 L1_PACKAGES = (
@@ -320,6 +320,7 @@ class Boot:
     infra: str | None = None  # why the emulated host failed, if it did
     faults: list[str] = field(default_factory=list)  # what its kernel reported (panics, lockups)
     seconds: float = 0.0
+    calibrations: list[dict[str, Any]] = field(default_factory=list)  # the budgets' (tests.vm.plugin)
     output: list[str] = field(default_factory=list)  # script mode: `out|err <line>`, in order
     script_rc: int | None = None  # script mode: its exit code, once it finished
 
@@ -379,6 +380,13 @@ class Console:
             rc = said.get("rc", "")
             self.boot.pytest_rc[said.get("pass", "")] = int(rc) if rc.isdigit() else None
             log(f"boot {self.boot.number}: pass {said.get('pass', '?')} finished, pytest rc {rc or '?'}")
+        elif kind == "CALIBRATION":
+            try:
+                self.boot.calibrations.append(json.loads(rest))
+            except ValueError:
+                log(f"unreadable calibration: {rest[:200]}")
+            else:
+                log(f"boot {self.boot.number}: budgets calibrated: {rest}")
         elif kind == "DONE":
             self.boot.done = True
         elif kind in ("OUT", "ERR"):
@@ -717,6 +725,9 @@ def summarise(
     print(f"  cases run {len(cases)} (all passes): passed {passed}, failed {len(failed)}")
     print(f"  retries after a microVM failed (emulation faults, counted): {retries}")
     print(f"  emulated host boots: {len(boots)} ({', '.join(f'{b.seconds:.0f} s' for b in boots)})")
+    calibrations = [{"boot": b.number, **c} for b in boots for c in b.calibrations]
+    for c in calibrations:
+        print(f"  time budgets (boot {c['boot']}, {c.get('pass')} pass): x{c['slowdown']:g}: {c.get('note', '')}")
     print(f"  infrastructure failures: {len(infra)}" + "".join(f"\n    {i}" for i in infra))
     tries = sum(len(b.doctor) for b in boots)
     canary_failures = sum(
@@ -757,6 +768,7 @@ def summarise(
         "canary_tries": tries,
         "canary_failures": canary_failures,
         "infrastructure_failures": infra,
+        "calibrations": calibrations,
         "passes": summaries,
         "warm_cold": ratio,
         "freshness": freshness,
@@ -806,8 +818,8 @@ def main(argv: list[str] | None = None) -> int:
         "--limit-s", type=float, default=2400.0, help="upper bound for the emulated host's boots together"
     )
     parser.add_argument(
-        "--per-vm-uids", action="store_true",
-        help="keep smolvm's per-VM uids (production's mode; the emulated host often hangs with them)",
+        "--vmm-as-root", action="store_true",
+        help="run the VMMs as root (SMOLVM_VM_UID_DROP=off), not with smolvm's per-VM uids, production's mode",
     )  # fmt: skip
     parser.add_argument("--boots", type=int, default=5, help="emulated host boots at most (1 = no restart)")
     parser.add_argument(
@@ -829,6 +841,7 @@ def main(argv: list[str] | None = None) -> int:
     builder.project()
     builder.images()
     version = builder.smolvm_runtime()
+    base_cpu_s = calibration_base() if args.script is None else None
     build_s = time.monotonic() - started
     boots: list[Boot] = []
     done_file = builder.root / "etc" / "cordon-vm-done"
@@ -844,7 +857,8 @@ def main(argv: list[str] | None = None) -> int:
                 "CORDON_VM_SELECT": args.select,
                 "CORDON_VM_STATE_CASES": " ".join(STATE_CASES),
                 "CORDON_VM_COLD_SELECT": cold_select,
-                "CORDON_VM_PER_VM_UIDS": "1" if args.per_vm_uids else "0",
+                "CORDON_VM_PER_VM_UIDS": "0" if args.vmm_as_root else "1",
+                BASE: "" if base_cpu_s is None else f"{base_cpu_s:.4f}",
             },
             args.script,
         )
@@ -867,6 +881,26 @@ def main(argv: list[str] | None = None) -> int:
     path.write_text(json.dumps(report, indent=1) + "\n")
     print(f"report: {path}; console logs: {work}/boot*.log")
     return code
+
+
+def calibration_base(runs: int = 3) -> float | None:
+    """CALIBRATION_JOB's CPU seconds here, on the real machine through the namespace engine
+    (the median of `runs`): the base the emulated host's budgets are scaled from. None if it
+    cannot run here (the battery then keeps the floor, and the report says so)."""
+    from runner.spec import Limits, RunSpec
+    from runner.supervisor import Supervisor
+
+    supervisor = Supervisor()
+    spec = RunSpec(runtime="python", script=CALIBRATION_JOB, engine="namespace", limits=Limits(memory_mib=512))
+    seconds = []
+    for _ in range(runs):
+        result = supervisor.run(spec)
+        if result.outcome.value != "succeeded" or not result.cpu_s:
+            log(f"calibration base: the job did not succeed here ({result.reason}); budgets keep their floor")
+            return None
+        seconds.append(result.cpu_s)
+    log(f"calibration base: {median(seconds):.3f} s of CPU (runs: {', '.join(f'{s:.3f}' for s in seconds)})")
+    return median(seconds)
 
 
 def script_summary(boots: list[Boot], script: Path, work: Path, build_s: float, total_s: float) -> int:
