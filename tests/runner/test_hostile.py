@@ -28,7 +28,7 @@ from runner.engines.namespace import check_available
 from runner.host import hostfs
 from runner.host.admission import Admission, Capacity
 from runner.host.cgroups import CgroupLayout
-from runner.spec import MIB, Limits, Outcome, RunResult, RunSpec
+from runner.spec import MIB, Limits, Outcome, RunResult, RunSpec, maxima_from_env
 from runner.supervisor import Supervisor
 from tests.conftest import child_env
 from tests.runner.egress_net import RESOLVER, TEST_NET
@@ -55,6 +55,17 @@ def slowdown() -> float:
     return float(os.environ.get("CORDON_TEST_SLOWDOWN", "1"))
 
 
+def scaled(limits: Limits, *, wall: bool = True, cpu: bool = True) -> Limits:
+    """`limits` with the wall and CPU limits (those asked) times slowdown(), each within the
+    service's maxima (CORDON_MAX_*), as any run's limits must be."""
+    maxima, factor = maxima_from_env(), slowdown()
+    return replace(
+        limits,
+        wall_timeout_s=min(maxima.wall_timeout_s, limits.wall_timeout_s * factor) if wall else limits.wall_timeout_s,
+        cpu_time_s=min(maxima.cpu_time_s, limits.cpu_time_s * factor) if cpu else limits.cpu_time_s,
+    )
+
+
 @dataclass(frozen=True)
 class Case:
     path: Path
@@ -77,11 +88,7 @@ class Case:
     @property
     def limits(self) -> Limits:
         limits = replace(Limits(), **self.expect.get("limits", {}))
-        return replace(
-            limits,
-            wall_timeout_s=limits.wall_timeout_s * (1 if "timed_out" in self.outcomes else slowdown()),
-            cpu_time_s=limits.cpu_time_s * (1 if "cpu_limit" in self.outcomes else slowdown()),
-        )
+        return scaled(limits, wall="timed_out" not in self.outcomes, cpu="cpu_limit" not in self.outcomes)
 
 
 def load_cases() -> list[Case]:

@@ -7,7 +7,6 @@ CORDON_SMOLVM_WARM=true); elsewhere it skips, saying why.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 from typing import Any
@@ -19,7 +18,7 @@ from runner.engines.smolvm.engine import SmolvmEngine
 from runner.ready import ReadyPool, ReadySettings, ready_class
 from runner.spec import Outcome, RunResult, RunSpec
 from runner.supervisor import Supervisor
-from tests.runner.test_hostile import retrying, slowdown
+from tests.runner.test_hostile import retrying, scaled
 
 BRANCHES = 3
 
@@ -136,8 +135,7 @@ def test_ready_branches_are_fresh_at_hand_over_bound_by_the_run_and_used_once(
         assert pool.wait_ready(cls, timeout_s=300) is not None, pool.status()
         # Its time limits scaled as the battery's are where they are not the case's (an emulated
         # guest touches memory slowly: unscaled, it ran out of CPU time first); its memory is the class's.
-        slow = dataclasses.replace(FRESHNESS_LIMITS, cpu_time_s=FRESHNESS_LIMITS.cpu_time_s * slowdown(),
-                                   wall_timeout_s=FRESHNESS_LIMITS.wall_timeout_s * slowdown())  # fmt: skip
+        slow = scaled(FRESHNESS_LIMITS)
         bomb = supervisor.run(RunSpec(runtime="python", script=MEMORY_BOMB, engine=engine, limits=slow))
     finally:
         pool.close()
