@@ -22,11 +22,37 @@ from celery import Celery, signals
 from kombu import Queue
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "playground.settings")
+log = logging.getLogger(__name__)
 
+
+def _survive_a_lost_broker_connection() -> None:
+    """kombu 5.7's Redis transport, after the broker dropped a connection (Redis restarted, or
+    killed), still uses the channels of the released connection: restoring their unacknowledged
+    messages as they close, acknowledging a task that finished after the reconnect. Each reaches
+    Channel._connparams with no connection left and raises AttributeError ('NoneType' object has
+    no attribute 'hostname' / 'client'), which Celery calls an unrecoverable error: the worker
+    exits (seen in the chaos part of make test-hosts: both workers gone, every later run left
+    queued). Raised as the connection error it is, Celery logs it ("Couldn't ack", "Restoring")
+    and carries on with its new connection. What cannot be acknowledged or restored through a
+    dropped connection is the reaper's: a run whose task was lost is sent again
+    (dispatch.requeue_stale), one run twice is claimed once."""
+    from kombu.transport import redis as kombu_redis
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    connparams = kombu_redis.Channel._connparams  # type: ignore[attr-defined]
+
+    def _connparams(self: Any, asynchronous: bool = False) -> Any:
+        if self.connection is None or self.connection.client is None:
+            raise RedisConnectionError("this channel's broker connection is gone (the broker dropped it)")
+        return connparams(self, asynchronous=asynchronous)
+
+    kombu_redis.Channel._connparams = _connparams  # type: ignore[attr-defined]
+
+
+_survive_a_lost_broker_connection()
 app = Celery("playground")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
-log = logging.getLogger(__name__)
 
 
 def engines_here() -> tuple[list[str], dict[str, Any]]:
@@ -108,7 +134,8 @@ def _register_and_sweep(sender: Any = None, **kwargs: Any) -> None:
     host_sweep(min_age_s=0)  # what this host's runs left when it died (a live run's lock keeps it)
     if kind != "grading":
         _warm_up()
-    HostLoop(nodename=sender.hostname, queues=_engine_queues(sender.app)).start()
+    consumed = sorted(sender.app.amqp.queues.consume_from)
+    HostLoop(nodename=sender.hostname, queues=_engine_queues(sender.app), consumed=consumed).start()
     if kind != "runs":
         GradingLoop().start()
 
@@ -144,9 +171,10 @@ class HostLoop(threading.Thread):
     """This host's heartbeat, drain, reaper and sweep; a failure of one round (the database briefly
     away) is logged and the next round tries again."""
 
-    def __init__(self, *, nodename: str, queues: list[str]) -> None:
+    def __init__(self, *, nodename: str, queues: list[str], consumed: list[str] | None = None) -> None:
         super().__init__(name="cordon-host-loop", daemon=True)
         self.nodename, self.queues = nodename, queues
+        self.consumed = consumed if consumed is not None else queues
         self.consuming = True
         self.next_reap = self.next_register = 0.0
 
@@ -167,6 +195,10 @@ class HostLoop(threading.Thread):
 
         from playground.services import hosts, runs
 
+        try:
+            self.declare_queues()
+        except Exception:  # the broker is away: the next round declares them
+            log.warning("host loop: could not declare the queues with the broker", exc_info=True)
         if now >= self.next_register:
             self.next_register = now + REGISTER_S
             _register()
@@ -180,6 +212,17 @@ class HostLoop(threading.Thread):
                     step()
                 except Exception:
                     log.warning("host loop: %s failed", step.__name__, exc_info=True)
+
+    def declare_queues(self) -> None:
+        """Declare the queues this worker consumes (and their bindings) with the broker again. Redis
+        keeps a queue's binding as a key: restarted empty, it had none, and every task sent to the
+        queue was refused ("Cannot route message ... the key ('_kombu.binding.namespace') has been
+        removed") while the worker, which declares them only as it starts, waited for ever. A few
+        idempotent Redis commands each round; the web's resends (dispatch._Unsent) then go through."""
+        with app.connection_for_write() as connection:
+            channel = connection.default_channel
+            for name in self.consumed:
+                app.amqp.queues[name](channel).declare()
 
     def set_consuming(self, consuming: bool) -> None:
         """Stop (drain) or start again (resume) consuming this host's engine queues."""
