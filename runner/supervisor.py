@@ -305,7 +305,9 @@ class Supervisor:
             error = RunnerError("image_unavailable", str(exc), retryable=False)
             evidence.engine_error, result.error = error, error
         except Exception as exc:  # an engine or host failure must still end as a recorded run
-            error = RunnerError("engine_failure", f"{type(exc).__name__}: {exc}", retryable=True)
+            # A full disk on the host (its staging, spool or work directories) is named as such.
+            code = "host_disk_full" if isinstance(exc, OSError) and exc.errno == errno.ENOSPC else "engine_failure"
+            error = RunnerError(code, f"{type(exc).__name__}: {exc}", retryable=True)
             evidence.engine_error, result.error = error, error
         finally:
             result.cleanup = [*ready_checks, *self.teardown_sandbox(engine, ctx, run_id)]

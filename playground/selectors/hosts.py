@@ -3,12 +3,10 @@ being drained, and what each host holds now."""
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from django.db.models import Count, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce
-from django.utils import timezone
 
+from playground.dbclock import db_after
 from playground.models import WORKER_STATES, Run, WorkerHost
 
 # A worker host beats every few seconds (playground/celery.py); one not heard from for this long
@@ -18,8 +16,7 @@ WORKER_LIVE_S = 60
 
 def live_hosts() -> QuerySet[WorkerHost]:
     """Hosts with a recent heartbeat that take new runs (not draining)."""
-    recent = timezone.now() - timedelta(seconds=WORKER_LIVE_S)
-    return WorkerHost.objects.filter(heartbeat_at__gte=recent, draining=False)
+    return WorkerHost.objects.filter(heartbeat_at__gte=db_after(-WORKER_LIVE_S), draining=False)
 
 
 def live_engines() -> set[str]:

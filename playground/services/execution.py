@@ -5,19 +5,21 @@ The Celery task calls `run_execute` with the run's id and nothing else."""
 
 from __future__ import annotations
 
+import logging
 import secrets
 import shutil
 import time
 from collections.abc import Callable
-from datetime import timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 from django.core.files.storage import default_storage
-from django.db import transaction
+from django.db import InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 
+from playground.dbclock import db_after
 from playground.egress import egress_problem, record_for_storage
 from playground.limits import limits_from_record
 from playground.live import ChunkBatcher, LivePublisher, final_message, state_message
@@ -30,7 +32,12 @@ from runner.spec import BACKGROUND_CPU_WEIGHT, DEFAULT_CPU_WEIGHT, Outcome, Phas
 from runner.spec import CleanupCheck as RunnerCleanupCheck
 from runner.supervisor import Supervisor
 
+log = logging.getLogger(__name__)
 HEARTBEAT_S = 3.0
+# How long a finished run's record is tried again while the database is away (a restart, a
+# network cut): past it the task fails, and the run is the reaper's (lost_worker, retried).
+FINISH_RETRY_S = 120.0
+DATABASE_AWAY = (OperationalError, InterfaceError)
 CANCEL_POLL_S = 0.25
 # A run's stored resource samples: [[t_s, cpu_s, memory_bytes, file_bytes], ...] (Run.samples),
 # memory_bytes being the program's own and file_bytes what its files in /tmp and /output hold.
@@ -63,11 +70,30 @@ def run_execute(*, run_id: str, worker: str) -> Run | None:
                     spec, on_event=events, cancelled=events.cancelled, output_dir=work / "export",
                     run_id=run.id.hex[:16], keep_output=False,
                 )  # fmt: skip
-        final = run_finish(run=run, result=result, exported=work / "export", samples=events.samples.rows)
+        final = _until_stored(
+            lambda: run_finish(run=run, result=result, exported=work / "export", samples=events.samples.rows)
+        )
     finally:
         shutil.rmtree(work, ignore_errors=True)
     events.live.send(final_message(final))
     return final
+
+
+def _until_stored(write: Callable[[], Run], *, bound_s: float = FINISH_RETRY_S) -> Run:
+    """`write` (a run's end), tried again while the database is away, for up to `bound_s`: a run that
+    finished during a database restart keeps its result (conditional writes: if the reaper finished
+    it meanwhile, its end stands)."""
+    deadline, wait = time.monotonic() + bound_s, 0.5
+    while True:
+        try:
+            return write()
+        except DATABASE_AWAY as exc:
+            if time.monotonic() + wait > deadline:
+                raise
+            log.warning("the database is away (%s); the run's end is written again in %.1f s", exc, wait)
+            connection.close()
+            time.sleep(wait)
+            wait = min(wait * 2, 8.0)
 
 
 def work_root() -> Path:
@@ -150,7 +176,7 @@ def run_claim(*, run_id: str, worker: str) -> Run | None:
     with transaction.atomic():  # the claim and its event row commit together: one commit, not two
         claimed = Run.objects.filter(id=run_id, state=RunState.QUEUED, cancel_requested=False).update(
             state=RunState.CLAIMED, worker_host=worker, started_at=now,
-            lease_expires_at=now + timedelta(seconds=settings.CORDON_LEASE_S),
+            lease_expires_at=db_after(settings.CORDON_LEASE_S),
         )  # fmt: skip
         if not claimed:
             return None
@@ -171,7 +197,7 @@ def run_advance(*, run: Run, state: RunState, detail: dict[str, Any] | None = No
 
 def run_heartbeat(*, run: Run, samples: Samples | None = None) -> bool:
     """Extend the lease; returns whether a cancel was requested."""
-    update: dict[str, Any] = {"lease_expires_at": timezone.now() + timedelta(seconds=settings.CORDON_LEASE_S)}
+    update: dict[str, Any] = {"lease_expires_at": db_after(settings.CORDON_LEASE_S)}
     if samples is not None:
         update["samples"] = samples
     Run.objects.filter(id=run.id, state__in=WORKER_STATES).update(**update)
@@ -289,7 +315,7 @@ class RunEvents:
             self.live.send_all(self.batcher.flush())
             state = RunState.of(Phase(event["state"]))
             detail = {k: v for k, v in event.items() if k not in ("type", "state")}
-            if run_advance(run=self.run, state=state, detail=detail):
+            if self._tolerant(lambda: run_advance(run=self.run, state=state, detail=detail), False):
                 self.live.send(state_message(state, at=time.time()))
         elif kind == "sample":
             self.samples.add([event["t"], event["cpu_s"], event["memory_bytes"], event["file_bytes"]])
@@ -302,7 +328,8 @@ class RunEvents:
         now = self.clock()
         if not self.cancel and now >= self.next_cancel_poll:
             self.next_cancel_poll = now + CANCEL_POLL_S
-            self.cancel = Run.objects.filter(id=self.run.id, cancel_requested=True).exists()
+            asked = Run.objects.filter(id=self.run.id, cancel_requested=True).exists
+            self.cancel = self._tolerant(asked, self.cancel)
             self._maybe_heartbeat()
         return self.cancel
 
@@ -310,5 +337,18 @@ class RunEvents:
         now = self.clock()
         if now >= self.next_heartbeat:
             self.next_heartbeat = now + HEARTBEAT_S
-            self.cancel = run_heartbeat(run=self.run, samples=self.samples.rows) or self.cancel
+            beat = partial(run_heartbeat, run=self.run, samples=self.samples.rows)
+            self.cancel = self._tolerant(beat, False) or self.cancel
             self.next_cancel_poll = now + CANCEL_POLL_S
+
+    def _tolerant(self, call: Callable[[], bool], otherwise: bool) -> bool:
+        """A database write or read the run can go on without (a phase's row, the lease renewal, the
+        cancel poll): with the database away it is skipped, `otherwise` answered, and the
+        connection dropped to be made again. The run goes on; if the database stays away past the
+        lease, the reaper decides (lost_worker), as for a host that is gone."""
+        try:
+            return call()
+        except DATABASE_AWAY as exc:
+            log.warning("the database is away; run %s goes on without this write (%s)", self.run.id, exc)
+            connection.close()
+            return otherwise

@@ -16,6 +16,7 @@ from typing import Any
 
 from django.utils import timezone
 
+from playground.dbclock import db_now
 from playground.logs import spool_root
 from playground.models import WORKER_STATES, Run, WorkerHost
 from playground.services.execution import work_root
@@ -28,17 +29,18 @@ LOCAL_DEBRIS_AGE_S = 60.0
 
 def worker_register(*, name: str, engines: list[str], doctor: dict[str, Any], started: bool = False) -> WorkerHost:
     """The host's row, its engines and doctor report current; `started` when its worker just started."""
-    defaults: dict[str, Any] = {"engines": engines, "doctor": doctor, "heartbeat_at": timezone.now()}
+    defaults: dict[str, Any] = {"engines": engines, "doctor": doctor, "heartbeat_at": db_now()}
     if started:
         defaults["started_at"] = defaults["heartbeat_at"]
     host, _ = WorkerHost.objects.update_or_create(name=name, defaults=defaults)
+    host.refresh_from_db(fields=["heartbeat_at", "started_at"])  # the database's times, not the expressions
     return host
 
 
 def host_beat(*, name: str) -> bool | None:
     """The host is alive: its heartbeat renewed. Returns whether it is draining (None: no row yet,
     e.g. a test's flush removed it; the next registration writes it again)."""
-    WorkerHost.objects.filter(name=name).update(heartbeat_at=timezone.now())
+    WorkerHost.objects.filter(name=name).update(heartbeat_at=db_now())
     return WorkerHost.objects.filter(name=name).values_list("draining", flat=True).first()
 
 

@@ -14,6 +14,7 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
+from playground.dbclock import db_now
 from playground.egress import egress_problem, normalised
 from playground.errors import ServiceError
 from playground.limits import limits_from_record, over_maximum
@@ -249,7 +250,7 @@ def reap() -> int:
     """The periodic reaper: finish the runs whose worker died, send again the runs still queued
     long after they were sent, and reject those no live host serves. Returns the runs reaped."""
     reaped = 0
-    for run in Run.objects.filter(state__in=WORKER_STATES, lease_expires_at__lt=timezone.now()):
+    for run in Run.objects.filter(state__in=WORKER_STATES, lease_expires_at__lt=db_now()):
         reaped += run_fail_lost(run=run)
     requeue_stale()
     reject_unserved()
@@ -263,7 +264,7 @@ def run_fail_lost(*, run: Run) -> bool:
     log_store(run_id=run.id)
     now = timezone.now()
     with transaction.atomic():  # its end, its event and its retry, seen together or not at all
-        lost = Run.objects.filter(id=run.id, state__in=WORKER_STATES, lease_expires_at__lt=now).update(
+        lost = Run.objects.filter(id=run.id, state__in=WORKER_STATES, lease_expires_at__lt=db_now()).update(
             state=RunState.FINISHED, outcome=Outcome.SANDBOX_ERROR.value, charged=False, error_code="lost_worker",
             error_message=f"the worker on {run.worker_host or 'an unknown host'} stopped renewing its lease",
             reason="lost_worker: the worker running it died", finished_at=now, lease_expires_at=None,

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.db import InterfaceError
 from django.test import Client
 from django.utils import timezone
 
@@ -193,3 +194,45 @@ def test_a_short_runs_samples_are_all_kept() -> None:
     for index in range(40):
         rows.add([index * 0.05, None, None, None])
     assert len(rows.rows) == 40
+
+
+def test_a_runs_end_is_written_again_while_the_database_is_away_and_given_up_past_the_bound() -> None:
+    from django.db import OperationalError
+
+    from playground.services.execution import _until_stored
+
+    run = _queued_run()
+    failures = iter([OperationalError("server closed the connection"), InterfaceError("connection already closed")])
+
+    def write() -> Run:
+        failure = next(failures, None)
+        if failure is not None:
+            raise failure
+        return Run.objects.get(id=run.id)
+
+    assert _until_stored(write).id == run.id  # after two failures, the third try writes it
+
+    def never() -> Run:
+        raise OperationalError("the database is down")
+
+    with pytest.raises(OperationalError):
+        _until_stored(never, bound_s=1.0)
+
+
+def test_a_host_whose_clock_is_two_minutes_ahead_reaps_no_live_run_and_sees_the_others_live(
+    monkeypatch: pytest.MonkeyPatch, redis_server: Any
+) -> None:
+    """Leases and heartbeats are the database's time, written and judged: a host clock stepped
+    forward does not make another host's live run look lost, nor its heartbeat stale."""
+    from playground.selectors.hosts import live_hosts
+    from playground.services.hosts import worker_register
+
+    run = _queued_run()
+    assert run_claim(run_id=str(run.id), worker="other-host") is not None
+    worker_register(name="other-host", engines=["namespace"], doctor={})
+    ahead = timezone.now() + timedelta(minutes=2)
+    monkeypatch.setattr(timezone, "now", lambda: ahead)  # this host's clock, stepped forward
+    assert run_services.reap() == 0
+    run.refresh_from_db()
+    assert run.state == RunState.CLAIMED
+    assert list(live_hosts().values_list("name", flat=True)) == ["other-host"]
