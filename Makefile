@@ -95,7 +95,7 @@ run: images migrate kvm-access cgroup-tuning ## serve Cordon on 127.0.0.1:8000 w
 	@$(PY) manage.py serve_info
 	exec $(VENV)/bin/honcho start
 
-test: images kvm-access test-system ## run the test suite, then the several-hosts proof (make test-hosts, ~2 min)
+test: images kvm-access test-system ## run the test suite, then the several-hosts proof (make test-hosts, ~5 min with its chaos part)
 	node --test tests/js/*.test.mjs
 	@$(PY) manage.py collectstatic --noinput -v0
 	$(PY) -m pytest
@@ -103,7 +103,7 @@ test: images kvm-access test-system ## run the test suite, then the several-host
 
 # Several hosts: PostgreSQL, Redis, the web and two worker hosts on this machine, each in its own
 # mount namespace, sharing nothing but those (tests/hosts). Prints its figures, saves var/hosts/.
-test-hosts: images kvm-access test-system ## two worker hosts sharing only PostgreSQL and Redis: datasets, a lost host, drain, a burst
+test-hosts: images kvm-access test-system ## two worker hosts sharing only PostgreSQL and Redis: datasets, a lost host, drain, a burst, chaos
 	$(PY) -m tests.hosts
 
 # Redis, a Celery worker and the web server on the test database, fuzzed through the live

@@ -76,7 +76,7 @@ def main(argv: list[str]) -> None:
     if not command:
         parser.error("a command to run after the mounts is required (after --)")
     # The binds first: their sources are hidden by the tmpfs mounts that follow.
-    mount("--bind", *args.own)
+    mount("--rbind", *args.own)  # with what is mounted below it (a data disk of its own: tests/hosts/chaos.py)
     mount("--bind", *args.images)
     mount("-o", "remount,bind,ro", args.images[1])
     for path in args.hide:

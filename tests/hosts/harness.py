@@ -1,4 +1,4 @@
-"""`make test-hosts`: Cordon on several hosts, proven on one machine (about 2 minutes).
+"""`make test-hosts`: Cordon on several hosts, proven on one machine (about 5 minutes).
 
 One web process, a private PostgreSQL cluster and Redis, and two worker hosts that share nothing
 but those and CORDON_STORAGE=database: each its own name, data and host state directories, cgroup
@@ -20,7 +20,12 @@ its own /proc (tests/hosts/stack.py, tests/hosts/enter.py). The scenarios, each 
 6. lost host: one killed mid-run (its PID namespace's init, so every process of the namespace,
    its process group and every run cgroup SIGKILLed; none survives): its runs end as lost_worker
    and their retries succeed on the other host within 60 s; restarted, it sweeps what it left (run
-   cgroups, run directories, views, locks, work and spool directories).
+   cgroups, run directories, views, locks, work and spool directories);
+7. chaos (tests/hosts/chaos.py): under a steady load of runs, PostgreSQL stopped 10 s, Redis
+   unreachable 10 s, Redis restarted empty, one host's data disk full, one host's network to
+   PostgreSQL cut, one host's clock stepped 2 minutes forward and back, the web killed during a
+   burst of 120 submissions; for each, what was lost, charged twice, left stuck, half-written,
+   blamed on the program or left behind (all must be 0), printed as the chaos table.
 
 Then: no dataset, output or log file on any disk (they are in the database), and no traceback in
 any process's log. Prints the checks and the figures as tables and saves them as JSON under
@@ -85,6 +90,7 @@ class Check:
 class Report:
     checks: list[Check] = field(default_factory=list)
     figures: list[Row] = field(default_factory=list)
+    chaos: list[dict[str, Any]] = field(default_factory=list)  # one row per fault (tests/hosts/chaos.py)
 
     def check(self, name: str, ok: bool, detail: str = "") -> bool:
         self.checks.append(Check(name, bool(ok), detail))
@@ -130,6 +136,11 @@ class Stack:
         self.admin_password = secrets.token_urlsafe(18)
         self.token = ""
         self.app: Any = None  # the Celery app, once this process has Django set up
+        # hostb reaches PostgreSQL through a proxy the chaos part can cut (tests/hosts/chaos.py);
+        # hosta's data directory is a tmpfs of its own, which the chaos part fills.
+        self.pg_proxies: dict[str, Any] = {}
+        self.chaos_logs_from: dict[Path, int] = {}  # each log's size when the chaos part began
+        self.disks: list[Any] = []
 
     def start(self) -> None:
         from tests.pg import PostgresCluster
@@ -157,10 +168,19 @@ class Stack:
         self._django(web_env)
         self.web = Web(web_env, self.layout.logs / "web.log")
         self.web.start()
+        from tests.hosts.chaos import CuttableProxy, HostDisk
+
         for name in HOSTS:
-            host = Host(name=name, layout=self.layout, env=shared, concurrency=CONCURRENCY, slots=CONCURRENCY,
+            env = shared
+            if name == "hostb":
+                proxy = self.pg_proxies[name] = CuttableProxy(("127.0.0.1", self.pg.port))
+                env = {**shared, "DATABASE_URL": database_url.replace(f":{self.pg.port}/", f":{proxy.port}/")}
+            host = Host(name=name, layout=self.layout, env=env, concurrency=CONCURRENCY, slots=CONCURRENCY,
                         uid_base=UID_BASES[name], images_dir=images_dir)  # fmt: skip
             self.hosts[name] = host
+            if name == "hosta":
+                host.prepare()
+                self.disks.append(HostDisk(host))
             host.start()
         for host in self.hosts.values():
             host.wait_ready(self.app)
@@ -202,7 +222,9 @@ class Stack:
         steps: list[Callable[[], None]] = [host.stop for host in self.hosts.values()]
         steps += [self.web.stop] if self.web is not None else []
         steps += [self.redis.stop, self._close_database]
+        steps += [proxy.close for proxy in self.pg_proxies.values()]
         steps += [self.pg.stop] if self.pg is not None else []
+        steps += [disk.close for disk in self.disks]
         for step in steps:
             try:
                 step()
@@ -741,10 +763,13 @@ def nothing_stored_locally(report: Report, stack: Stack) -> None:
 
 
 def logged_errors(report: Report, stack: Stack) -> None:
-    """Every traceback the worker hosts and the web logged: none is expected (a killed host logs none)."""
+    """Every traceback the worker hosts and the web logged before the chaos part: none is expected (a
+    killed host logs none)."""
     found = []
     for path in sorted(stack.layout.logs.glob("*.log")):
-        lines = path.read_text(errors="replace").splitlines()
+        with open(path, "rb") as handle:
+            text = handle.read(stack.chaos_logs_from.get(path, -1)).decode(errors="replace")
+        lines = text.splitlines()
         for index, line in enumerate(lines):
             if line.startswith("Traceback"):
                 said = lines[index - 1] if index else ""
@@ -768,6 +793,20 @@ def print_tables(report: Report) -> None:
     _print(rows)
 
 
+def print_chaos(rows: list[dict[str, Any]]) -> None:
+    if not rows:
+        return
+    table = [("fault", "accepted", "refused", "finished", "lost", "charged 2x", "stuck", "half-written", "blamed",
+              "debris", "recovered", "outcomes")]  # fmt: skip
+    for r in rows:
+        recovered = "never" if r["recovery_s"] is None else f"{r['recovery_s']:.1f} s"
+        table.append((r["fault"], *(str(r[k]) for k in ("submitted", "refused", "finished", "lost", "charged_twice",
+                      "stuck", "half_written", "blamed", "debris")), recovered,
+                      ", ".join(f"{k} {v}" for k, v in sorted(r["outcomes"].items()))))  # fmt: skip
+    print()
+    _print(table)
+
+
 def _print(table: Sequence[Sequence[str]]) -> None:
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
     for index, row in enumerate(table):
@@ -782,6 +821,7 @@ def save(report: Report, out_dir: Path, elapsed_s: float, logs: Path | None) -> 
     payload = {
         "at": stamp, "host": platform.node(), "ok": report.ok, "elapsed_s": round(elapsed_s, 1),
         "checks": [asdict(c) for c in report.checks], "figures": [r.as_dict() for r in report.figures],
+        "chaos": report.chaos,
     }  # fmt: skip
     path = out_dir / f"hosts-{stamp}.json"
     for target in (path, out_dir / "latest.json"):
@@ -793,6 +833,30 @@ def save(report: Report, out_dir: Path, elapsed_s: float, logs: Path | None) -> 
     return path
 
 
+def chaos(report: Report, stack: Stack) -> None:
+    """Each fault of tests/hosts/chaos.py under a steady load, from a clean start; its row in the
+    chaos table, and a check that it lost, double-charged, left stuck, half-written or as debris
+    nothing, and blamed no run on its program."""
+    from tests.hosts.chaos import FAULTS
+
+    # What the processes log from here on is under faults: a request that failed while the database
+    # was away logs its traceback. The chaos table counts what those faults did; logged_errors
+    # reads the logs up to here.
+    stack.chaos_logs_from = {path: path.stat().st_size for path in stack.layout.logs.glob("*.log")}
+    for _, fault in FAULTS:
+        stack.reset()
+        started = time.monotonic()
+        count = fault(stack)
+        row = {**asdict(count), "outcomes": dict(count.outcomes), "seconds": round(time.monotonic() - started, 1)}
+        report.chaos.append(row)
+        detail = (f"{count.submitted} accepted, {count.refused} refused, {count.finished} finished "
+                  f"{dict(count.outcomes)}; lost {count.lost}, charged twice {count.charged_twice}, "
+                  f"stuck {count.stuck}, half-written {count.half_written}, blamed {count.blamed}, "
+                  f"debris {count.debris}; recovered in {count.recovery_s}")  # fmt: skip
+        report.check(f"chaos: {count.fault}: nothing lost, charged twice, stuck, half-written, blamed or left",
+                     count.clean and count.recovery_s is not None, detail)  # fmt: skip
+
+
 # name on the command line: (title in the report, scenario)
 SCENARIOS: dict[str, tuple[str, Callable[[Report, Stack], None]]] = {
     "isolation": ("isolation", isolation),
@@ -801,6 +865,7 @@ SCENARIOS: dict[str, tuple[str, Callable[[Report, Stack], None]]] = {
     "burst": ("burst", burst),
     "capacity": ("capacity", capacity),
     "lost": ("lost host", kill_and_recover),
+    "chaos": ("chaos", chaos),
 }
 
 
@@ -850,6 +915,7 @@ def main(argv: list[str] | None = None) -> int:
         report.figure("total", "the whole harness", elapsed, "s")
         print()
         print_tables(report)
+        print_chaos(report.chaos)
         path = save(report, out_dir, elapsed, layout.logs)
         if args.keep:
             print(f"kept {layout.root}")

@@ -40,6 +40,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from redis.exceptions import RedisError
+
 from runner.config import PROJECT_ROOT
 from runner.host.cgroups import CgroupLayout, RunCgroup, run_names
 from tests.conftest import free_port, web_server_argv
@@ -167,11 +169,21 @@ class Web:
     def _healthy(self) -> bool:
         if self.proc is not None and self.proc.poll() is not None:
             raise RuntimeError(f"the web server exited ({self.proc.returncode}):\n{log_tail(self.log)}")
+        return self.healthy()
+
+    def healthy(self) -> bool:
+        """Whether /api/health answers now."""
         try:
             with urllib.request.urlopen(f"{self.base}/api/health", timeout=2):  # noqa: S310 - our loopback URL
                 return True
         except OSError:
             return False
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash: no request it holds is answered."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -227,6 +239,9 @@ class Host:
             "TMPDIR": str(own / "tmp"),
         }
         self.proc: subprocess.Popen[bytes] | None = None  # unshare
+        # Set, the worker's wall clock is off by the seconds in this file (tests/hosts/skewed.py),
+        # given as the path inside the host's namespace.
+        self.clock_file: Path | None = None
         self.launched_at = 0.0
         self._init: tuple[int, int] | None = None  # its PID namespace's init: pid here, pidfd
         self.mnt_ns = ""
@@ -252,6 +267,8 @@ class Host:
     def argv(self) -> list[str]:
         worker = [CELERY, "-A", "playground", "worker", "-n", f"{self.name}@%h", "--loglevel=INFO",
                   f"--concurrency={self.concurrency}", "--without-mingle", "--without-gossip"]  # fmt: skip
+        if self.clock_file is not None:
+            worker = [PY, "-m", "tests.hosts.skewed", str(self.clock_file), *worker]
         hide = [self.layout.private, PROJECT_ROOT / "var"]
         return [
             "unshare", "--mount", "--pid", "--fork", "--kill-child", "--mount-proc", "--propagation", "private", "--",
@@ -279,7 +296,10 @@ class Host:
             if self.proc is None or self.proc.poll() is not None:
                 code = None if self.proc is None else self.proc.returncode
                 raise RuntimeError(f"worker host {self.name} exited ({code}); its log ends:\n{log_tail(self.log)}")
-            replies = app.control.ping(destination=[self.nodename], timeout=0.5) or []
+            try:
+                replies = app.control.ping(destination=[self.nodename], timeout=0.5) or []
+            except (OSError, RedisError):  # Redis restarted since (the chaos part): ask again, reconnected
+                return False
             if not any(self.nodename in reply for reply in replies):
                 return False
             row = WorkerHost.objects.filter(name=self.name).values_list("started_at", flat=True).first()
