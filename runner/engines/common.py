@@ -306,14 +306,11 @@ def _spawn(launch: Launch, drop: Drop, procs_files: list[str], passed: list[int]
         steps = Steps(cgroup_procs=procs_files, uid=drop.uid, rlimits=drop.rlimits, netns_fd=drop.netns_fd)
         fds = {0: stdin, 1: out_write, 2: err_write, **{fd: fd for fd in passed}}
         process = Spawner.here().spawn(launch.argv, env=launch.env, fds=fds, steps=steps)
-    except SpawnError as exc:
+    except BaseException as exc:
         os.close(out_read)
         os.close(err_read)
-        # Before the sandbox existed: ours, named by the launcher's step ("launcher_cgroups_failed").
-        raise RunnerError(f"launcher_{exc.step}_failed", str(exc), retryable=True) from exc
-    except BaseException:
-        os.close(out_read)
-        os.close(err_read)
+        if isinstance(exc, SpawnError):  # before the sandbox existed: ours, named by the launcher's step
+            raise RunnerError(f"launcher_{exc.step}_failed", str(exc), retryable=True) from exc
         raise
     finally:
         for fd in (out_write, err_write):

@@ -479,7 +479,7 @@ class SmolvmEngine(WarmStarts, CgroupEngine[SmolvmState]):
             for marker in markers:
                 Path(marker).unlink(missing_ok=True)
             released = f"released (smolvm left {', '.join(Path(m).name for m in markers)}, stale: removed)"
-            markers = _uid_markers(self.state_root, Path(vm_dir).name) if vm_dir else []
+            markers = [m for m in markers if Path(m).exists()]
         checks.append(CleanupCheck("uid marker", not markers, f"left: {markers}" if markers else released))
         checks.append(CleanupCheck("lock files", not lock.exists(), "fork-operation lock removed"))
         return checks
