@@ -90,7 +90,8 @@ def _supervisor_here() -> Supervisor:
 
 
 def _cli(state_dir: Path, *args: str, script: Path) -> subprocess.CompletedProcess[str]:
-    env = child_env(CORDON_HOST_STATE_DIR=str(state_dir), CORDON_DATA_DIR=str(state_dir.parent / "data"))
+    env = child_env(CORDON_HOST_STATE_DIR=str(state_dir), CORDON_DATA_DIR=str(state_dir.parent / "data"),
+                    CORDON_IMAGES_DIR=str(paths_from_env().images_dir))  # fmt: skip
     return subprocess.run(
         [sys.executable, "-m", "runner", *args, *([str(script)] if args[0] == "run" else [])],
         cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
