@@ -116,7 +116,7 @@ fuzz: images ## fuzz every API operation with Schemathesis against a live server
 # pass (the whole battery, runs branching a frozen base VM) and a cold pass (a few cases booted
 # cold), timed against each other. make exits 2 for any failed recipe, so CI runs the harness
 # itself after `make images test-vm-system`, to tell the emulated host's failure (3) from Cordon's.
-test-vm: images test-vm-system ## run the hostile battery through real smolvm microVMs under emulated KVM, warm and cold passes (~25-40 min)
+test-vm: images test-vm-system ## run the hostile battery through real smolvm microVMs under emulated KVM, warm and cold passes (~35-50 min)
 	$(PY) -m tests.vm $(TEST_VM_ARGS)
 
 test-vm-system:

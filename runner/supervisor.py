@@ -224,12 +224,18 @@ class Supervisor:
             memory_mib = need.memory_mib + kept_mib
             ready, cold_reason = self._claim_ready(engine, spec, image, run_id)
             reservation = None
+
+            def make_room() -> None:
+                given = self._give_back_room(image, spec.limits, memory_mib)
+                if given:
+                    result.evidence.setdefault("room_given_back", []).extend(given)
+
             if ready is not None:
                 ctx = ready.for_run(run_id, spec, program_argv(spec, engine.script_dir))
                 try:
                     reservation = self.admission.acquire(
                         run_id, memory_mib=memory_mib, cpus=need.cpus, cancelled=cancelled, take=ready.id,
-                        on_wait=self._drain_ready,
+                        on_wait=make_room,
                     )  # fmt: skip
                 except RunnerError as exc:
                     if exc.code != "ready_reservation_lost":
@@ -243,7 +249,7 @@ class Supervisor:
                     cold_reason, ctx, fell_back = f"its ready sandbox failed at hand-over ({failure})", None, True
             if reservation is None:
                 reservation = self.admission.acquire(
-                    run_id, memory_mib=memory_mib, cpus=need.cpus, cancelled=cancelled, on_wait=self._drain_ready
+                    run_id, memory_mib=memory_mib, cpus=need.cpus, cancelled=cancelled, on_wait=make_room
                 )
                 _announce(emit, Phase.ADMITTED, slot=reservation.slot)
             if ctx is None:
@@ -343,10 +349,15 @@ class Supervisor:
             return None, ""
         return self._ready_pool().claim(engine, spec, image, run_id)
 
-    def _drain_ready(self) -> None:
-        """No room for a cold run: this process's idle ready sandboxes give theirs back."""
+    def _give_back_room(self, image: ImageRef, limits: Limits, memory_mib: int) -> list[str]:
+        """No room for a run: this process's idle ready sandboxes give theirs back, then each engine
+        what it keeps idle (a warm base), until the run's memory fits; what went, for its record."""
         if self.ready_settings.enabled:
             self._ready_pool().drain()
+        given: list[str] = []
+        for engine in self.registry.engines.values():
+            given += engine.give_back_room(image, limits, lambda: self.admission.room_for(memory_mib))
+        return given
 
     def _hand_over(
         self, engine: Engine, ctx: RunContext, ready: Ready, result: RunResult, checks: list[CleanupCheck]

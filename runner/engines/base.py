@@ -277,6 +277,11 @@ class Engine(ABC):
         """Remove what the engine keeps between runs and no run is using (`runner sweep --bases`)."""
         return []
 
+    def give_back_room(self, image: ImageRef, limits: Limits, enough: Callable[[], bool]) -> list[str]:
+        """A run of `image` and `limits` waits for room on this host: remove what the engine keeps
+        idle between runs (never what that run would use) until `enough()`; what went."""
+        return []
+
     @abstractmethod
     def cgroup_limits(self, limits: Limits, *, cell: bool = False) -> CgroupLimits:
         """The caps `prepare` gives the run's cgroups: everything the run may take from the host

@@ -46,6 +46,9 @@ NO_SLOT = -1  # a reservation that is not a run's holds no sandbox slot
 # The longest pause between two tries of a waiting run: room given back (a run's end, an idle ready
 # sandbox's yield: runner.ready) is taken within this.
 WAIT_STEP_MAX_S = 0.1
+# How often a run still waiting asks again for idle room to be given back (what was busy at its first
+# ask, a warm base being built, may be idle by now).
+ASK_AGAIN_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -78,8 +81,9 @@ class Admission:
     ) -> Reservation:
         """Reserve room for a run, waiting with backoff up to the bound; else rejected_capacity.
         With `take`, the run takes over that reservation of this process's (a ready sandbox's):
-        its slot, and its memory counted as free for the run's. `on_wait` is called once, when
-        the first try finds no room (this process can give back what it holds idle)."""
+        its slot, and its memory counted as free for the run's. `on_wait` is called when the first
+        try finds no room, and again every ASK_AGAIN_S while the run waits (what the host holds
+        idle, ready sandboxes and warm bases, is given back)."""
         if memory_mib > self.capacity.memory_mib or cpus > self.capacity.cpus:
             raise RunnerError(
                 "exceeds_host_capacity",
@@ -89,6 +93,7 @@ class Admission:
             )
         deadline = time.monotonic() + self.capacity.wait_s
         delay = 0.02
+        asked_at: float | None = None
         try:
             while True:
                 with self._locked() as entries:
@@ -97,8 +102,10 @@ class Admission:
                         return reservation
                     in_use = sum(e.memory_mib for e in entries)
                     slots_used = sum(1 for e in entries if e.slot != NO_SLOT)  # warm bases: memory, no slot
-                if delay == 0.02:
+                if asked_at is None:
                     self._mark_waiting(run_id)
+                if asked_at is None or time.monotonic() - asked_at >= ASK_AGAIN_S:
+                    asked_at = time.monotonic()
                     on_wait()
                 self._wait(deadline, delay, cancelled, slots_used, in_use)
                 delay = min(delay * 2, WAIT_STEP_MAX_S)
@@ -188,6 +195,10 @@ class Admission:
     def release(self, run_id: str) -> None:
         with self._locked() as entries:
             entries[:] = [e for e in entries if e.run_id != run_id]
+
+    def room_for(self, memory_mib: int) -> bool:
+        """Whether `memory_mib` more fits in the budget now (advice: another process may take it first)."""
+        return sum(e.memory_mib for e in self.peek()) + memory_mib <= self.capacity.memory_mib
 
     def holds(self, run_id: str) -> bool:
         with self._locked() as entries:

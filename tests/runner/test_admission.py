@@ -1,5 +1,6 @@
 """Admission is shared by every process on the host, and says no within its bound."""
 
+import itertools
 import multiprocessing
 import time
 from pathlib import Path
@@ -27,6 +28,26 @@ def test_no_room_within_the_wait_bound_is_rejected_capacity(tmp_path: Path) -> N
         admission.acquire("b", memory_mib=200, cpus=1)
     assert caught.value.outcome is Outcome.REJECTED_CAPACITY and caught.value.code == "no_capacity"
     assert 0.3 <= time.monotonic() - started < 2.0
+
+
+def test_a_waiting_run_asks_for_idle_room_at_once_and_again_while_it_waits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What was busy at the first ask (a warm base being built) may be idle a while later."""
+    monkeypatch.setattr("runner.host.admission.ASK_AGAIN_S", 0.2)
+    admission = Admission(tmp_path, Capacity(slots=4, memory_mib=300, cpus=4, wait_s=5))
+    admission.acquire("held", memory_mib=200, cpus=1)
+    asked: list[float] = []
+
+    def on_wait() -> None:
+        asked.append(time.monotonic())
+        if len(asked) == 3:  # the third ask finds the holder idle, and it gives its room back
+            admission.release("held")
+
+    started = time.monotonic()
+    assert admission.acquire("b", memory_mib=200, cpus=1, on_wait=on_wait).run_id == "b"
+    assert len(asked) == 3 and asked[0] - started < 0.1
+    assert all(later - earlier >= 0.2 for earlier, later in itertools.pairwise(asked))
 
 
 def test_a_run_larger_than_the_host_is_refused_at_once(tmp_path: Path) -> None:

@@ -20,10 +20,10 @@ import psutil
 import pytest
 
 from runner.config import PROJECT_ROOT
-from runner.engines.smolvm.bases import BASE_PREFIX, MAX_BRANCH_FAILURES, BaseKey
+from runner.engines.smolvm.bases import BASE_PREFIX, FAILED_BASE_RETRY_S, MAX_BRANCH_FAILURES, BaseKey
 from runner.engines.smolvm.engine import SmolvmEngine, state_root_from_env
 from runner.engines.smolvm.protocol import Facts
-from runner.engines.smolvm.warm import WarmSettings
+from runner.engines.smolvm.warm import REPLACE_IDLE_S, WarmSettings
 from runner.host import hostfs
 from runner.host.admission import NO_SLOT
 from runner.host.cgroups import CgroupLayout
@@ -204,7 +204,7 @@ def test_a_failed_branch_boots_cold_and_retires_the_base_after_three_in_a_row(
     ]
 
 
-def test_a_base_that_fails_to_build_is_recorded_and_swept(
+def test_a_base_that_fails_to_build_is_recorded_and_built_again_a_while_later(
     supervisor: Supervisor, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     engine = _engine(supervisor)
@@ -215,9 +215,56 @@ def test_a_base_that_fails_to_build_is_recorded_and_swept(
     assert record is not None and record.state == "failed" and "fake boot failure" in record.error
     again = _run(supervisor)
     assert again.vm_start == "cold" and "failed: SmolError: fake boot failure" in again.engine_note
+    assert "building one now" not in again.engine_note  # not before FAILED_BASE_RETRY_S
+    # That long after the failure, a run that needs the base builds it again (a failure may pass).
+    aged = time.time() - FAILED_BASE_RETRY_S - 1
+    os.utime(engine.bases.folder(name) / "base.json", (aged, aged))
+    engine.extra_env.pop("FAKE_KEEPER_MODE")
+    rebuilding = _run(supervisor)
+    assert rebuilding.vm_start == "cold" and "building one now" in rebuilding.engine_note, rebuilding.engine_note
+    record = engine.wait_for_base(name, timeout_s=20)
+    assert record is not None and record.state == "frozen", record
+    assert _run(supervisor).vm_start == "branch"
+
+
+def test_a_base_that_fails_to_build_is_swept(supervisor: Supervisor) -> None:
+    engine = _engine(supervisor)
+    engine.extra_env["FAKE_KEEPER_MODE"] = "fail"
+    assert _run(supervisor).vm_start == "cold"
+    [name] = engine.bases.names()
+    record = engine.wait_for_base(name, timeout_s=20)
+    assert record is not None and record.state == "failed"
+    psutil.Process(record.keeper_pid).wait(10) if record.keeper_alive() else None  # it holds the base's lock
     assert [line for line in supervisor.sweep() if name in line] == [
         f"smolvm base {name} (failed: SmolError: fake boot failure)"
     ]
+
+
+def test_idle_bases_give_their_memory_back_to_a_run_that_waits_but_not_the_one_it_branches(
+    supervisor: Supervisor,
+) -> None:
+    """Four bases held 3.5 of a 4 GiB host's budget and every run was refused (make test-vm in CI):
+    a base is a cache, and a run that waits for room makes the idle ones go."""
+    engine = _engine(supervisor)
+    mine = _frozen_base(supervisor)
+    bigger = supervisor.run(RunSpec(runtime="python", script=b"pass", engine="smolvm", limits=Limits(memory_mib=384)))
+    assert bigger.outcome is Outcome.SUCCEEDED and "building one now" in bigger.engine_note
+    [other] = [n for n in engine.bases.names() if n != mine]
+    other_record = engine.wait_for_base(other, timeout_s=20)
+    assert other_record is not None and other_record.state == "frozen"
+    held = {r.run_id: r.memory_mib for r in supervisor.admission.active()}
+    assert set(held) == {mine, other} and held[other] == 384 + 832
+    need = engine.reservation(Limits()).memory_mib
+    # Room for the run beside its own base, not beside both (the run's kept output is under 600 MiB).
+    budget = held[mine] + held[other] + need - 600
+    supervisor.admission.capacity = dataclasses.replace(supervisor.admission.capacity, memory_mib=budget, wait_s=20)
+    assert not supervisor.admission.room_for(need)
+
+    result = _run(supervisor)
+    assert result.vm_start == "branch" and engine.bases.served(mine) == 1  # its own base stayed
+    assert result.evidence["room_given_back"] == [f"smolvm base {other} (python at 1 vCPU, 384 MiB, 1 GiB disk, idle)"]
+    assert engine.bases.names() == [mine] and not other_record.keeper_alive()
+    assert {r.run_id for r in supervisor.admission.active()} == {mine}
 
 
 def test_auto_turns_warm_starts_on_only_where_the_warm_canary_passed(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -254,6 +301,16 @@ def test_a_run_of_another_size_gets_its_own_base_and_the_bound_on_bases_holds(
     while time.monotonic() < deadline and _run(supervisor).vm_start != "branch":
         time.sleep(0.1)
     assert engine.bases.served(name) >= 1
+    # Unbranched for REPLACE_IDLE_S, the base makes way for one of the size now asked for.
+    idle_since = time.time() - REPLACE_IDLE_S - 1
+    for path in (engine.bases.folder(name) / "served", engine.bases.folder(name) / "base.json"):
+        os.utime(path, (idle_since, idle_since))
+    replacing = supervisor.run(RunSpec(runtime="python", script=b"pass", engine="smolvm", limits=limits))
+    assert replacing.vm_start == "cold" and "building one now" in replacing.engine_note, replacing.engine_note
+    [new] = engine.bases.names()
+    assert new != name and not supervisor.admission.holds(name)
+    record = engine.wait_for_base(new, timeout_s=20)
+    assert record is not None and record.state == "frozen" and record.key.memory_mib == 384
 
 
 def test_a_ready_branch_of_the_frozen_base_takes_one_run_and_one_that_fails_at_hand_over_starts_it_cold(

@@ -40,6 +40,9 @@ STATES = ("building", "frozen", "failed")
 WARM_MODES = ("auto", "true", "false")
 BUILD_MODES = ("lazy", "start")
 MAX_BRANCH_FAILURES = 3  # consecutive: the base is retired and a new one built
+# A failed base is built again by a run that needs it this long after the failure (a build can fail
+# for a passing reason: no room in the budget then, or under emulated KVM a boot that stopped).
+FAILED_BASE_RETRY_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -145,6 +148,29 @@ class Bases:
             return (self.folder(name) / "served").stat().st_size
         except FileNotFoundError:
             return 0
+
+    def last_used(self, name: str) -> float:
+        """Unix time of the base's last branch served, else of its build."""
+        for path in (self.folder(name) / "served", self.folder(name) / "base.json"):
+            try:
+                return path.stat().st_mtime
+            except FileNotFoundError:
+                continue
+        return 0.0
+
+    def rebuildable(self, name: str) -> bool:
+        """Whether a run that needs this base may start building it: there is none, or it failed (its
+        keeper gone) at least FAILED_BASE_RETRY_S ago."""
+        record = self.read(name)
+        if record is None:
+            return True
+        if record.state != "failed" or record.keeper_alive():
+            return False
+        try:
+            failed_at = (self.folder(name) / "base.json").stat().st_mtime
+        except FileNotFoundError:
+            return True
+        return time.time() - failed_at >= FAILED_BASE_RETRY_S
 
     def count_branch(self, name: str, *, ok: bool) -> None:
         """One branch served (appended: no read-modify-write), or one more failure in a row."""

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,8 @@ from runner.images import ImageRef
 from runner.spec import MIB, CleanupCheck, Limits, RunnerError
 
 NEW_BASE_GRACE_S = 60.0
+# At the bound on bases, a base not branched for this long makes way for a base of another size.
+REPLACE_IDLE_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -102,7 +105,7 @@ class WarmStarts:
             return None, why
         key = self.base_key(ctx.image, ctx.limits)
         base, why = self.bases.usable(key)
-        if base is None and self.warm.build == "lazy" and self.bases.read(key.name) is None:
+        if base is None and self.warm.build == "lazy" and self.bases.rebuildable(key.name):
             try:
                 started = self.build_base(ctx.image, key)
             except (OSError, RunnerError) as exc:  # a warm start is an optimisation: the run goes on cold
@@ -113,7 +116,11 @@ class WarmStarts:
 
     def build_refusal(self, key: BaseKey) -> str:
         live = self.bases.live()
-        return f"{len(live)} bases already (at most {self.warm.max_bases})" if live else "another build holds it"
+        if not live:
+            return "another build holds it"
+        return (
+            f"{len(live)} bases already (at most {self.warm.max_bases}), each branched in the last {REPLACE_IDLE_S:g} s"
+        )
 
     def build_base(self, image: ImageRef, key: BaseKey) -> bool:
         """Start a keeper that builds and keeps the base of `key` (returns at once). False when a base
@@ -123,7 +130,8 @@ class WarmStarts:
             existing = self.bases.read(key.name)
             if existing is not None and existing.keeper_alive():
                 return False
-            if len(self.bases.live()) >= self.warm.max_bases:
+            live = self.bases.live()
+            if len(live) >= self.warm.max_bases and not self._replace_one(live):
                 return False
             folder = self.bases.folder(key.name)
             if folder.exists():  # a dead keeper's base or a crashed build's folder: gone first
@@ -207,6 +215,50 @@ class WarmStarts:
             CleanupCheck("base cgroup", not left_cgroup, f"left: {left_cgroup}" if left_cgroup else "removed"),
             CleanupCheck("base folder", not folder.exists(), f"mounted: {mounted}" if mounted else "removed"),
         ]
+
+    def _replace_one(self, live: list[BaseRecord]) -> bool:
+        """At the bound on bases, the one branched longest ago goes for a new one (the bases are a
+        cache of the sizes runs ask for now), if it has been idle REPLACE_IDLE_S; whether one went."""
+        idle = [r for r in live if r.state == "frozen" and time.time() - self.bases.last_used(r.name) >= REPLACE_IDLE_S]
+        for record in sorted(idle, key=lambda r: self.bases.last_used(r.name)):
+            lock = self.bases.lock(record.name, exclusive=True)
+            if lock is None:
+                continue  # a run is branching it
+            try:
+                checks = self.remove_base(record.name)
+            finally:
+                os.close(lock)
+            return all(c.ok for c in checks)  # what it left, the next sweep names
+        return False
+
+    def give_back_room(self, image: ImageRef, limits: Limits, enough: Callable[[], bool]) -> list[str]:
+        """A run waits for room: idle bases go, the longest unused first, until `enough()`. A base is
+        a cache, never a reason to keep a run out (with four bases a 4 GiB host had no room left for
+        one run). The base the waiting run would branch stays, and a base a build or a branch holds
+        (its lock) is not idle."""
+        records = self.bases.records()
+        if not records:
+            return []
+        keep = self.base_key(image, limits).name
+        idle = sorted(
+            (r for r in records if r.name != keep and r.state != "building"),
+            key=lambda r: self.bases.last_used(r.name),
+        )
+        gone = []
+        for record in idle:
+            if enough():
+                break
+            lock = self.bases.lock(record.name, exclusive=True)
+            if lock is None:
+                continue
+            try:
+                checks = self.remove_base(record.name)
+            finally:
+                os.close(lock)
+            failed = [f"{c.name}: {c.detail}" for c in checks if not c.ok]
+            gone.append(f"smolvm base {record.name} ({record.key.image} at {record.key.size_class}, idle)"
+                        + (f"; LEFT {failed}" if failed else ""))  # fmt: skip
+        return gone
 
     def sweep_bases(self, *, everything: bool = False) -> list[str]:
         """Remove the bases that should go (or all), each only when no run holds a branch of it."""
