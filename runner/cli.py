@@ -77,6 +77,10 @@ def _parser() -> argparse.ArgumentParser:
     doctor = commands.add_parser("doctor", help="report what this host supports, from checks that run")
     doctor.add_argument("--json", action="store_true")
     doctor.add_argument("--recheck", action="store_true", help="boot a fresh canary VM even if one is cached")
+    doctor.add_argument(
+        "--no-image-hashes", dest="hash_images", action="store_false",
+        help="check that each image is built and present, without hashing its files again (minutes on a slow host)",
+    )  # fmt: skip
     return parser
 
 
@@ -99,7 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "doctor":
             from runner.doctor import diagnose, render
 
-            report = diagnose(recheck=args.recheck)
+            report = diagnose(recheck=args.recheck, hash_images=args.hash_images)
             print(json.dumps(report, indent=2) if args.json else render(report))
             return 0 if any(report["engines"].values()) else 1
         if args.command == "sweep":
