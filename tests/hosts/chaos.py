@@ -60,6 +60,9 @@ LOAD_CODE = (
     f"time.sleep({LOAD_SLEEP_S})\n"
     "open('/output/out.bin', 'wb').write(b'cordon chaos output\\n' * 1024)\nprint('end')\n"
 )
+# A student's submission in the burst: the load's program without its pause (120 of them queued at
+# once would otherwise take a minute to drain, on two small hosts).
+BURST_CODE = LOAD_CODE.replace(f"time.sleep({LOAD_SLEEP_S})\n", "")
 SETTLE_BOUND_S = 90.0  # the lease (CORDON_LEASE_S), the reaper's period, a retry, and slack
 DISK_MIB = 256
 
@@ -334,7 +337,7 @@ def recovered_after(api: Api, cleared_at: float, bound_s: float = 120.0) -> floa
 
 
 def _window(stack: Any, name: str, inject: Callable[[], object], clear: Callable[[], object],
-            lead_s: float = 3.0) -> Count:  # fmt: skip
+            lead_s: float = 1.5) -> Count:  # fmt: skip
     """Load running, `inject`, FAULT_S, `clear`, load for a while more; then the count."""
     from django.db import connections
     from django.utils import timezone
@@ -353,7 +356,7 @@ def _window(stack: Any, name: str, inject: Callable[[], object], clear: Callable
         connections.close_all()  # this process's own: the fault may have ended them
         log(f"{name}: cleared")
         count.recovery_s = recovered_after(api, cleared)
-        time.sleep(2.0)
+        time.sleep(1.0)
     settle(stack, submissions, since, count)
     return count
 
@@ -409,9 +412,9 @@ def web_killed_in_burst(stack: Any) -> Count:
     killed = threading.Event()
 
     def client(index: int) -> None:
-        if submissions.submit(api) is None:
+        if submissions.submit(api, BURST_CODE) is None:
             wait_for("the web back", stack.web.healthy, 60, 0.2)
-            submissions.submit(api)
+            submissions.submit(api, BURST_CODE)
 
     def killer() -> None:
         wait_for("a third of the burst accepted", lambda: len(submissions.accepted) >= BURST // 3, 60, 0.01)
