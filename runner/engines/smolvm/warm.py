@@ -221,14 +221,9 @@ class WarmStarts:
         cache of the sizes runs ask for now), if it has been idle REPLACE_IDLE_S; whether one went."""
         idle = [r for r in live if r.state == "frozen" and time.time() - self.bases.last_used(r.name) >= REPLACE_IDLE_S]
         for record in sorted(idle, key=lambda r: self.bases.last_used(r.name)):
-            lock = self.bases.lock(record.name, exclusive=True)
-            if lock is None:
-                continue  # a run is branching it
-            try:
-                checks = self.remove_base(record.name)
-            finally:
-                os.close(lock)
-            return all(c.ok for c in checks)  # what it left, the next sweep names
+            checks = self._remove_unheld(record.name)
+            if checks is not None:
+                return all(c.ok for c in checks)  # what it left, the next sweep names
         return False
 
     def give_back_room(self, image: ImageRef, limits: Limits, enough: Callable[[], bool]) -> list[str]:
@@ -248,17 +243,22 @@ class WarmStarts:
         for record in idle:
             if enough():
                 break
-            lock = self.bases.lock(record.name, exclusive=True)
-            if lock is None:
-                continue
-            try:
-                checks = self.remove_base(record.name)
-            finally:
-                os.close(lock)
-            failed = [f"{c.name}: {c.detail}" for c in checks if not c.ok]
-            gone.append(f"smolvm base {record.name} ({record.key.image} at {record.key.size_class}, idle)"
-                        + (f"; LEFT {failed}" if failed else ""))  # fmt: skip
+            checks = self._remove_unheld(record.name)
+            if checks is not None:
+                gone.append(f"smolvm base {record.name} ({record.key.image} at {record.key.size_class}, idle)"
+                            + _left(checks))  # fmt: skip
         return gone
+
+    def _remove_unheld(self, name: str) -> list[CleanupCheck] | None:
+        """Remove a base that no build or branch holds (its lock, taken exclusively without waiting):
+        the checks of what is left, or None when one holds it."""
+        lock = self.bases.lock(name, exclusive=True)
+        if lock is None:
+            return None
+        try:
+            return self.remove_base(name)
+        finally:
+            os.close(lock)
 
     def sweep_bases(self, *, everything: bool = False) -> list[str]:
         """Remove the bases that should go (or all), each only when no run holds a branch of it."""
@@ -276,15 +276,10 @@ class WarmStarts:
             )
             if not why or (record is None and not everything and self.bases.age_s(name) < NEW_BASE_GRACE_S):
                 continue  # (a folder without a record yet: a build that has just started)
-            lock = self.bases.lock(name, exclusive=True)
-            if lock is None:
+            checks = self._remove_unheld(name)
+            if checks is None:
                 continue  # a build or a run's branch holds it: next time
-            try:
-                checks = self.remove_base(name)
-            finally:
-                os.close(lock)
-            failed = [f"{c.name}: {c.detail}" for c in checks if not c.ok]
-            swept.append(f"smolvm base {name} ({why})" + (f"; LEFT {failed}" if failed else ""))
+            swept.append(f"smolvm base {name} ({why})" + _left(checks))
         for group in sorted(run_names(self.layout, self._bases_parent())):
             if group not in records:  # a base's cgroup with no folder: what a crash left
                 _kill(self._base_cgroup(group))
@@ -324,6 +319,12 @@ class WarmStarts:
 
     def _base_cgroup(self, name: str) -> RunCgroup:
         return RunCgroup(self.layout, self._bases_parent(), name)
+
+
+def _left(checks: list[CleanupCheck]) -> str:
+    """What a removal left, for the line that names it ("" when nothing)."""
+    failed = [f"{c.name}: {c.detail}" for c in checks if not c.ok]
+    return f"; LEFT {failed}" if failed else ""
 
 
 def _kill(cgroup: RunCgroup) -> None:
