@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -21,6 +22,7 @@ from tests.vm.harness import (
     EXIT_OK,
     Boot,
     Console,
+    carried_calibration,
     done_entries,
     passes_left,
     restart_helps,
@@ -225,6 +227,30 @@ def test_a_restarted_emulated_host_runs_the_passes_left_and_skips_what_each_pass
 
     assert kept("warm") == ["c.py"]
     assert kept("cold") == ["b.py", "c.py"]
+
+
+def test_a_restarted_emulated_host_is_given_the_calibration_an_earlier_boot_measured(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    measured = {"pass": "warm", "base_cpu_s": 0.42, "vm_cpu_s": 44.9, "slowdown": 212.7, "note": "2 x 44.9 s / 0.42 s"}
+    floor = {"pass": "warm", "slowdown": 10.0, "note": "the job did not succeed (boot_failed): the floor"}
+    first, second = Boot(1), Boot(2)
+    first.calibrations, second.calibrations = [measured], [floor]
+    assert carried_calibration([]) == ""
+    assert carried_calibration([Boot(1)]) == ""
+    assert json.loads(carried_calibration([first, second])) == {k: v for k, v in measured.items() if k != "pass"}
+    assert carried_calibration([second]) == ""  # the floor is no measurement: the next boot measures
+
+    monkeypatch.setattr(plugin, "CALIBRATED", tmp_path / "calibration.json")
+    monkeypatch.setattr(plugin, "_console", lambda line: None)
+    monkeypatch.setattr(plugin, "calibrate", lambda: pytest.fail("measured again"))
+    monkeypatch.setenv(plugin.PASS, "warm")
+    monkeypatch.setenv(plugin.CARRIED, carried_calibration([first, second]))
+    monkeypatch.setenv(plugin.SLOWDOWN, "10")
+    plugin.pytest_sessionstart(cast(pytest.Session, SimpleNamespace()))
+    assert float(os.environ[plugin.SLOWDOWN]) == 212.7
+    kept = json.loads((tmp_path / "calibration.json").read_text())
+    assert kept["vm_cpu_s"] == 44.9 and kept["note"].endswith(", measured by an earlier boot")
 
 
 def test_the_plugin_records_the_pass_and_the_cordon_properties(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -53,7 +53,7 @@ from typing import Any, TextIO
 
 from runner.config import PROJECT_ROOT, paths_from_env
 from runner.images import ImageStore
-from tests.vm.plugin import BASE, CALIBRATION_JOB, done_entry
+from tests.vm.plugin import BASE, CALIBRATION_JOB, CARRIED, done_entry
 
 SUITE = "bookworm"
 L1_PACKAGES = (
@@ -802,6 +802,15 @@ def passes_left(boots: list[Boot], passes: tuple[str, ...]) -> list[str]:
     return [name for name in passes if name not in finished]
 
 
+def carried_calibration(boots: list[Boot]) -> str:
+    """The last calibration an earlier boot measured in a microVM (JSON), for the next boot to use:
+    the emulated host is the same machine; "" when none did (the floor is not carried)."""
+    measured = [c for boot in boots for c in boot.calibrations if c.get("vm_cpu_s")]
+    if not measured:
+        return ""
+    return json.dumps({k: v for k, v in measured[-1].items() if k != "pass"})
+
+
 def done_entries(boots: list[Boot]) -> str:
     """The done file: every test reported so far, in its pass, which a restarted host skips there."""
     return "".join(done_entry(r.get("pass", ""), r["test"]) + "\n" for boot in boots for r in boot.records)
@@ -862,6 +871,7 @@ def main(argv: list[str] | None = None) -> int:
                 "CORDON_VM_COLD_SELECT": cold_select,
                 "CORDON_VM_PER_VM_UIDS": "0" if args.vmm_as_root else "1",
                 BASE: "" if base_cpu_s is None else f"{base_cpu_s:.4f}",
+                CARRIED: carried_calibration(boots),
             },
             args.script,
         )

@@ -17,8 +17,10 @@ its CPU seconds over the same job's on the real machine (measured by the harness
 emulated host boots, CORDON_VM_CALIBRATION_BASE_CPU_S), and sets the factor to MARGIN times
 that ratio, never below the harness's floor and never above CAP. A real misclassification still
 fails: a case that loops where it should succeed still meets a finite budget, and a case whose
-expectation is a limit keeps that limit as written. One calibration per boot of the emulated
-host, used by both passes (the warm pass's, through a branch, is the costlier).
+expectation is a limit keeps that limit as written. One calibration per run of the harness, used
+by both passes (the warm pass's, through a branch, is the costlier): a restarted emulated host is
+given the one an earlier boot measured (CORDON_VM_CALIBRATION_CARRIED) instead of spending a
+minute or two measuring it again.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ BASE = "CORDON_VM_CALIBRATION_BASE_CPU_S"  # env: CALIBRATION_JOB's CPU seconds 
 SLOWDOWN = "CORDON_TEST_SLOWDOWN"  # env: read by the battery (tests.runner.test_hostile.slowdown)
 MARGIN, CAP = 2.0, 300.0
 CALIBRATED = Path("/tmp/cordon-vm-calibration.json")  # this boot's, for the next pass
+CARRIED = "CORDON_VM_CALIBRATION_CARRIED"  # env: the calibration an earlier boot measured (JSON), if any
 DONE_FILE = "CORDON_VM_DONE"  # env: a file with the tests already reported (done_entry), one per line
 PASS = "CORDON_VM_PASS"  # env: the pass this pytest run is (l1-init sets it)
 
@@ -83,6 +86,10 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         return  # not the emulated host's battery
     if CALIBRATED.is_file():
         calibration = json.loads(CALIBRATED.read_text())
+    elif os.environ.get(CARRIED):
+        carried = json.loads(os.environ[CARRIED])
+        calibration = {**carried, "note": f"{carried.get('note', '')}, measured by an earlier boot"}
+        CALIBRATED.write_text(json.dumps(calibration))
     else:
         calibration = calibrate()
         CALIBRATED.write_text(json.dumps(calibration))
