@@ -102,7 +102,7 @@ class Cells:
             (folder / f"out-{n}").mkdir()
             return self.supervisor.run(spec, output_dir=folder / f"out-{n}")
 
-        result, retried = retrying(self.supervisor, attempt)
+        result, retried = retrying(self.supervisor, attempt, budget=True)
         assert_nothing_left(self.supervisor, result)
         return Cell(result, folder / f"out-{len(retried)}")
 

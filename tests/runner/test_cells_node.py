@@ -77,7 +77,7 @@ class Cells:
             exported.mkdir()
             return self.supervisor.run(spec, output_dir=exported)
 
-        result, retried = retrying(self.supervisor, attempt)
+        result, retried = retrying(self.supervisor, attempt, budget=True)
         assert_nothing_left(self.supervisor, result)
         return Cell(result, run_dir / f"exported-{len(retried)}")
 

@@ -281,3 +281,30 @@ def test_an_emulated_host_that_hangs_before_its_doctor_reports_is_restarted_and_
 
     finished = _boot(_case("a.py"))
     assert not restart_helps(finished)
+
+
+def test_a_run_out_of_its_time_budget_is_retried_only_when_its_limits_are_a_budget(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Under the harness a stalled emulated guest spends a cell's whole budget: retried, counted; a
+    run whose test is about its limits is not, and a program that always loops fails every try."""
+    from runner.spec import Outcome
+    from tests.runner import test_hostile
+
+    monkeypatch.setattr(test_hostile, "BOOT_RETRIES", 2)
+    monkeypatch.setattr(test_hostile, "assert_nothing_left", lambda supervisor, result: None)
+
+    def runs(*outcomes: Outcome) -> Any:
+        results = iter(SimpleNamespace(outcome=o, error=None, reason=o.value) for o in outcomes)
+        return lambda n: next(results)
+
+    stalled_once = runs(Outcome.CPU_LIMIT, Outcome.SUCCEEDED)
+    result, retried = test_hostile.retrying(cast(Any, None), stalled_once, budget=True)
+    assert result.outcome is Outcome.SUCCEEDED and retried == ["cpu_limit"]
+    result, retried = test_hostile.retrying(cast(Any, None), runs(Outcome.TIMED_OUT), budget=False)
+    assert result.outcome is Outcome.TIMED_OUT and retried == []
+    always = runs(Outcome.CPU_LIMIT, Outcome.TIMED_OUT, Outcome.CPU_LIMIT, Outcome.SUCCEEDED)
+    result, retried = test_hostile.retrying(cast(Any, None), always, budget=True)
+    assert result.outcome is Outcome.CPU_LIMIT and retried == ["cpu_limit", "timed_out"]
+    result, retried = test_hostile.retrying(cast(Any, None), runs(Outcome.FAILED), budget=True)
+    assert result.outcome is Outcome.FAILED and retried == []
