@@ -43,6 +43,7 @@ SLOWDOWN = "CORDON_TEST_SLOWDOWN"  # env: read by the battery (tests.runner.test
 MARGIN, CAP = 2.0, 300.0
 CALIBRATED = Path("/tmp/cordon-vm-calibration.json")  # this boot's, for the next pass
 CARRIED = "CORDON_VM_CALIBRATION_CARRIED"  # env: the calibration an earlier boot measured (JSON), if any
+EARLIER = ", measured by an earlier boot"  # a carried calibration's note ends so (once, carried again or not)
 DONE_FILE = "CORDON_VM_DONE"  # env: a file with the tests already reported (done_entry), one per line
 PASS = "CORDON_VM_PASS"  # env: the pass this pytest run is (l1-init sets it)
 
@@ -88,7 +89,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         calibration = json.loads(CALIBRATED.read_text())
     elif os.environ.get(CARRIED):
         carried = json.loads(os.environ[CARRIED])
-        calibration = {**carried, "note": f"{carried.get('note', '')}, measured by an earlier boot"}
+        note = carried.get("note", "").removesuffix(EARLIER)
+        calibration = {**carried, "note": note + EARLIER}
         CALIBRATED.write_text(json.dumps(calibration))
     else:
         calibration = calibrate()
