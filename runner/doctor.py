@@ -23,7 +23,7 @@ def diagnose(
     supervisor: Supervisor | None = None, *, recheck: bool = False, hash_images: bool = True
 ) -> dict[str, Any]:
     supervisor = supervisor or Supervisor()
-    images = _images(supervisor.images) if hash_images else _images_present(supervisor.images)
+    images = _images(supervisor.images, hash_files=hash_images)
     checks = [_cgroups(), _sandbox_paths(supervisor), *images, _egress(supervisor)]
     ctx = DoctorContext(run=supervisor.run, image=supervisor.images.resolve, recheck=recheck)
     engines = {}
@@ -88,32 +88,30 @@ def _sandbox_paths(supervisor: Supervisor) -> Check:
     )
 
 
-def _images_present(store: ImageStore) -> list[Check]:
-    """Each image built and present, by its recorded digest, not hashed again (--no-image-hashes)."""
-    checks = []
-    for name in sorted(set(store.built()) | set(recipe_names(store.recipes_dir))):
-        try:
-            ref = store.resolve(name)
-        except ImageError as exc:
-            checks.append(Check(f"image {name}", False, str(exc)))
-        else:
-            checks.append(Check(f"image {name}", True, f"{ref.digest} present; not hashed again (--no-image-hashes)"))
-    return checks
+def _images(store: ImageStore, *, hash_files: bool = True) -> list[Check]:
+    """Each image built here or with a recipe: its files hashed against its digest, or, without
+    `hash_files` (--no-image-hashes), only shown built and present by its recorded digest."""
+    return [
+        _image_verified(store, name) if hash_files else _image_present(store, name)
+        for name in sorted(set(store.built()) | set(recipe_names(store.recipes_dir)))
+    ]
 
 
-def _images(store: ImageStore) -> list[Check]:
-    checks = []
-    for name in sorted(set(store.built()) | set(recipe_names(store.recipes_dir))):
-        started = time.monotonic()
-        report = store.verify(name)
-        took = time.monotonic() - started
-        if report.ok:
-            checks.append(
-                Check(f"image {name}", True, f"{report.digest} verified ({report.files_checked} paths, {took:.1f} s)")
-            )
-        else:
-            checks.append(Check(f"image {name}", False, "; ".join(report.problems[:5])))
-    return checks
+def _image_verified(store: ImageStore, name: str) -> Check:
+    started = time.monotonic()
+    report = store.verify(name)
+    took = time.monotonic() - started
+    if not report.ok:
+        return Check(f"image {name}", False, "; ".join(report.problems[:5]))
+    return Check(f"image {name}", True, f"{report.digest} verified ({report.files_checked} paths, {took:.1f} s)")
+
+
+def _image_present(store: ImageStore, name: str) -> Check:
+    try:
+        ref = store.resolve(name)
+    except ImageError as exc:
+        return Check(f"image {name}", False, str(exc))
+    return Check(f"image {name}", True, f"{ref.digest} present; not hashed again (--no-image-hashes)")
 
 
 def _egress(supervisor: Supervisor) -> Check:
