@@ -72,7 +72,9 @@ def call(job: str, payload: Any, bounds: Bounds) -> Any:
         str(bounds.output_max_bytes), str(bounds.nice), *_PACKAGE_DIRS,
     ]  # fmt: skip
     # None of the caller's environment (its secrets, PYTHON* variables) reaches the child.
-    env = {"PATH": os.defpath, "LC_ALL": "C.UTF-8"}
+    # One BLAS thread: numpy's OpenBLAS (a similarity report's) would reserve address space per
+    # core, past the child's RLIMIT_AS on a many-core host.
+    env = {"PATH": os.defpath, "LC_ALL": "C.UTF-8", "OPENBLAS_NUM_THREADS": "1"}
     proc = subprocess.Popen(
         argv, cwd=PROJECT_ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
