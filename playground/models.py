@@ -413,6 +413,10 @@ class Course(models.Model):
     require_vm = models.BooleanField(default=False)
     quota_concurrent_runs = models.PositiveIntegerField(default=2)
     quota_runs_per_hour = models.PositiveIntegerField(default=60)
+    # Late days: tokens each student may spend on late submissions (whole days, spent automatically),
+    # at most late_days_per_assignment on one assignment. 0: none.
+    late_days = models.PositiveIntegerField(default=0)
+    late_days_per_assignment = models.PositiveIntegerField(default=0)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="courses_created"
     )
@@ -491,6 +495,11 @@ class Assignment(models.Model):
     attempts_allowed = models.PositiveIntegerField(default=0)  # 0: unlimited
     accept_late = models.BooleanField(default=False)
     tests_version = models.PositiveIntegerField(default=1)  # raised by every change of the tests
+    # None: a draft, which no student sees (404 everywhere); set by publishing.
+    published_at = models.DateTimeField(null=True, blank=True)
+    published_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -555,8 +564,10 @@ class Submission(models.Model):
     # Counted as an attempt: None while grading, True once graded, False if not graded.
     charged = models.BooleanField(null=True)
     late = models.BooleanField(default=False)
+    late_days = models.PositiveSmallIntegerField(default=0)  # late days this submission spent
     tests_version = models.PositiveIntegerField(default=1)
     note = models.CharField(max_length=500, blank=True)  # what the student is told (retries, errors)
+    adjustment = models.FloatField(default=0)  # the sum of its standing ScoreAdjustments
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     graded_at = models.DateTimeField(null=True, blank=True)
     regraded = models.PositiveIntegerField(default=0)
@@ -571,6 +582,13 @@ class Submission(models.Model):
     def counted(self) -> bool:
         """Whether it counts as an attempt: graded (charged), or still being graded."""
         return self.charged is not False
+
+    @property
+    def final_score(self) -> float | None:
+        """The tests' score plus the staff's adjustments (never below 0); None until graded."""
+        if self.score is None:
+            return None
+        return max(0.0, round(self.score + self.adjustment, 4))
 
 
 class TestStatus(models.TextChoices):
@@ -645,3 +663,106 @@ class StoredChunk(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["file", "index"], name="stored_chunk_unique_index")]
+
+
+class Extension(models.Model):
+    """One student's own due time for one assignment (instead of the assignment's)."""
+
+    assignment = models.ForeignKey(Assignment, on_delete=models.CASCADE, related_name="extensions")
+    student = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="extensions")
+    due_at = models.DateTimeField()
+    reason = models.CharField(max_length=300, blank=True)
+    granted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    granted_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["assignment", "student"], name="extension_one_per_student")]
+
+    def __str__(self) -> str:
+        return f"extension to {self.due_at:%Y-%m-%d %H:%M}"
+
+
+class LateDaySpend(models.Model):
+    """Late days a student spent on one assignment (the most any of its submissions needed)."""
+
+    course = models.ForeignKey(Course, on_delete=models.CASCADE, related_name="late_day_spends")
+    assignment = models.ForeignKey(Assignment, on_delete=models.CASCADE, related_name="late_day_spends")
+    student = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="late_day_spends")
+    days = models.PositiveSmallIntegerField(default=0)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["assignment", "student"], name="late_days_one_per_assignment")]
+
+    def __str__(self) -> str:
+        return f"{self.days} late day(s)"
+
+
+class RubricItem(models.Model):
+    """A reusable manual adjustment of an assignment: a label and its points (negative: a deduction)."""
+
+    assignment = models.ForeignKey(Assignment, on_delete=models.CASCADE, related_name="rubric_items")
+    position = models.PositiveIntegerField(default=0)
+    label = models.CharField(max_length=200)
+    points = models.FloatField()
+
+    class Meta:
+        ordering = ["position", "id"]
+
+    def __str__(self) -> str:
+        return self.label
+
+
+class ScoreAdjustment(models.Model):
+    """Points a member of staff added to (or took from) a submission, with a comment; withdrawn
+    ones are kept, with who withdrew them and when."""
+
+    submission = models.ForeignKey(Submission, on_delete=models.CASCADE, related_name="adjustments")
+    points = models.FloatField()
+    comment = models.CharField(max_length=2000)
+    rubric_item = models.ForeignKey(RubricItem, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    by_username = models.CharField(max_length=150)  # kept if the account goes
+    at = models.DateTimeField(auto_now_add=True)
+    withdrawn_at = models.DateTimeField(null=True, blank=True)
+    withdrawn_by_username = models.CharField(max_length=150, blank=True)
+
+    class Meta:
+        ordering = ["at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.points:+g}: {self.comment[:40]}"
+
+
+class SimilarityReport(models.Model):
+    """A similarity report over an assignment's latest submissions, made in the background by
+    tokenising the code (never running it): the pairs over the threshold, with their matching regions."""
+
+    class State(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        DONE = "done"
+        FAILED = "failed"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    assignment = models.ForeignKey(Assignment, on_delete=models.CASCADE, related_name="similarity_reports")
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    state = models.CharField(max_length=8, choices=State.choices, default=State.QUEUED)
+    threshold = models.FloatField()
+    done = models.PositiveIntegerField(default=0)  # pairs compared so far
+    total = models.PositiveIntegerField(default=0)
+    submissions = models.JSONField(default=list)  # [{"key": submission id, "student": username}] compared
+    pairs = models.JSONField(default=list)
+    error = models.CharField(max_length=500, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"similarity report {self.id}"

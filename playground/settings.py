@@ -111,6 +111,7 @@ INSTALLED_APPS = [
     "channels",
     "ninja",  # its Swagger UI assets, served from here: /api/docs works under the site's CSP
     "playground",
+    "playground.lti",  # LTI 1.3 Advantage (label "lti"): its own models and migrations
 ]
 
 MIDDLEWARE = [
@@ -258,11 +259,20 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_DEFAULT_QUEUE = "namespace"
 # Redis redelivers an unacknowledged task after this; longer than any run may take.
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
-CELERY_TASK_ROUTES = {"playground.tasks.purge_expired_data": {"queue": "maintenance"}}
+CELERY_TASK_ROUTES = {
+    "playground.tasks.purge_expired_data": {"queue": "maintenance"},
+    "playground.lti.tasks.*": {"queue": "maintenance"},  # scores sent to an LMS: outbound HTTP, no sandbox
+}
 # The reaper is not here: every worker host runs its own (playground/celery.py's HostLoop), so a
 # host that dies is reaped by the others whichever host the beat runs on.
 CELERY_BEAT_SCHEDULE = {
     "purge-expired-data": {"task": "playground.tasks.purge_expired_data", "schedule": 3600.0},
+    # A score whose send was lost (a broker restart) is sent again: an LMS's grade is never left behind.
+    "lti-resend-stale-passbacks": {
+        "task": "playground.lti.tasks.resend_stale_passbacks",
+        "schedule": 600.0,
+        "options": {"queue": "maintenance"},
+    },
 }
 
 # Live output. Every socket that joins or leaves its run's group holds a Redis connection for

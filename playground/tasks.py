@@ -8,7 +8,7 @@ from celery import shared_task
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
-from playground.classroom import grading_settle
+from playground.classroom import grading_settle, similarity_reports
 from playground.models import RunKind
 from playground.services import dispatch, execution, hosts, retention
 
@@ -31,6 +31,11 @@ def execute_run(self: Any, run_id: str) -> str:
     if final is not None and final.kind != RunKind.RUN:
         grading_settle.settle(run_id=run_id)  # its own result (a bounded comparison), and the slot it freed
     return "not claimable" if final is None else final.outcome or ""
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True)
+def make_similarity_report(report_id: str) -> None:
+    similarity_reports.report_make(report_id)
 
 
 @shared_task

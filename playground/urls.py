@@ -1,6 +1,6 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.urls import path
+from django.urls import include, path
 
 from playground import views
 from playground.api import api
@@ -25,9 +25,11 @@ urlpatterns = [
     path("courses/join/<str:code>/", classroom_views.course_join, name="course_join"),
     path("courses/<uuid:course_id>/", classroom_views.course, name="course"),
     path("courses/<uuid:course_id>/assignments/new/", classroom_views.assignment_new, name="assignment_new"),
+    path("courses/<uuid:course_id>/students/<str:username>/", classroom_views.student, name="course_student"),
     path("assignments/<uuid:assignment_id>/", classroom_views.assignment, name="assignment"),
     path("assignments/<uuid:assignment_id>/edit/", classroom_views.assignment_edit, name="assignment_edit"),
     path("submissions/<uuid:submission_id>/", classroom_views.submission, name="submission"),
+    path("similarity/<uuid:report_id>/pairs/<int:index>/", classroom_views.similarity_pair, name="similarity_pair"),
     path("accounts/login/", throttled_login(views.LoginPage.as_view()), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("accounts/signup/", views.signup, name="signup"),
@@ -43,4 +45,5 @@ urlpatterns = [
     path("admin/login/", throttled_login(admin.site.login)),
     path("admin/", admin.site.urls),
     path("api/", api.urls),
+    path("lti/", include("playground.lti.urls")),
 ]

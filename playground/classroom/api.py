@@ -11,6 +11,7 @@ import io
 from typing import Any
 from uuid import UUID
 
+from django.contrib.auth.models import User
 from django.http import Http404, HttpRequest, HttpResponse
 from django.utils.http import content_disposition_header
 from ninja import File, Router, Status
@@ -21,10 +22,12 @@ from playground import throttle
 from playground.api.datasets import REPLACE_DOC
 from playground.api.runs import STAFF_POLL_RECORD_WINDOW
 from playground.api.schemas import DatasetOut, RunOut, answers, run_out, uploaded_file
+from playground.classroom import adjustments, grading, similarity_reports
 from playground.classroom import courses as course_services
-from playground.classroom import grading
 from playground.classroom import selectors as course_selectors
 from playground.classroom.schemas import (
+    AdjustmentIn,
+    AdjustmentOut,
     AssignmentIn,
     AssignmentOut,
     AssignmentSummaryOut,
@@ -33,14 +36,24 @@ from playground.classroom.schemas import (
     CourseInvitationOut,
     CourseOut,
     CoursePatchIn,
+    ExtensionIn,
+    ExtensionOut,
     GradebookOut,
     JoinCodeIn,
     JoinIn,
     MembershipOut,
     MyInvitationOut,
+    PublicationOut,
+    PublishIn,
     RegradeOut,
     RoleIn,
     RosterOut,
+    RubricIn,
+    RubricItemOut,
+    SimilarityIn,
+    SimilarityPairOut,
+    SimilarityReportOut,
+    StudentRecordOut,
     SubmissionIn,
     SubmissionOut,
     SubmissionSummaryOut,
@@ -48,6 +61,7 @@ from playground.classroom.schemas import (
 )
 from playground.classroom.selectors import is_staff
 from playground.classroom.shapes import (
+    adjustment_out,
     assignment_out,
     attempt_numbers,
     course_out,
@@ -61,8 +75,10 @@ from playground.limits import limits_set
 from playground.models import (
     Course,
     Dataset,
+    Extension,
     Membership,
     Role,
+    SimilarityReport,
 )
 from playground.selectors.runs import staff_access_recorded_since
 from playground.services import datasets as dataset_services
@@ -75,6 +91,7 @@ ROSTER_MAX_BYTES = 1 << 20
 
 def _assignment_data(payload: AssignmentIn) -> dict[str, Any]:
     data = payload.model_dump()
+    data.pop("publish")  # published by the endpoint, which knows who publishes
     data["limits"] = limits_set(payload.limits)  # only those set: the others take their defaults when it runs
     data["opens_at"] = course_services.parse_when(payload.opens_at)
     data["due_at"] = course_services.parse_when(payload.due_at)
@@ -205,7 +222,7 @@ def course_dataset_list(request: HttpRequest, course_id: UUID) -> Any:
     course, membership = course_selectors.course_for_member(user=request.user, course_id=course_id)
     return [
         {**DatasetOut.model_validate(d).model_dump(), "can_delete": _may_delete(membership, d, request.user)}
-        for d in course_selectors.course_datasets(course)
+        for d in course_selectors.datasets_for_member(course, membership)
     ]
 
 
@@ -247,6 +264,8 @@ def course_dataset_delete(request: HttpRequest, course_id: UUID, dataset_id: UUI
 def assignment_create(request: HttpRequest, course_id: UUID, payload: AssignmentIn) -> Status[Any]:
     course, membership = course_selectors.course_for_staff(user=request.user, course_id=course_id, instructor=True)
     assignment = course_services.assignment_save(course=course, data=_assignment_data(payload))
+    if payload.publish:
+        course_services.assignment_publish(assignment=assignment, by=request.user, confirm=True)  # type: ignore[arg-type]
     return Status(201, assignment_out(assignment, membership))
 
 
@@ -262,6 +281,7 @@ def assignment_list(request: HttpRequest, course_id: UUID) -> list[dict[str, Any
             "opens_at": assignment.opens_at, "due_at": assignment.due_at,
             "max_score": max_score,
             "attempts_allowed": assignment.attempts_allowed, "accept_late": assignment.accept_late,
+            "published": assignment.published_at is not None,
             "my": None if staff else my_progress(assignment, request.user),
         })  # fmt: skip
     return out
@@ -279,6 +299,8 @@ def assignment_update(request: HttpRequest, assignment_id: UUID, payload: Assign
         user=request.user, assignment_id=assignment_id, instructor=True
     )
     course_services.assignment_save(course=assignment.course, data=_assignment_data(payload), assignment=assignment)
+    if payload.publish:
+        course_services.assignment_publish(assignment=assignment, by=request.user, confirm=True)  # type: ignore[arg-type]
     return assignment_out(assignment, membership)
 
 
@@ -363,18 +385,205 @@ def gradebook(request: HttpRequest, course_id: UUID) -> dict[str, Any]:
 
 @router.get(
     "/courses/{course_id}/gradebook.csv", response=answers({200: None}, 404, 422),
-    openapi_extra={"responses": {200: {"description": "one row per student, a column per assignment",
+    openapi_extra={"responses": {200: {"description": "one row per student, a column per assignment (with "
+                                       "tests=true: then a column per test and one for the adjustments)",
                                        "content": {"text/csv": {}}}}},
 )  # fmt: skip
-def gradebook_csv(request: HttpRequest, course_id: UUID) -> HttpResponse:
+def gradebook_csv(request: HttpRequest, course_id: UUID, tests: bool = False) -> HttpResponse:
+    """Each student's final score per assignment; with `tests`, each test's points and the staff's
+    adjustments beside it (of the same submission: the latest graded one)."""
     course, _ = course_selectors.course_for_staff(user=request.user, course_id=course_id)
-    book = course_selectors.gradebook(course)
+    book = course_selectors.gradebook(course, per_test=tests)
     out = io.StringIO()
     writer = csv.writer(out)
-    writer.writerow(["student", *[csv_cell(f"{a['title']} (/{a['max_score']:g})") for a in book["assignments"]]])
+    header = ["student"]
+    for a in book["assignments"]:
+        header.append(f"{a['title']} (/{a['max_score']:g})")
+        if tests:
+            header += [f"{a['title']}: {t['name']} (/{t['points']:g})" for t in a["tests"]]
+            header.append(f"{a['title']}: adjustment")
+    writer.writerow([csv_cell(h) for h in header])
     for row in book["students"]:
-        scores = ["" if c is None or c["score"] is None else f"{c['score']:g}" for c in row["cells"]]
-        writer.writerow([csv_cell(row["username"]), *scores])
+        line = [csv_cell(row["username"])]
+        for assignment, cell in zip(book["assignments"], row["cells"], strict=True):
+            line.append(_number(cell and cell["score"]))
+            if tests:
+                scores = (cell or {}).get("tests") or {}
+                line += [_number(scores.get(t["name"])) for t in assignment["tests"]]
+                line.append(_number(cell and cell["adjustment"]))
+        writer.writerow(line)
     response = HttpResponse(out.getvalue(), content_type="text/csv; charset=utf-8")
-    response["Content-Disposition"] = content_disposition_header(True, f"gradebook-{course.id}.csv") or ""
+    name = f"gradebook-{course.id}{'-tests' if tests else ''}.csv"
+    response["Content-Disposition"] = content_disposition_header(True, name) or ""
     return response
+
+
+def _number(value: Any) -> str:
+    return "" if value is None else f"{value:g}"
+
+
+@router.get("/courses/{course_id}/students/{username}", response=answers({200: StudentRecordOut}, 404, 422))
+def student_record(request: HttpRequest, course_id: UUID, username: str) -> dict[str, Any]:
+    """One student's every attempt at every assignment, with scores over time and late days (staff;
+    each view recorded in the audit console)."""
+    course, _ = course_selectors.course_for_staff(user=request.user, course_id=course_id)
+    member = _member(course, username)
+    if member.role != Role.STUDENT:
+        raise Http404("no such student")
+    record_staff_access(viewer=request.user, owner=member.user, what="student record", detail=str(course.id),
+                        path=request.get_full_path())  # fmt: skip
+    return course_selectors.student_record(course, member.user)
+
+
+# --- drafts and publishing ----------------------------------------------------------------
+
+
+@router.get("/assignments/{assignment_id}/publication", response=answers({200: PublicationOut}, 404, 422))
+def assignment_publication(request: HttpRequest, assignment_id: UUID) -> dict[str, Any]:
+    """What students will see once it is published: read before POST .../publish."""
+    assignment, _ = course_selectors.assignment_for_member(
+        user=request.user, assignment_id=assignment_id, instructor=True
+    )
+    return course_services.publication(assignment)
+
+
+@router.post("/assignments/{assignment_id}/publish", response=answers({200: AssignmentOut}, 404, 422))
+def assignment_publish(request: HttpRequest, assignment_id: UUID, payload: PublishIn) -> dict[str, Any]:
+    assignment, membership = course_selectors.assignment_for_member(
+        user=request.user, assignment_id=assignment_id, instructor=True
+    )
+    course_services.assignment_publish(assignment=assignment, by=request.user, confirm=payload.confirm)  # type: ignore[arg-type]
+    return assignment_out(assignment, membership)
+
+
+@router.post("/assignments/{assignment_id}/unpublish", response=answers({200: AssignmentOut}, 404, 409, 422))
+def assignment_unpublish(request: HttpRequest, assignment_id: UUID) -> dict[str, Any]:
+    """Back to a draft, while no student has submitted to it."""
+    assignment, membership = course_selectors.assignment_for_member(
+        user=request.user, assignment_id=assignment_id, instructor=True
+    )
+    course_services.assignment_unpublish(assignment=assignment)
+    return assignment_out(assignment, membership)
+
+
+# --- extensions -----------------------------------------------------------------------------
+
+
+def _extension_out(extension: Extension) -> dict[str, Any]:
+    return {
+        "student": extension.student.get_username(), "due_at": extension.due_at, "reason": extension.reason,
+        "granted_by": extension.granted_by.get_username() if extension.granted_by else None,
+        "granted_at": extension.granted_at,
+    }  # fmt: skip
+
+
+@router.get("/assignments/{assignment_id}/extensions", response=answers({200: list[ExtensionOut]}, 404, 422))
+def extension_list(request: HttpRequest, assignment_id: UUID) -> list[dict[str, Any]]:
+    assignment, _ = course_selectors.assignment_for_member(user=request.user, assignment_id=assignment_id, staff=True)
+    return [_extension_out(e) for e in course_selectors.extensions_of(assignment)]
+
+
+@router.put("/assignments/{assignment_id}/extensions", response=answers({200: ExtensionOut}, 404, 422))
+def extension_set(request: HttpRequest, assignment_id: UUID, payload: ExtensionIn) -> dict[str, Any]:
+    """Give one student their own due time (replacing an earlier extension of theirs)."""
+    assignment, _ = course_selectors.assignment_for_member(user=request.user, assignment_id=assignment_id, staff=True)
+    member = _member(assignment.course, payload.student)
+    due_at = course_services.parse_when(payload.due_at)
+    if due_at is None:
+        raise ServiceError("invalid_date", "due_at is needed", field="due_at", status=422)
+    extension = course_services.extension_set(
+        assignment=assignment, student=member.user, due_at=due_at, reason=payload.reason, by=request.user,  # type: ignore[arg-type]
+    )  # fmt: skip
+    return _extension_out(extension)
+
+
+@router.delete("/assignments/{assignment_id}/extensions/{username}", response=answers({204: None}, 404, 422))
+def extension_remove(request: HttpRequest, assignment_id: UUID, username: str) -> Status[Any]:
+    assignment, _ = course_selectors.assignment_for_member(user=request.user, assignment_id=assignment_id, staff=True)
+    course_services.extension_remove(assignment=assignment, student=_member(assignment.course, username).user)
+    return Status(204, None)
+
+
+# --- manual grading -------------------------------------------------------------------------
+
+
+@router.put("/assignments/{assignment_id}/rubric", response=answers({200: list[RubricItemOut]}, 404, 422))
+def rubric_save(request: HttpRequest, assignment_id: UUID, payload: RubricIn) -> list[dict[str, Any]]:
+    """The assignment's reusable adjustments (label and points), replacing the earlier ones."""
+    assignment, _ = course_selectors.assignment_for_member(
+        user=request.user, assignment_id=assignment_id, instructor=True
+    )
+    items = adjustments.rubric_save(assignment=assignment, items=[i.model_dump() for i in payload.items])
+    return [{"id": i.id, "label": i.label, "points": i.points} for i in items]
+
+
+@router.post(
+    "/submissions/{submission_id}/adjustments", response=answers({201: AdjustmentOut}, 404, 409, 422)
+)  # fmt: skip
+def adjustment_add(request: HttpRequest, submission_id: UUID, payload: AdjustmentIn) -> Status[Any]:
+    """Add points to a graded submission (negative: take them), with a comment or a rubric item."""
+    submission = course_selectors.submission_for_staff(user=request.user, submission_id=submission_id)
+    made = adjustments.adjustment_add(
+        submission=submission, by=request.user, points=payload.points, comment=payload.comment,  # type: ignore[arg-type]
+        rubric_item_id=payload.rubric_item_id,
+    )  # fmt: skip
+    return Status(201, adjustment_out(made, staff=True))
+
+
+@router.delete(
+    "/submissions/{submission_id}/adjustments/{adjustment_id}", response=answers({200: AdjustmentOut}, 404, 422)
+)  # fmt: skip
+def adjustment_withdraw(request: HttpRequest, submission_id: UUID, adjustment_id: int) -> dict[str, Any]:
+    """Withdraw an adjustment: it stops counting, and stays on record with who withdrew it."""
+    submission = course_selectors.submission_for_staff(user=request.user, submission_id=submission_id)
+    adjustment = submission.adjustments.filter(id=adjustment_id).first()
+    if adjustment is None:
+        raise Http404("no such adjustment")
+    return adjustment_out(adjustments.adjustment_withdraw(adjustment=adjustment, by=request.user), staff=True)  # type: ignore[arg-type]
+
+
+# --- similarity -----------------------------------------------------------------------------
+
+
+def _report_for_staff(user: Any, report_id: UUID) -> SimilarityReport:
+    report = SimilarityReport.objects.select_related("assignment", "requested_by").filter(id=report_id).first()
+    if report is None:
+        raise Http404("no such report")
+    course_selectors.assignment_for_member(user=user, assignment_id=report.assignment_id, staff=True)
+    return report
+
+
+@router.post("/assignments/{assignment_id}/similarity", response=answers({202: SimilarityReportOut}, 404, 422, 503))
+def similarity_request(request: HttpRequest, assignment_id: UUID, payload: SimilarityIn) -> Status[Any]:
+    """Compare every student's latest submission with every other's, in the background (the code
+    is tokenised, never run; the starter code does not count). A report still being made is
+    answered instead of a second one. Follow it with GET /api/similarity/{id}."""
+    assignment, _ = course_selectors.assignment_for_member(user=request.user, assignment_id=assignment_id, staff=True)
+    report = similarity_reports.report_request(assignment=assignment, by=request.user, threshold=payload.threshold)  # type: ignore[arg-type]
+    return Status(202, similarity_reports.report_out(report))
+
+
+@router.get("/assignments/{assignment_id}/similarity", response=answers({200: list[SimilarityReportOut]}, 404, 422))
+def similarity_list(request: HttpRequest, assignment_id: UUID) -> list[dict[str, Any]]:
+    """The assignment's reports, newest first (at most 10)."""
+    assignment, _ = course_selectors.assignment_for_member(user=request.user, assignment_id=assignment_id, staff=True)
+    return [similarity_reports.report_out(r) for r in assignment.similarity_reports.select_related("requested_by")[:10]]
+
+
+@router.get("/similarity/{report_id}", response=answers({200: SimilarityReportOut}, 404, 422))
+def similarity_get(request: HttpRequest, report_id: UUID) -> dict[str, Any]:
+    return similarity_reports.report_out(_report_for_staff(request.user, report_id))
+
+
+@router.get("/similarity/{report_id}/pairs/{index}", response=answers({200: SimilarityPairOut}, 404, 422))
+def similarity_pair(request: HttpRequest, report_id: UUID, index: int) -> dict[str, Any]:
+    """One pair side by side: both submissions' code and the regions that match. Each read is a
+    staff access to both students' work, recorded in the audit console."""
+    report = _report_for_staff(request.user, report_id)
+    pair = similarity_reports.pair_side_by_side(report, index)
+    owners = {u.pk: u for u in User.objects.filter(submissions__id__in=[pair["a"]["submission_id"],
+                                                                        pair["b"]["submission_id"]])}  # fmt: skip
+    for owner in owners.values():
+        record_staff_access(viewer=request.user, owner=owner, what="similarity pair",
+                            detail=f"{report.id} #{index}", path=request.get_full_path())  # fmt: skip
+    return pair

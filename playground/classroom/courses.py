@@ -32,6 +32,7 @@ from playground.models import (
     Course,
     CourseInvitation,
     Dataset,
+    Extension,
     Match,
     Membership,
     Role,
@@ -87,12 +88,13 @@ def course_update(*, course: Course, changes: dict[str, Any]) -> Course:
         course.egress_ceiling = check_egress(changes["egress_ceiling"] or [], field="egress_ceiling")
     if "require_vm" in changes:
         course.require_vm = bool(changes["require_vm"])
-    for quota in ("quota_concurrent_runs", "quota_runs_per_hour"):
+    for quota, low, high in (("quota_concurrent_runs", 1, 100_000), ("quota_runs_per_hour", 1, 100_000),
+                             ("late_days", 0, 365), ("late_days_per_assignment", 0, 365)):  # fmt: skip
         if quota in changes:
             value = changes[quota]
-            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 100_000:
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
                 raise ServiceError(
-                    "invalid_policy", f"{quota} must be a whole number from 1 to 100000", field=quota, status=422
+                    "invalid_policy", f"{quota} must be a whole number from {low} to {high}", field=quota, status=422
                 )
             setattr(course, quota, value)
     course.save()
@@ -318,6 +320,8 @@ def assignment_save(*, course: Course, data: dict[str, Any], assignment: Assignm
         "due_at": due_at, "attempts_allowed": int(data.get("attempts_allowed") or 0),
         "accept_late": bool(data.get("accept_late")),
     }  # fmt: skip
+    if data.get("publish"):  # the service's callers (tests, imports) may publish at once
+        fields_["published_at"] = (assignment and assignment.published_at) or timezone.now()
     with transaction.atomic():
         if assignment is None:
             assignment = Assignment.objects.create(course=course, **fields_)
@@ -425,6 +429,80 @@ def _tests_signature(tests: list[AssignmentTest]) -> list[tuple[Any, ...]]:
 
 def assignment_delete(*, assignment: Assignment) -> None:
     assignment.delete()
+
+
+# --- drafts and publishing ------------------------------------------------------------------
+
+
+def publication(assignment: Assignment) -> dict[str, Any]:
+    """What students will see once the assignment is published: the confirmation's list."""
+    tests = list(assignment.tests.all())
+    shown = [t for t in tests if t.visibility == Visibility.VISIBLE]
+    after_due = [t for t in tests if t.visibility == Visibility.AFTER_DUE]
+    hidden = [t for t in tests if t.visibility == Visibility.HIDDEN]
+    opens = assignment.opens_at
+    return {
+        "published": assignment.published_at is not None, "published_at": assignment.published_at,
+        "title": assignment.title, "runtime": assignment.runtime, "opens_at": opens, "due_at": assignment.due_at,
+        "visible_now": opens is None or opens <= timezone.now(),
+        "instructions_bytes": len(assignment.instructions.encode()),
+        "starter_code_lines": len(assignment.starter_code.splitlines()),
+        "datasets": [d.name for d in assignment.datasets.all()],
+        "attempts_allowed": assignment.attempts_allowed, "accept_late": assignment.accept_late,
+        "max_score": sum(t.points for t in tests),
+        "tests_with_details": [t.name for t in shown],
+        "tests_after_due": [t.name for t in after_due],
+        "tests_name_and_points_only": [t.name for t in hidden],
+    }  # fmt: skip
+
+
+def assignment_publish(*, assignment: Assignment, by: User, confirm: bool) -> Assignment:
+    """Make a draft visible to the course's students (at its open time). `confirm` says the caller
+    was shown `publication` first; without it nothing changes."""
+    if not confirm:
+        raise ServiceError(
+            "confirmation_needed", "publishing needs confirm: true, after reading what students will see "
+            "(GET .../publication)", field="confirm", status=422,
+        )  # fmt: skip
+    if assignment.published_at is None:
+        Assignment.objects.filter(id=assignment.id, published_at=None).update(
+            published_at=timezone.now(), published_by=by
+        )
+        assignment.refresh_from_db(fields=["published_at", "published_by"])
+    return assignment
+
+
+def assignment_unpublish(*, assignment: Assignment) -> Assignment:
+    """Back to a draft, while no student has submitted to it (their work would vanish from them)."""
+    with transaction.atomic():
+        students = Membership.objects.filter(course=assignment.course_id, role=Role.STUDENT).values("user_id")
+        if assignment.submissions.filter(student__in=students).exists():
+            raise ServiceError(
+                "has_submissions", "students have submitted to this assignment: it stays published", status=409
+            )
+        Assignment.objects.filter(id=assignment.id).update(published_at=None, published_by=None)
+    assignment.refresh_from_db(fields=["published_at", "published_by"])
+    return assignment
+
+
+# --- extensions -----------------------------------------------------------------------------
+
+
+def extension_set(*, assignment: Assignment, student: User, due_at: datetime, reason: str, by: User) -> Extension:
+    """One student's own due time for the assignment (replacing any earlier extension of theirs)."""
+    if not Membership.objects.filter(course=assignment.course_id, user=student, role=Role.STUDENT).exists():
+        raise ServiceError("not_a_student", "extensions are for the course's students", field="student", status=404)
+    if assignment.opens_at and due_at <= assignment.opens_at:
+        raise ServiceError("invalid_dates", "the extension must end after the assignment opens", field="due_at",
+                           status=422)  # fmt: skip
+    extension, _ = Extension.objects.update_or_create(
+        assignment=assignment, student=student, defaults={"due_at": due_at, "reason": reason[:300], "granted_by": by}
+    )
+    return extension
+
+
+def extension_remove(*, assignment: Assignment, student: User) -> None:
+    Extension.objects.filter(assignment=assignment, student=student).delete()
 
 
 def parse_when(value: Any) -> datetime | None:

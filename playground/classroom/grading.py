@@ -26,21 +26,25 @@ result's statuses, words and moves), `grading_queue` (pump and the grading runs 
 from __future__ import annotations
 
 import logging
+import math
+from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
+from django.utils import timezone
 
 from playground import throttle
 from playground.classroom.courses import effective_limits
 from playground.classroom.grading_queue import pump
 from playground.classroom.grading_results import finish_submission
-from playground.classroom.selectors import assignment_is_open, assignment_past_due
+from playground.classroom.selectors import assignment_is_open, due_for, late_day_standing
 from playground.errors import ServiceError
 from playground.models import (
     Assignment,
     AssignmentTest,
+    LateDaySpend,
     Run,
     Submission,
     SubmissionState,
@@ -63,24 +67,52 @@ def submission_create(*, user: User, assignment: Assignment, code: str) -> Submi
         raise ServiceError("code_too_large", f"code is over {size_words(MAX_CODE_BYTES)}", field="code", status=422)
     if not assignment_is_open(assignment):
         raise ServiceError("not_open", "this assignment is not open yet", status=422)
-    late = assignment_past_due(assignment)
-    if late and not assignment.accept_late:
-        raise ServiceError("past_due", "the due time has passed and late submissions are not accepted", status=422)
     _check_rate(user, assignment)
     tests = list(assignment.tests.all())
     with transaction.atomic():
-        # One submission of a student at a time, so the attempt count and the insert cannot race.
+        # One submission of a student at a time, so the attempt count, the late days spent and the
+        # insert cannot race (two late submissions with one late day left spend it once).
         User.objects.select_for_update().get(pk=user.pk)
         used = attempts_used(assignment=assignment, student=user)
         if assignment.attempts_allowed and used >= assignment.attempts_allowed:
             raise ServiceError("no_attempts_left", f"all {assignment.attempts_allowed} attempts are used", status=422)
+        late, late_days = _lateness(assignment, user)
         submission = Submission.objects.create(
-            assignment=assignment, student=user, code=code, late=late, tests_version=assignment.tests_version,
-            max_score=sum(t.points for t in tests),
+            assignment=assignment, student=user, code=code, late=late, late_days=late_days,
+            tests_version=assignment.tests_version, max_score=sum(t.points for t in tests),
         )  # fmt: skip
         _add_results(submission, tests)
         transaction.on_commit(pump)
     return submission
+
+
+def _lateness(assignment: Assignment, user: User) -> tuple[bool, int]:
+    """Whether a submission now is late, and the late days it spends (under the student's lock).
+    Past the student's due time (an extension's, else the assignment's) it needs one late day per
+    day begun; those the student already spent on this assignment count. Late days are spent when
+    the course has enough of them left and the assignment allows that many; otherwise the
+    submission is late (if the assignment accepts late work) or refused."""
+    due = due_for(assignment, user)
+    now = timezone.now()
+    if due is None or now <= due:
+        return False, 0
+    needed = math.ceil((now - due) / timedelta(days=1))
+    standing = late_day_standing(assignment.course, user)
+    spent_here = standing.on(assignment.id)
+    if needed <= spent_here:
+        return False, 0
+    extra = needed - spent_here
+    if standing.allowed and needed <= standing.per_assignment and extra <= standing.left:
+        spend, _ = LateDaySpend.objects.get_or_create(course=assignment.course, assignment=assignment, student=user)
+        LateDaySpend.objects.filter(id=spend.id).update(days=needed)
+        return False, extra
+    if assignment.accept_late:
+        return True, 0
+    why = "the due time has passed and late submissions are not accepted"
+    if standing.allowed:
+        why = (f"the due time has passed: this needs {needed} late day{'s' if needed != 1 else ''} on this "
+               f"assignment (at most {standing.per_assignment}), and you have {standing.left} left")  # fmt: skip
+    raise ServiceError("past_due", why, status=422)
 
 
 def _check_rate(user: User, assignment: Assignment) -> None:

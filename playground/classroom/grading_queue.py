@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 from datetime import timedelta
 from typing import Any
 
@@ -54,47 +55,120 @@ def pump() -> int:
         free -= started
         if free <= 0:
             return started
-        # Keys only (the whole queue can be thousands of results, each with its test's texts): the
-        # rows of the results chosen are loaded when they are started.
-        pending = TestResult.objects.filter(status=TestStatus.PENDING, run=None).order_by(
-            "submission__created_at", "position"
-        )
-        by_student: dict[tuple[Any, int], list[tuple[int, Any]]] = {}
-        keys = ("id", "submission__assignment__course_id", "submission__student_id", "submission__created_at")
-        for result_id, course_id, student_id, submitted_at in pending.values_list(*keys):
-            by_student.setdefault((course_id, student_id), []).append((result_id, submitted_at))
+        by_student = _pending_by_student()
         if not by_student:
             return started
-        served = {
-            (m.course_id, m.user_id): m
-            for m in Membership.objects.filter(
-                course_id__in={c for c, _ in by_student}, user_id__in={u for _, u in by_student}
-            )
-        }
-        epoch = timezone.now() - timedelta(days=36500)
-
-        def turn(key: tuple[Any, int]) -> tuple[Any, Any, int]:
-            """A student's place: when they were last served, or (if later) when they submitted
-            the oldest submission still waiting. So each student waits behind those served or
-            submitting before them, a student served just now goes to the back, and one with
-            fifty submissions is one student in the line, not fifty."""
-            last = getattr(served.get(key), "served_at", None) or epoch
-            waiting = by_student[key][0][1]
-            return max(last, waiting), waiting, key[1]
-
+        served = _memberships(by_student)
+        last = {key: at for key, (_, at) in served.items()}
         while free > 0 and by_student:
-            key = min(by_student, key=turn)
+            key = _next_turn(by_student, last)
             result_id, _ = by_student[key].pop(0)
             if not by_student[key]:
                 del by_student[key]
             now = timezone.now()
+            last[key] = now
             if key in served:
-                served[key].served_at = now
-                Membership.objects.filter(id=served[key].id).update(served_at=now)
+                Membership.objects.filter(id=served[key][0]).update(served_at=now)
             result = TestResult.objects.select_related("submission__assignment__course").get(id=result_id)
             started += _start_on_its_own(result)
             free -= 1
     return started
+
+
+Waiting = dict[tuple[Any, int], list[tuple[int, Any]]]  # (course, student) -> [(result id, submitted at)]
+_EPOCH = timezone.now() - timedelta(days=36500)
+
+
+def _pending_by_student() -> Waiting:
+    """The queue, by student of a course, each one's results in the order they are run. Keys only
+    (the whole queue can be thousands of results, each with its test's texts)."""
+    pending = TestResult.objects.filter(status=TestStatus.PENDING, run=None).order_by(
+        "submission__created_at", "position"
+    )
+    by_student: Waiting = {}
+    keys = ("id", "submission__assignment__course_id", "submission__student_id", "submission__created_at")
+    for result_id, course_id, student_id, submitted_at in pending.values_list(*keys):
+        by_student.setdefault((course_id, student_id), []).append((result_id, submitted_at))
+    return by_student
+
+
+def _memberships(by_student: Waiting) -> dict[tuple[Any, int], tuple[int, Any]]:
+    """The waiting students' memberships: (course, student) -> (membership id, last served at)."""
+    found = Membership.objects.filter(
+        course_id__in={c for c, _ in by_student}, user_id__in={u for _, u in by_student}
+    ).values_list("course_id", "user_id", "id", "served_at")
+    return {(course, user): (id_, at) for course, user, id_, at in found}
+
+
+def _next_turn(by_student: Waiting, last: dict[tuple[Any, int], Any]) -> tuple[Any, int]:
+    """Whose test runs next: the student whose place comes first. A student's place is when they
+    were last served, or (if later) when they submitted the oldest submission still waiting. So
+    each student waits behind those served or submitting before them, a student served just now
+    goes to the back, and one with fifty submissions is one student in the line, not fifty."""
+
+    def turn(key: tuple[Any, int]) -> tuple[Any, Any, int]:
+        waiting = by_student[key][0][1]
+        return max(last.get(key) or _EPOCH, waiting), waiting, key[1]
+
+    return min(by_student, key=turn)
+
+
+def queue_place(submission: Submission) -> dict[str, Any] | None:
+    """Where a submission waiting for grading slots stands, from the queue's own state: the test
+    runs `pump` will start before its last one, the students served before its first one, and an
+    estimate of when it is graded (runs ahead over slots, times a recent grading run's median wall
+    time). None once none of its tests waits."""
+    mine = _pending_ids(submission)
+    if not mine:
+        return None
+    by_student = _pending_by_student()
+    mine &= {r for rs in by_student.values() for r, _ in rs}
+    if not mine:
+        return None
+    last = {key: at for key, (_, at) in _memberships(by_student).items()}
+    ahead, students_ahead, seen = 0, set(), False
+    clock = timezone.now()
+    while mine and by_student:
+        key = _next_turn(by_student, last)
+        result_id, _ = by_student[key].pop(0)
+        if not by_student[key]:
+            del by_student[key]
+        clock += timedelta(microseconds=1)
+        last[key] = clock
+        if result_id in mine:
+            mine.discard(result_id)
+            seen = True
+            continue
+        ahead += 1
+        if not seen and key[1] != submission.student_id:
+            students_ahead.add(key)
+    slots = max(1, settings.CORDON_GRADING_SLOTS)
+    run_s = _grading_run_s()
+    total = len(_pending_ids(submission)) + ahead
+    return {
+        "runs_ahead": ahead, "place": len(students_ahead) + 1,
+        "estimate_s": int(math.ceil(total / slots) * run_s + 0.5),
+    }  # fmt: skip
+
+
+def _pending_ids(submission: Submission) -> set[int]:
+    return set(submission.results.filter(status=TestStatus.PENDING, run=None).values_list("id", flat=True))
+
+
+GRADING_RUN_S_DEFAULT = 3.0  # before any grading run has finished
+
+
+def _grading_run_s() -> float:
+    """The median wall time of the last 50 finished grading runs (queue, start and run)."""
+    recent = list(
+        Run.objects.filter(kind=RunKind.TEST, finished_at__isnull=False, started_at__isnull=False)
+        .order_by("-finished_at")
+        .values_list("created_at", "finished_at")[:50]
+    )
+    if not recent:
+        return GRADING_RUN_S_DEFAULT
+    spans = sorted((done - made).total_seconds() for made, done in recent if done is not None)
+    return max(0.5, spans[len(spans) // 2])
 
 
 def _start_on_its_own(result: TestResult, *, check: bool = False) -> int:

@@ -8,9 +8,13 @@ import logging
 from typing import Any
 
 from django.db import transaction
+from django.db.models import F
+from django.db.models.functions import Greatest
 from django.utils import timezone
 
+from playground.classroom.signals import score_changed
 from playground.models import (
+    LateDaySpend,
     Submission,
     SubmissionState,
     TestResult,
@@ -121,6 +125,15 @@ def move_result(result: TestResult, from_status: str, changes: dict[str, Any]) -
     return TestResult.objects.filter(**key).update(**changes)
 
 
+def _give_back_late_days(submission: Submission) -> None:
+    """A submission not graded through no fault of the student's gives back the late days it spent
+    (in its finishing transaction; the student's next late submission counts them again)."""
+    LateDaySpend.objects.filter(assignment_id=submission.assignment_id, student_id=submission.student_id).update(
+        days=Greatest(F("days") - submission.late_days, 0)
+    )
+    submission.late_days = 0
+
+
 def finish_submission(submission_id: Any) -> None:
     """Once every test has a result: graded (scored, charged) or, if the grader failed on any,
     not graded (not charged: the student is told, and may submit again)."""
@@ -138,6 +151,9 @@ def finish_submission(submission_id: Any) -> None:
                 submission.charged = False
                 submission.note = (f"not graded: the grader failed on {names} (not your code); this submission "
                                    "does not count as an attempt")[:500]  # fmt: skip
+                if submission.late_days:  # nor does it keep the late days it spent
+                    _give_back_late_days(submission)
+                    submission.note = (submission.note + ", and its late days were given back")[:500]
             else:  # a regrade of a graded attempt: it stays counted, and the instructor can regrade again
                 submission.note = f"the regrade failed on {names} (not your code); an instructor can regrade"[:500]
         else:
@@ -147,4 +163,6 @@ def finish_submission(submission_id: Any) -> None:
             if submission.note.startswith("the grader hit") or submission.note.startswith("being graded again"):
                 submission.note = ""
         submission.graded_at = now
-        submission.save(update_fields=["state", "score", "charged", "note", "graded_at"])
+        submission.save(update_fields=["state", "score", "charged", "note", "graded_at", "late_days"])
+        if submission.state == SubmissionState.GRADED:
+            transaction.on_commit(lambda: score_changed.send(sender=Submission, submission=submission))

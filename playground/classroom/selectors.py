@@ -4,22 +4,28 @@ submissions exist only for its members (404 for anyone else, as if they did not 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import QuerySet, Sum
+from django.db.models import Q, QuerySet, Sum
 from django.http import Http404
 from django.utils import timezone
 
 from playground.models import (
     STAFF_ROLES,
     Assignment,
+    AssignmentTest,
     Course,
     CourseInvitation,
     Dataset,
+    Extension,
+    LateDaySpend,
     Membership,
     Role,
     Submission,
     SubmissionState,
+    TestResult,
 )
 
 
@@ -69,26 +75,72 @@ def assignment_past_due(assignment: Assignment) -> bool:
     return assignment.due_at is not None and assignment.due_at <= timezone.now()
 
 
+def due_for(assignment: Assignment, student: Any) -> datetime | None:
+    """The student's due time: their extension's, else the assignment's."""
+    extension = Extension.objects.filter(assignment=assignment, student=student).values_list("due_at", flat=True)
+    return extension.first() or assignment.due_at
+
+
+def details_open_at(assignment: Assignment, student: Any) -> datetime | None:
+    """When an after_due test's details are shown to the student: once their own due time (with an
+    extension) and every late day they could still spend on it have passed."""
+    due = due_for(assignment, student)
+    course = assignment.course
+    if due is not None and course.late_days and course.late_days_per_assignment:
+        due += timedelta(days=course.late_days_per_assignment)
+    return due
+
+
+@dataclass(frozen=True)
+class LateDays:
+    """A student's late days in a course: how many the course gives, how many they spent where."""
+
+    allowed: int
+    per_assignment: int
+    spent: dict[Any, int]  # assignment id -> days
+
+    @property
+    def used(self) -> int:
+        return sum(self.spent.values())
+
+    @property
+    def left(self) -> int:
+        return max(0, self.allowed - self.used)
+
+    def on(self, assignment_id: Any) -> int:
+        return self.spent.get(assignment_id, 0)
+
+
+def late_day_standing(course: Course, student: Any) -> LateDays:
+    spent = LateDaySpend.objects.filter(course=course, student=student).values_list("assignment_id", "days")
+    return LateDays(course.late_days, course.late_days_per_assignment, dict(spent))
+
+
 def assignments_for_member(*, course: Course, membership: Membership) -> QuerySet[Assignment]:
+    """Staff see every assignment, drafts too; a student the published ones that have opened."""
     assignments = Assignment.objects.filter(course=course)
     if not is_staff(membership):
-        now = timezone.now()
-        assignments = assignments.exclude(opens_at__gt=now)
+        assignments = assignments.exclude(opens_at__gt=timezone.now()).exclude(published_at=None)
     return assignments
+
+
+def student_sees(assignment: Assignment) -> bool:
+    """Whether a student may see the assignment at all: published, and open."""
+    return assignment.published_at is not None and assignment_is_open(assignment)
 
 
 def assignment_for_member(
     *, user: Any, assignment_id: Any, staff: bool = False, instructor: bool = False
 ) -> tuple[Assignment, Membership]:
-    """The assignment for a member of its course (a student: once it has opened); with `staff` or
-    `instructor`, only for those; 404 for anyone else."""
+    """The assignment for a member of its course (a student: once it is published and has opened);
+    with `staff` or `instructor`, only for those; 404 for anyone else."""
     assignment = Assignment.objects.filter(id=assignment_id).select_related("course").first()
     membership = None if assignment is None else membership_of(user, assignment.course_id)
     if assignment is None or membership is None:
         raise Http404("no such assignment")
     if instructor and membership.role != Role.INSTRUCTOR:
         raise Http404("no such assignment")
-    if (staff or not assignment_is_open(assignment)) and not is_staff(membership):
+    if (staff or not student_sees(assignment)) and not is_staff(membership):
         raise Http404("no such assignment")
     return assignment, membership
 
@@ -99,17 +151,29 @@ def submission_for_viewer(*, user: Any, submission_id: Any) -> tuple[Submission,
     membership = None if submission is None else membership_of(user, submission.assignment.course_id)
     if submission is None or membership is None:
         raise Http404("no such submission")
-    if submission.student_id != user.pk and not is_staff(membership):
+    if (submission.student_id != user.pk or not student_sees(submission.assignment)) and not is_staff(membership):
         raise Http404("no such submission")
     return submission, membership
 
 
 def course_dataset_for_member(*, user: Any, course_id: Any, dataset_id: Any) -> Dataset:
-    course_for_member(user=user, course_id=course_id)
-    dataset = Dataset.objects.filter(course_id=course_id, replaced_at=None, id=dataset_id).first()
+    course, membership = course_for_member(user=user, course_id=course_id)
+    dataset = datasets_for_member(course, membership).filter(id=dataset_id).first()
     if dataset is None:
         raise Http404("no such dataset")
     return dataset
+
+
+def datasets_for_member(course: Course, membership: Membership) -> QuerySet[Dataset]:
+    """The course's datasets as they are now (a replaced one: its replacement only). A student does
+    not see one that only draft or unopened assignments use: it is part of what they would reveal."""
+    datasets = Dataset.objects.filter(course=course, replaced_at=None)
+    if is_staff(membership):
+        return datasets
+    unseen = Assignment.objects.filter(course=course).filter(Q(published_at=None) | Q(opens_at__gt=timezone.now()))
+    seen = assignments_for_member(course=course, membership=membership)
+    hidden = Dataset.objects.filter(assignments__in=unseen).exclude(assignments__in=seen)
+    return datasets.exclude(id__in=hidden.values("id"))
 
 
 def invitations_for_user(*, user: Any) -> QuerySet[CourseInvitation]:
@@ -147,11 +211,6 @@ def invitations_of(course: Course) -> QuerySet[CourseInvitation]:
     return course.invitations.select_related("accepted_by")
 
 
-def course_datasets(course: Course) -> QuerySet[Dataset]:
-    """The course's datasets as they are now (a replaced one: its replacement only)."""
-    return Dataset.objects.filter(course=course, replaced_at=None)
-
-
 def submissions_of(*, assignment: Assignment, student: Any) -> list[Submission]:
     """A student's submissions to an assignment, newest first, without their code."""
     found = Submission.objects.filter(assignment=assignment, student=student).defer("code")
@@ -184,8 +243,9 @@ def assignments_with_max_score(assignments: QuerySet[Assignment]) -> list[tuple[
     return [(a, float(a.max_score or 0.0)) for a in summed.order_by("due_at", "created_at")]
 
 
-def gradebook(course: Course) -> dict[str, Any]:
-    """Students x assignments: each student's latest graded submission (else their latest one)."""
+def gradebook(course: Course, *, per_test: bool = False) -> dict[str, Any]:
+    """Students x assignments: each student's latest graded submission (else their latest one), its
+    final score (the tests' and the staff's adjustments); with `per_test`, each test's points too."""
     scored = assignments_with_max_score(course.assignments.all())
     assignments = [assignment for assignment, _ in scored]
     students = list(course.memberships.filter(role=Role.STUDENT).select_related("user").order_by("user__username"))
@@ -198,18 +258,83 @@ def gradebook(course: Course) -> dict[str, Any]:
         current = latest.get(key)
         if current is None or submission.state == SubmissionState.GRADED or current.state != SubmissionState.GRADED:
             latest[key] = submission
+    test_scores: dict[Any, dict[str, float | None]] = {}
+    if per_test:
+        found = TestResult.objects.filter(submission_id__in=[s.id for s in latest.values()])
+        for submission_id, name, score in found.values_list("submission_id", "name", "score"):
+            test_scores.setdefault(submission_id, {})[name] = score
     rows = []
     for member in students:
         cells: list[dict[str, Any] | None] = []
         for assignment in assignments:
-            found = latest.get((member.user_id, assignment.id))
-            cells.append(None if found is None else {
-                "assignment_id": assignment.id, "score": found.score, "state": found.state,
-                "attempts": attempts.get((member.user_id, assignment.id), 0), "late": found.late,
-                "submission_id": found.id,
+            found_ = latest.get((member.user_id, assignment.id))
+            cells.append(None if found_ is None else {
+                "assignment_id": assignment.id, "score": found_.final_score, "tests_score": found_.score,
+                "adjustment": found_.adjustment, "state": found_.state,
+                "attempts": attempts.get((member.user_id, assignment.id), 0), "late": found_.late,
+                "late_days": found_.late_days, "submission_id": found_.id,
+                "tests": test_scores.get(found_.id) if per_test else None,
             })  # fmt: skip
         rows.append({"username": member.user.get_username(), "cells": cells})
+    names: dict[Any, list[dict[str, Any]]] = {}
+    if per_test:
+        for assignment_id, name, points in AssignmentTest.objects.filter(assignment__in=assignments).values_list(
+            "assignment_id", "name", "points"
+        ):
+            names.setdefault(assignment_id, []).append({"name": name, "points": points})
     return {
-        "assignments": [{"id": a.id, "title": a.title, "max_score": max_score} for a, max_score in scored],
+        "assignments": [
+            {"id": a.id, "title": a.title, "max_score": max_score, "published": a.published_at is not None,
+             "tests": names.get(a.id, [])}
+            for a, max_score in scored
+        ],
         "students": rows,
     }  # fmt: skip
+
+
+def student_record(course: Course, student: Any) -> dict[str, Any]:
+    """One student's every attempt at every assignment of the course, oldest first, with the due
+    time that applies to them and their late days."""
+    standing = late_day_standing(course, student)
+    extensions = dict(
+        Extension.objects.filter(assignment__course=course, student=student).values_list("assignment_id", "due_at")
+    )
+    by_assignment: dict[Any, list[Submission]] = {}
+    mine = Submission.objects.filter(assignment__course=course, student=student).defer("code").order_by("created_at")
+    for submission in mine:
+        by_assignment.setdefault(submission.assignment_id, []).append(submission)
+    assignments = []
+    for assignment, max_score in assignments_with_max_score(course.assignments.all()):
+        submissions = by_assignment.get(assignment.id, [])
+        counted = 0
+        attempts = []
+        for s in submissions:
+            counted += 1 if s.counted else 0
+            attempts.append({
+                "id": s.id, "attempt": counted if s.counted else None, "created_at": s.created_at,
+                "state": s.state, "score": s.score, "final_score": s.final_score, "late": s.late,
+                "late_days": s.late_days,
+            })  # fmt: skip
+        assignments.append({
+            "id": assignment.id, "title": assignment.title, "max_score": max_score,
+            "published": assignment.published_at is not None,
+            "due_at": extensions.get(assignment.id, assignment.due_at), "extended": assignment.id in extensions,
+            "late_days": standing.on(assignment.id), "attempts": attempts,
+        })  # fmt: skip
+    return {
+        "username": student.get_username(),
+        "late_days": {"allowed": standing.allowed, "used": standing.used, "left": standing.left},
+        "assignments": assignments,
+    }
+
+
+def extensions_of(assignment: Assignment) -> QuerySet[Extension]:
+    return assignment.extensions.select_related("student", "granted_by").order_by("student__username")
+
+
+def submission_for_staff(*, user: Any, submission_id: Any) -> Submission:
+    """The submission for its course's staff; 404 for anyone else (its own student too)."""
+    submission, membership = submission_for_viewer(user=user, submission_id=submission_id)
+    if not is_staff(membership):
+        raise Http404("no such submission")
+    return submission

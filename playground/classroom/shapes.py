@@ -6,14 +6,25 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.utils import timezone
+
 from playground.classroom import grading_results
 from playground.classroom import selectors as course_selectors
-from playground.classroom.selectors import assignment_past_due, is_staff
+from playground.classroom.grading_queue import queue_place
+from playground.classroom.selectors import (
+    LateDays,
+    assignment_past_due,
+    details_open_at,
+    is_staff,
+    late_day_standing,
+)
 from playground.models import (
     Assignment,
     Course,
+    Extension,
     Membership,
     Role,
+    ScoreAdjustment,
     Submission,
     SubmissionState,
     TestResult,
@@ -30,6 +41,7 @@ def course_out(course: Course, membership: Membership) -> dict[str, Any]:
         "allowed_runtimes": course.allowed_runtimes, "limits_ceiling": course.limits_ceiling,
         "egress_ceiling": course.egress_ceiling, "require_vm": course.require_vm,
         "quota_concurrent_runs": course.quota_concurrent_runs, "quota_runs_per_hour": course.quota_runs_per_hour,
+        "late_days": course.late_days, "late_days_per_assignment": course.late_days_per_assignment,
         "created_at": course.created_at,
         "students": roles.count(Role.STUDENT), "staff": len(roles) - roles.count(Role.STUDENT),
     }  # fmt: skip
@@ -43,27 +55,31 @@ def membership_out(membership: Membership, *, staff_view: bool) -> dict[str, Any
     }  # fmt: skip
 
 
-def details_shown(visibility: str, assignment: Assignment, staff: bool) -> bool:
-    """Whether a test's details (stdin, args, expectation, diff, feedback) may be shown."""
+def details_shown(visibility: str, assignment: Assignment, staff: bool, student: Any) -> bool:
+    """Whether a test's details (stdin, args, expectation, diff, feedback) may be shown to the
+    student (an after_due test's: once the student can no longer submit on time or with late days)."""
     if staff or visibility == Visibility.VISIBLE:
         return True
-    return visibility == Visibility.AFTER_DUE and assignment_past_due(assignment)
+    if visibility != Visibility.AFTER_DUE:
+        return False
+    opens = details_open_at(assignment, student)
+    return opens is not None and opens <= timezone.now()
 
 
-def test_out(test: Any, assignment: Assignment, staff: bool) -> dict[str, Any]:
+def test_out(test: Any, assignment: Assignment, staff: bool, student: Any) -> dict[str, Any]:
     out: dict[str, Any] = {"name": test.name, "points": test.points, "visibility": test.visibility}
     if staff:
         out.update(
             id=test.id, stdin=test.stdin, args=test.args, expected_stdout=test.expected_stdout, match=test.match,
             check_code=test.check_code, check_runtime=test.check_runtime or None,
         )  # fmt: skip
-    elif details_shown(test.visibility, assignment, staff):
+    elif details_shown(test.visibility, assignment, staff, student):
         out.update(stdin=test.stdin, args=test.args, expected_stdout=test.expected_stdout, match=test.match)
     return out
 
 
-def result_out(result: TestResult, assignment: Assignment, staff: bool) -> dict[str, Any]:
-    shown = details_shown(result.visibility, assignment, staff)
+def result_out(result: TestResult, assignment: Assignment, staff: bool, student: Any) -> dict[str, Any]:
+    shown = details_shown(result.visibility, assignment, staff, student)
     status, words = result.status, grading_results.words_for(result)
     if not shown and status not in grading_results.STATUS_WORDS:
         status, words = "failed", grading_results.HIDDEN_FAILED  # a hidden test says pass or fail, not how it failed
@@ -97,15 +113,40 @@ def submission_out(submission: Submission, *, staff: bool, attempt: int | None, 
     out: dict[str, Any] = {
         "id": submission.id, "assignment_id": submission.assignment_id,
         "student": submission.student.get_username(), "state": submission.state, "score": submission.score,
-        "max_score": submission.max_score, "charged": submission.charged, "late": submission.late,
-        "attempt": attempt, "note": submission.note, "created_at": submission.created_at,
-        "graded_at": submission.graded_at,
+        "max_score": submission.max_score, "adjustment": submission.adjustment,
+        "final_score": submission.final_score, "charged": submission.charged, "late": submission.late,
+        "late_days": submission.late_days, "attempt": attempt, "note": submission.note,
+        "created_at": submission.created_at, "graded_at": submission.graded_at,
     }  # fmt: skip
     if full:
         assignment = submission.assignment
         out["code"] = submission.code
-        out["tests"] = [result_out(r, assignment, staff) for r in submission.results.all()]
+        out["tests"] = [result_out(r, assignment, staff, submission.student) for r in submission.results.all()]
+        out["adjustments"] = [adjustment_out(a, staff=staff) for a in submission.adjustments.all()
+                              if staff or a.withdrawn_at is None]  # fmt: skip
+        waiting = submission.state in (SubmissionState.QUEUED, SubmissionState.GRADING)
+        out["queue"] = queue_place(submission) if waiting else None
     return out
+
+
+def adjustment_out(adjustment: ScoreAdjustment, *, staff: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "id": adjustment.id, "points": adjustment.points, "comment": adjustment.comment, "by": adjustment.by_username,
+        "at": adjustment.at, "rubric_item_id": adjustment.rubric_item_id,
+    }  # fmt: skip
+    if staff:
+        out.update(withdrawn_at=adjustment.withdrawn_at, withdrawn_by=adjustment.withdrawn_by_username or None)
+    return out
+
+
+def late_days_out(standing: LateDays, assignment: Assignment) -> dict[str, Any]:
+    """A student's late days in words too: "1 late day used, 2 left"."""
+    used, left = standing.used, standing.left
+    text = f"{used} late day{'s' if used != 1 else ''} used, {left} left" if standing.allowed else ""
+    return {
+        "allowed": standing.allowed, "per_assignment": standing.per_assignment, "used": used, "left": left,
+        "on_this_assignment": standing.on(assignment.id), "text": text,
+    }  # fmt: skip
 
 
 def my_progress(assignment: Assignment, user: Any) -> dict[str, Any]:
@@ -113,10 +154,14 @@ def my_progress(assignment: Assignment, user: Any) -> dict[str, Any]:
     used = sum(1 for s in mine if s.counted)
     latest = next((s for s in mine if s.state == SubmissionState.GRADED), mine[0] if mine else None)
     left = None if not assignment.attempts_allowed else max(0, assignment.attempts_allowed - used)
+    extension = Extension.objects.filter(assignment=assignment, student=user).first()
     return {
-        "score": latest.score if latest else None, "state": latest.state if latest else None,
+        "score": latest.final_score if latest else None, "state": latest.state if latest else None,
         "attempts_used": used, "attempts_left": left, "submission_id": latest.id if latest else None,
         "late": latest.late if latest else False,
+        "due_at": extension.due_at if extension else assignment.due_at,
+        "extended": extension is not None,
+        "late_days": late_days_out(late_day_standing(assignment.course, user), assignment),
     }  # fmt: skip
 
 
@@ -133,6 +178,9 @@ def assignment_out(assignment: Assignment, membership: Membership) -> dict[str, 
         "past_due": assignment_past_due(assignment), "attempts_allowed": assignment.attempts_allowed,
         "accept_late": assignment.accept_late, "max_score": sum(t.points for t in tests),
         "tests_version": assignment.tests_version, "is_staff": staff,
-        "tests": [test_out(t, assignment, staff) for t in tests],
+        "published": assignment.published_at is not None, "published_at": assignment.published_at,
+        "rubric": [{"id": r.id, "label": r.label, "points": r.points} for r in assignment.rubric_items.all()]
+        if staff else [],
+        "tests": [test_out(t, assignment, staff, membership.user) for t in tests],
         "my": None if staff else my_progress(assignment, membership.user),
     }  # fmt: skip

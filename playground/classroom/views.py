@@ -7,7 +7,7 @@ from typing import Any
 from uuid import UUID
 
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
 
@@ -23,7 +23,7 @@ from playground.classroom.selectors import (
     submission_for_viewer,
 )
 from playground.errors import ServiceError
-from playground.models import Membership, Role
+from playground.models import Membership, Role, SimilarityReport
 from playground.services.audit import record_staff_access
 from runner.spec import RUNTIMES
 
@@ -117,3 +117,25 @@ def submission(request: HttpRequest, submission_id: UUID) -> HttpResponse:
         "viewed_as_staff": viewed_as_staff, **_roles(membership),
     }  # fmt: skip
     return render(request, "classroom/submission.html", context)
+
+
+@login_required
+def student(request: HttpRequest, course_id: UUID, username: str) -> HttpResponse:
+    """One student's every attempt, for the course's staff (404 for anyone else, and for a member
+    who is not a student); the API's read of it is recorded in the audit console."""
+    found, membership = course_for_staff(user=request.user, course_id=course_id)
+    member = found.memberships.select_related("user").filter(user__username=username, role=Role.STUDENT).first()
+    if member is None:
+        raise Http404("no such student")
+    return render(request, "classroom/student.html", {"course": found, "student": member.user, **_roles(membership)})
+
+
+@login_required
+def similarity_pair(request: HttpRequest, report_id: UUID, index: int) -> HttpResponse:
+    """A pair of a similarity report side by side, for the course's staff (404 for anyone else)."""
+    report = SimilarityReport.objects.filter(id=report_id).first()
+    if report is None:
+        raise Http404("no such report")
+    found, membership = assignment_for_member(user=request.user, assignment_id=report.assignment_id, staff=True)
+    context = {"report": report, "index": index, "assignment": found, "course": found.course, **_roles(membership)}
+    return render(request, "classroom/similarity_pair.html", context)

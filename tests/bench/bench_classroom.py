@@ -135,7 +135,7 @@ class Classroom:
         for student in students:
             self.api(self.tokens[student], "POST", "/api/courses/join", {"join_code": course["join_code"]})
         assignment = self.api(self.stack.token, "POST", f"/api/courses/{course['id']}/assignments", {
-            "title": "double it", "runtime": "python", "tests": TESTS,
+            "title": "double it", "runtime": "python", "tests": TESTS, "publish": True,
         })  # fmt: skip
         return Assignment(title, course["id"], assignment["id"])
 

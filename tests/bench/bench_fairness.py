@@ -132,6 +132,7 @@ class Load:
         tests = [{"name": f"t{i}", "expected_stdout": "(a+)+$", "match": "regex"} for i in range(TESTS)]
         self.assignment = room.api(self.teacher, "POST", f"/api/courses/{course['id']}/assignments", {
             "title": "catastrophic", "runtime": "python", "tests": tests, "instructions": "![" * 32_000,
+            "publish": True,
         })["id"]  # fmt: skip
         self.notebook = room.api(self.teacher, "POST", "/api/notebooks", {"name": "hostile"})
 

@@ -63,7 +63,8 @@ MIN_STATEFUL_SCENARIOS = 5
 # too where it comes from a rule JSON Schema cannot state: one that depends on what is stored (a
 # course's runtimes and ceilings, an assignment's opening, due time and attempts, a cell as it was
 # saved, a dataset and an output of the same name, a grading run, what kind of file an output
-# is), spans several fields (due after opens, a test's expectation or its check program, unique
+# is, whether students have submitted or a submission is graded yet, publishing's confirmation),
+# spans several fields (due after opens, a test's expectation or its check program, unique
 # cell ids), or reads an upload's content or name. A 400 there is still a failure.
 #
 # Call sequences run up to 20 calls (Schemathesis's default, 6, rarely gets from a course to an
@@ -94,6 +95,10 @@ include-name = [
     "PUT /api/assignments/{assignment_id}",
     "POST /api/assignments/{assignment_id}/try",
     "POST /api/assignments/{assignment_id}/submissions",
+    "POST /api/assignments/{assignment_id}/publish",
+    "POST /api/assignments/{assignment_id}/unpublish",
+    "PUT /api/assignments/{assignment_id}/extensions",
+    "POST /api/submissions/{submission_id}/adjustments",
 ]
 checks.positive_data_acceptance.expected-statuses = ["2XX", "3XX", "401", "403", "404", "409", "422", "429", "5XX"]
 """

@@ -32,6 +32,8 @@ pytestmark = BROWSER_MARKS
 PASSWORD = "a long enough password"
 NOTEBOOK_URL = re.compile(r"/notebooks/[0-9a-f-]{36}/$")
 RUN_S = 60_000  # ms: how long a short run may take from Run to its outcome on a busy host
+PHONE = {"width": 390, "height": 844}
+DESKTOP = {"width": 1280, "height": 900}
 
 PEOPLE = "name,age\nada,36\nalan,9\ngrace,85\n"
 TRANSFORM = "\n".join(
@@ -108,6 +110,17 @@ class Browser:
         expect(page).to_have_url(NOTEBOOK_URL)  # /playground/ opens the most recent notebook
         expect(page.locator("#notebook")).to_have_attribute("data-ready", "true")
         return page
+
+
+def expect_fits_a_phone(page: Any, path: Path) -> None:
+    """A screenshot at a 390 px phone's width (then back to the desktop's): the page must not scroll
+    sideways there."""
+    page.set_viewport_size(PHONE)
+    page.wait_for_timeout(200)
+    wide = page.evaluate("document.documentElement.scrollWidth")
+    page.screenshot(path=path, full_page=True)
+    page.set_viewport_size(DESKTOP)
+    assert wide <= PHONE["width"], f"{page.url} is {wide} px wide at {PHONE['width']} px"
 
 
 @pytest.fixture

@@ -32,14 +32,13 @@ from tests.playground.test_browser import (  # noqa: F401 - fixtures
     _expect_saved,
     _type_code,
     chromium,
+    expect_fits_a_phone,
     shots,
     site,
 )
 
 pytestmark = BROWSER_MARKS
 
-PHONE = {"width": 390, "height": 844}
-DESKTOP = {"width": 1280, "height": 900}
 SALES = "region,units\nnorth,3\nsouth,5\neast,7\n"
 CELLS = [
     "import pandas as pd\ndf = pd.read_csv('/input/sales.csv')",
@@ -114,7 +113,7 @@ def test_a_notebook_runs_top_to_bottom_with_state_displays_variables_stale_marks
     for cell in range(len(CELLS)):
         expect(_cell(page, cell)).not_to_have_class(re.compile(r"\bstale\b"))
     page.screenshot(path=shots / "sessions-ran-1280.png", full_page=True)
-    _expect_fits_a_phone(page, shots / "sessions-ran-390.png")
+    expect_fits_a_phone(page, shots / "sessions-ran-390.png")
 
     # An edit to cell 1, once saved, makes every cell below it stale, said in words.
     _type_code(page, _cell(page, 0), CELLS[0] + "\n# the regions")
@@ -299,7 +298,7 @@ def test_a_finished_notebook_shows_displays_state_and_chain_and_fits_a_phone(
     expect(opened.locator("caption")).to_have_text(f"{_rows(1, 20)} of 30 shown (of 1200 in the frame)")
     expect(opened).to_be_visible()
     page.screenshot(path=shots / "sessions-by-hand-1280.png", full_page=True)
-    _expect_fits_a_phone(page, shots / "sessions-by-hand-390.png")
+    expect_fits_a_phone(page, shots / "sessions-by-hand-390.png")
 
     page.get_by_role("button", name="remove input old.csv").click()
     _expect_saved(page)
@@ -317,15 +316,6 @@ def test_a_finished_notebook_shows_displays_state_and_chain_and_fits_a_phone(
 
 def _rows(first: int, last: int) -> str:
     return f"rows {first}\N{EN DASH}{last}"
-
-
-def _expect_fits_a_phone(page: Any, path: Path) -> None:
-    page.set_viewport_size(PHONE)
-    page.wait_for_timeout(200)
-    wide = page.evaluate("document.documentElement.scrollWidth")
-    page.screenshot(path=path, full_page=True)
-    page.set_viewport_size(DESKTOP)
-    assert wide <= PHONE["width"], f"the page is {wide} px wide at {PHONE['width']} px"
 
 
 def test_an_exported_notebook_imports_back_with_its_figure_and_its_traceback(

@@ -192,7 +192,7 @@ def _course(client: Client, **policy: Any) -> Any:
 
 def _assignment(client: Client, course_id: str, egress: list[str]) -> Any:
     body = {"title": "Fetch it", "runtime": "python", "egress": egress,
-            "tests": [{"name": "one", "stdin": "1", "expected_stdout": "1"}]}  # fmt: skip
+            "tests": [{"name": "one", "stdin": "1", "expected_stdout": "1"}], "publish": True}  # fmt: skip
     return post(client, f"/api/courses/{course_id}/assignments", body)
 
 

@@ -29,7 +29,8 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis]
 
 
 def assignment_body(tests: list[dict[str, Any]], **more: Any) -> dict[str, Any]:
-    return {"title": "Patterns", "runtime": "python", "tests": tests, "limits": {"wall_timeout_s": 5}, **more}
+    return {"title": "Patterns", "runtime": "python", "tests": tests, "limits": {"wall_timeout_s": 5}, "publish": True,
+            **more}  # fmt: skip
 
 
 def new_course(client: Client) -> str:

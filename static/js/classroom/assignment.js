@@ -28,7 +28,12 @@ function code() { return editor ? editor.state.doc.toString() : ""; }
 
 const isPast = (iso) => Boolean(iso) && new Date(iso) <= new Date();
 // Past due by the server's clock (the API says so), not by this computer's.
-const pastDue = () => Boolean(assignment.due_at) && (assignment.past_due ?? isPast(assignment.due_at));
+const extended = () => Boolean(assignment.my && assignment.my.extended);
+const pastDue = () => (extended() ? isPast(assignment.my.due_at)
+  : Boolean(assignment.due_at) && (assignment.past_due ?? isPast(assignment.due_at)));
+// Late days may still let a late submission through (the server decides how many it needs).
+const lateDays = () => (assignment.my && assignment.my.late_days) || null;
+const lateDaysMayCover = () => Boolean(lateDays() && lateDays().allowed && (lateDays().left > 0 || lateDays().on_this_assignment > 0));
 
 // --- what the assignment says ---------------------------------------------------------------
 
@@ -49,7 +54,14 @@ function renderFacts() {
   const a = assignment;
   const rows = [];
   if (a.opens_at && !isPast(a.opens_at)) rows.push(["Opens", formatWhen(a.opens_at)]);
-  rows.push(["Due", a.due_at ? `${formatWhen(a.due_at)}${pastDue() ? " (past)" : ""}` : "no due date"]);
+  if (staff) rows.push(["Status", a.published ? "published" : "draft: no student sees it until you publish it"]);
+  const due = extended() ? a.my.due_at : a.due_at;
+  const yours = extended() ? " (your extension)" : "";
+  rows.push(["Due", due ? `${formatWhen(due)}${yours}${pastDue() ? " (past)" : ""}` : "no due date"]);
+  if (a.my && a.my.late_days && a.my.late_days.allowed) {
+    const days = a.my.late_days;
+    rows.push(["Late days", `${days.text} (at most ${days.per_assignment} on one assignment; spent automatically by a late submission)`]);
+  }
   rows.push(["Late submissions", a.accept_late ? "accepted, marked late" : "not accepted"]);
   rows.push(["Attempts", attemptsText()]);
   if (a.my && a.my.score !== null && a.my.score !== undefined) rows.push(["Your score", formatScore(a.my.score, a.max_score)]);
@@ -100,7 +112,7 @@ function submitBlocked() {
   const a = assignment;
   if (!a) return "loading…";
   if (a.opens_at && !isPast(a.opens_at) && !staff) return "not open yet";
-  if (pastDue() && !a.accept_late) return "the due date has passed";
+  if (pastDue() && !a.accept_late && !lateDaysMayCover()) return "the due date has passed";
   if (a.attempts_allowed && mine() && mine().attempts_left <= 0) return "no attempts left";
   return null;
 }
@@ -111,6 +123,7 @@ function updateButtons() {
   submitButton.disabled = submitting || Boolean(blocked) || !editor;
   const note = document.getElementById("submit-note");
   if (blocked) note.textContent = `Submit: ${blocked}.`;
+  else if (pastDue() && lateDaysMayCover()) note.textContent = `The due time has passed: submitting spends late days (${lateDays().text}).`;
   else if (assignment.attempts_allowed && mine()) {
     const left = mine().attempts_left;
     note.textContent = `Submitting uses one of your ${left} attempt${left === 1 ? "" : "s"} left (unless grading fails on our side).`;

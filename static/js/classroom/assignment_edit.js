@@ -215,6 +215,7 @@ async function save(event) {
     }
     document.getElementById("view-link").href = `/assignments/${saved.id}/`;
     document.getElementById("saved-links").hidden = false;
+    document.getElementById("draft-note").hidden = Boolean(saved.published);
     document.getElementById("editor-heading").textContent = `Edit ${saved.title}`;
     document.title = `Edit ${saved.title} · Cordon`;
     status("saved");

@@ -122,8 +122,9 @@ async function coursePage(root) {
           onclick: () => regrade(a) }, "Regrade all"));
     }
     const opens = a.opens_at ? formatWhen(a.opens_at) : "open";
-    return el("tr", { "data-id": a.id },
-      el("td", {}, el("a", { href: `/assignments/${a.id}/` }, a.title)),
+    return el("tr", { "data-id": a.id, "data-published": String(a.published) },
+      el("td", {}, el("a", { href: `/assignments/${a.id}/` }, a.title),
+        a.published ? "" : el("span", { class: "draft-mark" }, " draft")),
       el("td", {}, a.runtime), el("td", {}, due(a)), el("td", {}, opens),
       el("td", { class: "num" }, String(+Number(a.max_score).toFixed(2))),
       el("td", {}, a.attempts_allowed ? String(a.attempts_allowed) : "unlimited"), actions);
@@ -144,7 +145,7 @@ async function coursePage(root) {
     const grid = document.getElementById("gradebook");
     const head = el("tr", {}, el("th", { scope: "col" }, "Student"),
       ...book.assignments.map((a) => el("th", { scope: "col" }, el("a", { href: `/assignments/${a.id}/` }, a.title),
-        el("span", { class: "col-type" }, `of ${+Number(a.max_score).toFixed(2)}`))),
+        el("span", { class: "col-type" }, `of ${+Number(a.max_score).toFixed(2)}${a.published ? "" : " · draft"}`))),
       el("th", { scope: "col", class: "num" }, "Total"));
     const maxTotal = book.assignments.reduce((sum, a) => sum + Number(a.max_score || 0), 0);
     const rows = book.students.map((student) => {
@@ -154,15 +155,20 @@ async function coursePage(root) {
         if (!cell) return el("td", { class: "cell-empty muted", "data-assignment": a.id }, "–");
         total += Number(cell.score || 0);
         const score = formatScore(cell.score, a.max_score);
-        const facts = [`${cell.attempts} attempt${cell.attempts === 1 ? "" : "s"}`];
-        if (cell.state !== "graded") facts.unshift(cell.state.replace("_", " "));
+        const facts = [];
+        if (cell.state !== "graded") facts.push(cell.state.replace("_", " "));
+        if (cell.adjustment) facts.push(`${cell.adjustment > 0 ? "+" : "−"}${+Math.abs(cell.adjustment).toFixed(2)} by hand`);
         if (cell.late) facts.push("late");
+        if (cell.late_days) facts.push(`${cell.late_days} late day${cell.late_days === 1 ? "" : "s"}`);
+        const record = `/courses/${course.id}/students/${encodeURIComponent(student.username)}/#assignment-${a.id}`;
         return el("td", { class: `cell state-${cell.state}`, "data-assignment": a.id },
           el("a", { href: `/submissions/${cell.submission_id}/`, "aria-label": `${student.username}, ${a.title}: ${score}` },
             score),
-          el("span", { class: "cell-facts" }, facts.join(" · ")));
+          el("span", { class: "cell-facts" }, [...facts, ""].join(" · "),
+            el("a", { href: record, class: "attempts-link" }, `${cell.attempts} attempt${cell.attempts === 1 ? "" : "s"}`)));
       });
-      return el("tr", { "data-student": student.username }, el("th", { scope: "row" }, student.username), ...cells,
+      const who = el("a", { href: `/courses/${course.id}/students/${encodeURIComponent(student.username)}/` }, student.username);
+      return el("tr", { "data-student": student.username }, el("th", { scope: "row" }, who), ...cells,
         el("td", { class: "num" }, formatScore(total, maxTotal)));
     });
     grid.replaceChildren(el("thead", {}, head),
@@ -336,6 +342,8 @@ async function coursePage(root) {
     document.getElementById("policy-require-vm").checked = Boolean(course.require_vm);
     document.getElementById("policy-concurrent").value = course.quota_concurrent_runs ?? "";
     document.getElementById("policy-per-hour").value = course.quota_runs_per_hour ?? "";
+    document.getElementById("policy-late-days").value = course.late_days ?? 0;
+    document.getElementById("policy-late-days-each").value = course.late_days_per_assignment ?? 0;
     const limits = document.getElementById("policy-limits");
     limits.replaceChildren(...limitFields(info, course.limits_ceiling || {}, { prefix: "limits_ceiling", unset: "maximum" }));
     const egress = document.getElementById("policy-egress");
@@ -352,7 +360,8 @@ async function coursePage(root) {
         egress_ceiling: egressRules(egress.value),
       };
       // A quota left empty is left as it is (a course always has one).
-      for (const [name, id] of [["quota_concurrent_runs", "policy-concurrent"], ["quota_runs_per_hour", "policy-per-hour"]]) {
+      for (const [name, id] of [["quota_concurrent_runs", "policy-concurrent"], ["quota_runs_per_hour", "policy-per-hour"],
+        ["late_days", "policy-late-days"], ["late_days_per_assignment", "policy-late-days-each"]]) {
         const value = document.getElementById(id).value;
         if (value !== "") changes[name] = Number(value);
       }

@@ -31,13 +31,22 @@ function chargedText(charged) {
 
 // One line about a submission (also a history entry's summary; no code, no tests needed).
 export function facts(submission) {
+  const adjusted = Boolean(submission.adjustment) && known(submission.final_score);
+  const score = adjusted ? submission.final_score : submission.score;
   const parts = [
-    el("span", { class: "score", "aria-label": "score" }, formatScore(submission.score, submission.max_score)),
+    el("span", { class: "score", "aria-label": "score" }, formatScore(score, submission.max_score)),
     el("span", { class: `state state-${submission.state}` }, STATE_WORDS[submission.state] || submission.state),
   ];
   if (submission.attempt) parts.push(el("span", {}, `attempt ${submission.attempt}`));
   parts.push(el("span", { class: "when" }, formatWhen(submission.created_at)));
-  parts.push(submission.late ? el("span", { class: "late" }, "late") : el("span", {}, "on time"));
+  if (adjusted) {
+    const sign = submission.adjustment > 0 ? "+" : "−";
+    parts.push(el("span", { class: "adjusted" }, `tests ${+Number(submission.score).toFixed(2)} ${sign} ${+Math.abs(submission.adjustment).toFixed(2)} by hand`));
+  }
+  if (submission.late) parts.push(el("span", { class: "late" }, "late"));
+  else if (submission.late_days) {
+    parts.push(el("span", { class: "late-days" }, `${submission.late_days} late day${submission.late_days === 1 ? "" : "s"} spent`));
+  } else parts.push(el("span", {}, "on time"));
   parts.push(el("span", { class: "charged" }, chargedText(submission.charged)));
   const line = el("span", { class: "submission-facts" });
   parts.forEach((part, index) => { if (index) line.append(" · "); line.append(part); });
@@ -105,11 +114,49 @@ function resultItem(test, { staff = false } = {}) {
   return item;
 }
 
+// About how long: "about 40 s", "about 3 min".
+function roughly(seconds) {
+  if (seconds < 90) return `about ${Math.max(5, Math.round(seconds / 5) * 5)} s`;
+  return `about ${Math.round(seconds / 60)} min`;
+}
+
+// Its place in the grading queue, while it waits (from the queue's own state).
+function queueLine(queue) {
+  const place = queue.place === 1 ? "next in line" : `${queue.place}${ordinal(queue.place)} in line`;
+  return el("p", { class: "queue", "data-place": queue.place },
+    `Waiting for grading: ${place} (${queue.runs_ahead} test run${queue.runs_ahead === 1 ? "" : "s"} ahead), graded in ${roughly(queue.estimate_s)}.`);
+}
+
+function ordinal(n) {
+  if (n % 100 >= 11 && n % 100 <= 13) return "th";
+  return { 1: "st", 2: "nd", 3: "rd" }[n % 10] || "th";
+}
+
+// The staff's adjustments: points and the comment why, who and when (a withdrawn one struck through).
+function adjustmentsList(adjustments, { onWithdraw = null } = {}) {
+  return el("ul", { class: "adjustments" }, ...adjustments.map((a) => {
+    const withdrawn = Boolean(a.withdrawn_at);
+    const item = el("li", { class: withdrawn ? "withdrawn" : null, "data-adjustment": a.id },
+      el("span", { class: "points" }, `${a.points > 0 ? "+" : "−"}${+Math.abs(a.points).toFixed(2)}`), " ",
+      el("span", { class: "comment" }, a.comment), " ",
+      el("span", { class: "muted small" }, `${a.by}, ${formatWhen(a.at)}${withdrawn ? ` · withdrawn by ${a.withdrawn_by}` : ""}`));
+    if (onWithdraw && !withdrawn) {
+      item.append(" ", el("button", { type: "button", class: "link-button", onclick: () => onWithdraw(a) }, "Withdraw"));
+    }
+    return item;
+  }));
+}
+
 // A whole submission: its facts and note, each test's result, and (`link`) its own page.
-export function view(submission, { staff = false, link = false } = {}) {
+export function view(submission, { staff = false, link = false, onWithdraw = null } = {}) {
   const node = el("div", { class: "submission", "data-state": submission.state, "data-id": submission.id },
     el("p", {}, facts(submission)));
+  if (submission.queue) node.append(queueLine(submission.queue));
   if (submission.note) node.append(el("p", { class: "note" }, submission.note));
+  const adjustments = submission.adjustments || [];
+  if (adjustments.length) {
+    node.append(el("h3", {}, "Adjusted by hand"), adjustmentsList(adjustments, { onWithdraw: staff ? onWithdraw : null }));
+  }
   const tests = submission.tests || [];
   if (tests.length) node.append(el("ul", { class: "test-list results" }, ...tests.map((t) => resultItem(t, { staff }))));
   if (link) node.append(el("p", { class: "small" }, el("a", { href: `/submissions/${submission.id}/` }, "Open this submission")));

@@ -96,7 +96,21 @@ def test_a_student_submits_to_an_assignment_with_a_hidden_test_and_the_instructo
     expect(ines.locator("#save-status")).to_have_text("saved")
     expect(ines.locator(".field-error")).to_have_count(0)
     assert re.search(r"/assignments/[0-9a-f-]{36}/edit/$", ines.url), ines.url
+    expect(ines.locator("#draft-note")).to_be_visible()
     ines.screenshot(path=shots / "assignment-editor-1280.png", full_page=True)
+
+    # A draft until published: the confirmation lists what students will see.
+    ines.get_by_role("link", name="View it, and publish it there").click()
+    _expect_ready(ines, "#staff-panel")
+    expect(ines.locator("#publishing")).to_contain_text("Draft")
+    ines.get_by_role("button", name="Publish…").click()
+    dialog = ines.locator("#publish-dialog")
+    expect(dialog).to_be_visible()
+    expect(dialog).to_contain_text("Tests shown in full (input and expected output): doubles 2")
+    expect(dialog).to_contain_text("Tests shown by name, points and pass/fail only: secret case")
+    ines.screenshot(path=shots / "assignment-publish-1280.png")
+    dialog.get_by_role("button", name="Publish", exact=True).click()
+    expect(ines.locator("#publishing")).to_contain_text("Published")
 
     # The student joins with the code, in a browser of their own.
     stu = chromium.logged_in("stu")
@@ -169,7 +183,7 @@ def test_a_student_submits_to_an_assignment_with_a_hidden_test_and_the_instructo
     expect(cell).to_contain_text("2/2")
     expect(ines.locator("#members tbody")).to_contain_text("stu")
     ines.screenshot(path=shots / "course-gradebook-1280.png", full_page=True)
-    cell.get_by_role("link").click()
+    cell.get_by_role("link", name="stu, Double: 2/2").click()
     _expect_ready(ines, "#submission")
     expect(ines.locator("#staff-view")).to_contain_text("recorded")
     expect(ines.locator("#code")).to_have_text(SOLUTION)

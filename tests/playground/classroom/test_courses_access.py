@@ -22,19 +22,23 @@ from django.test import Client
 from django.utils import timezone
 
 from playground.asgi import application
+from playground.classroom import adjustments, grading, grading_results
 from playground.classroom import courses as course_services
-from playground.classroom import grading, grading_results
 from playground.models import (
     Assignment,
     Course,
     CourseInvitation,
     Dataset,
+    Extension,
     Membership,
     Role,
+    RubricItem,
     Run,
     RunKind,
     RunOutputFile,
     RunState,
+    ScoreAdjustment,
+    SimilarityReport,
     StaffAccess,
     Submission,
     SubmissionState,
@@ -88,6 +92,7 @@ def assignment_data(**changes: Any) -> dict[str, Any]:
         "title": "Double it", "instructions": "Print **twice** the number.", "runtime": "python",
         "starter_code": "", "dataset_ids": [], "limits": {"wall_timeout_s": 5}, "opens_at": None,
         "due_at": timezone.now() + timedelta(days=7), "attempts_allowed": 0, "accept_late": False, "tests": TESTS,
+        "publish": True,
     }  # fmt: skip
     return {**data, **changes}
 
@@ -179,8 +184,13 @@ class World:
             sorted(Assignment.objects.values_list("id", "title", "tests_version")),
             sorted(Dataset.objects.values_list("id", "name")),
             sorted(CourseInvitation.objects.values_list("course_id", "identifier", "accepted_at")),
-            sorted(Submission.objects.values_list("id", "state", "score")),
+            sorted(Submission.objects.values_list("id", "state", "score", "adjustment")),
             Run.objects.count(), TestResult.objects.count(),
+            sorted(Assignment.objects.values_list("id", "published_at")),
+            sorted(Extension.objects.values_list("assignment_id", "student_id", "due_at")),
+            sorted(ScoreAdjustment.objects.values_list("id", "withdrawn_at")),
+            sorted(RubricItem.objects.values_list("assignment_id", "label", "points")),
+            SimilarityReport.objects.count(),
         )  # fmt: skip
 
 
@@ -221,6 +231,15 @@ def build_world() -> World:
     output = RunOutputFile.objects.create(run=test_run, name="result.csv", size=8, sha256="0" * 64)
     output.file.save("result", ContentFile(b"a,b\n1,2\n"))
     other_submission = grading.submission_create(user=users["outsider"], assignment=other_assignment, code="1")
+    draft_dataset = upload(users["instructor"], course, "draft-only.csv")
+    draft = course_services.assignment_save(
+        course=course, data=assignment_data(title="Not yet", publish=False, dataset_ids=[draft_dataset.id])
+    )
+    adjustment = adjustments.adjustment_add(submission=submission, by=users["instructor"], points=1, comment="tidy")
+    side = {"key": str(submission.id), "student": "student", "similarity": 0.9, "matched_tokens": 9,
+            "regions": [{"start": 0, "end": 5, "first_line": 1, "last_line": 1}]}  # fmt: skip
+    report = SimilarityReport.objects.create(assignment=assignment, threshold=0.5, state="done",
+                                             pairs=[{"a": side, "b": side}])  # fmt: skip
     try_run = finished_run(owner=users["student"], course=course, kind=RunKind.RUN, code="print('trying')")
     invitation = CourseInvitation.objects.create(course=course, identifier="newcomer", created_by=users["instructor"])
     ids = {
@@ -229,7 +248,8 @@ def build_world() -> World:
         "other_submission": other_submission.id, "dataset": dataset.id, "other_dataset": other_dataset.id,
         "assistant_dataset": assistant_dataset.id,
         "test_run": test_run.id, "check_run": check_run.id, "try_run": try_run.id, "invitation": invitation.id,
-        "output": output.id,
+        "output": output.id, "draft": draft.id, "draft_dataset": draft_dataset.id, "adjustment": adjustment.id,
+        "report": report.id,
     }  # fmt: skip
     return World(users=users, ids={k: str(v) for k, v in ids.items()})
 
@@ -241,10 +261,11 @@ def world() -> World:
 
 # --- the matrix ---------------------------------------------------------------------------
 
-C, A = "/api/courses/{course}", "/api/assignments/{assignment}"
+C, A, D = "/api/courses/{course}", "/api/assignments/{assignment}", "/api/assignments/{draft}"
 ROSTER = Upload("roster.csv", b"newperson\n")
 DATASET = Upload("extra.csv", b"x\n1\n")
 USE_COURSE_DATASET = {"runtime": "python", "code": "print(1)", "dataset_ids": ["{dataset}"]}
+LATER = "2031-01-01T00:00:00Z"
 USE_GRADING_OUTPUT = {"runtime": "python", "code": "print(1)", "output_ids": ["{output}"]}
 
 # (method, path, body): the status for    instructor assistant student classmate outsider anonymous
@@ -291,9 +312,40 @@ MATRIX: list[tuple[str, str, Any, tuple[int, ...]]] = [
     ("post", A + "/submissions", {"code": "print(1)"},          (201, 201, 201, 201, 404, 401)),
     ("get", "/api/submissions/{submission}", None,              (200, 200, 200, 404, 404, 401)),
     ("get", "/api/submissions/{other_submission}", None,        (404, 404, 404, 404, 200, 401)),
-    # the gradebook
+    # the gradebook, and a student's every attempt
     ("get", C + "/gradebook", None,                             (200, 200, 404, 404, 404, 401)),
     ("get", C + "/gradebook.csv", None,                         (200, 200, 404, 404, 404, 401)),
+    ("get", C + "/gradebook.csv?tests=true", None,              (200, 200, 404, 404, 404, 401)),
+    ("get", C + "/students/student", None,                      (200, 200, 404, 404, 404, 401)),
+    ("get", C + "/students/assistant", None,                    (404, 404, 404, 404, 404, 401)),
+    # drafts: staff see and try them, no student sees a trace of one
+    ("get", D, None,                                            (200, 200, 404, 404, 404, 401)),
+    ("get", D + "/submissions", None,                           (200, 200, 404, 404, 404, 401)),
+    ("post", D + "/submissions", {"code": "print(1)"},          (201, 201, 404, 404, 404, 401)),
+    ("post", D + "/try", {"code": "print(1)"},                  (201, 201, 404, 404, 404, 401)),
+    ("get", D + "/publication", None,                           (200, 404, 404, 404, 404, 401)),
+    ("post", D + "/publish", {"confirm": True},                 (200, 404, 404, 404, 404, 401)),
+    ("post", D + "/publish", {"confirm": False},                (422, 404, 404, 404, 404, 401)),
+    ("post", D + "/unpublish", {},                              (200, 404, 404, 404, 404, 401)),
+    ("post", A + "/unpublish", {},                              (409, 404, 404, 404, 404, 401)),
+    # extensions: the staff's to give
+    ("get", A + "/extensions", None,                            (200, 200, 404, 404, 404, 401)),
+    ("put", A + "/extensions", {"student": "student", "due_at": LATER}, (200, 200, 404, 404, 404, 401)),
+    ("put", A + "/extensions", {"student": "outsider", "due_at": LATER}, (404, 404, 404, 404, 404, 401)),
+    ("delete", A + "/extensions/student", None,                 (204, 204, 404, 404, 404, 401)),
+    # manual grading: the rubric the instructor's, adjustments the staff's
+    ("put", A + "/rubric", {"items": [{"label": "style", "points": -1}]}, (200, 404, 404, 404, 404, 401)),
+    ("post", "/api/submissions/{submission}/adjustments", {"points": 2, "comment": "good tests"},
+                                                                (201, 201, 404, 404, 404, 401)),
+    ("delete", "/api/submissions/{submission}/adjustments/{adjustment}", None, (200, 200, 404, 404, 404, 401)),
+    ("post", "/api/submissions/{other_submission}/adjustments", {"points": 2, "comment": "x"},
+                                                                (404, 404, 404, 404, 404, 401)),
+    # similarity reports: the staff's, each pair opened recorded
+    ("post", A + "/similarity", {},                             (202, 202, 404, 404, 404, 401)),
+    ("get", A + "/similarity", None,                            (200, 200, 404, 404, 404, 401)),
+    ("get", "/api/similarity/{report}", None,                   (200, 200, 404, 404, 404, 401)),
+    ("get", "/api/similarity/{report}/pairs/0", None,           (200, 200, 404, 404, 404, 401)),
+    ("get", "/api/similarity/{report}/pairs/1", None,           (404, 404, 404, 404, 404, 401)),
     # the student's grading runs: the course's staff only, never the student
     ("get", "/api/runs/{test_run}", None,                       (200, 200, 404, 404, 404, 401)),
     ("get", "/api/runs/{test_run}/log?stream=stdout", None,     (200, 200, 404, 404, 404, 401)),
@@ -312,6 +364,12 @@ MATRIX: list[tuple[str, str, Any, tuple[int, ...]]] = [
     ("get", "/assignments/{assignment}/", None,                 (200, 200, 200, 200, 404, 302)),
     ("get", "/assignments/{assignment}/edit/", None,            (200, 404, 404, 404, 404, 302)),
     ("get", "/submissions/{submission}/", None,                 (200, 200, 200, 404, 404, 302)),
+    ("get", "/assignments/{draft}/", None,                      (200, 200, 404, 404, 404, 302)),
+    ("get", "/courses/{course}/students/student/", None,        (200, 200, 404, 404, 404, 302)),
+    ("get", "/similarity/{report}/pairs/0/", None,              (200, 200, 404, 404, 404, 302)),
+    # the course's LMS page (LTI): its instructor's
+    ("get", "/lti/courses/{course}/", None,                     (200, 404, 404, 404, 404, 302)),
+    ("post", "/lti/courses/{course}/roster-sync", {},           (302, 404, 404, 404, 404, 302)),
     ("get", "/runs/{test_run}/", None,                          (200, 200, 404, 404, 404, 302)),
     ("get", "/runs/{check_run}/", None,                         (200, 200, 404, 404, 404, 302)),
     ("get", "/runs/{try_run}/", None,                           (200, 200, 200, 404, 404, 302)),
@@ -337,6 +395,8 @@ def test_access_matrix(world: World, method: str, path: str, body: Any, role: st
             "dataset_not_found",
             "output_not_found",
             "instructor_only",
+            "confirmation_needed",
+            "has_submissions",
         ), error
     if status == 404:
         assert COURSE_TITLE.encode() not in response.content  # a 404 does not even confirm the course
@@ -350,6 +410,10 @@ def test_the_matrix_covers_every_classroom_operation() -> None:
 
     covered = {(m, "/" + p.split("/", 2)[2].split("?")[0]) for m, p, _, _ in MATRIX if p.startswith("/api/")}
     placeholders = {"{course}": "{course_id}", "{assignment}": "{assignment_id}", "{submission}": "{submission_id}",
+                    "{draft}": "{assignment_id}", "{report}": "{report_id}", "/pairs/0": "/pairs/{index}",
+                    "/pairs/1": "/pairs/{index}", "{adjustment}": "{adjustment_id}",
+                    "/students/student": "/students/{username}",
+                    "/students/assistant": "/students/{username}", "/extensions/student": "/extensions/{username}",
                     "{other_assignment}": "{assignment_id}", "{other_submission}": "{submission_id}",
                     "{invitation}": "{invitation_id}", "{dataset}": "{dataset_id}", "{other_dataset}": "{dataset_id}",
                     "{assistant_dataset}": "{dataset_id}",
@@ -357,7 +421,10 @@ def test_the_matrix_covers_every_classroom_operation() -> None:
 
     def general(path: str) -> str:
         for specific, name in placeholders.items():
-            path = path.replace(specific, name)
+            if not specific.startswith("/"):
+                path = path.replace(specific, name)
+            elif path.endswith(specific):  # a member's name: the path's last part
+                path = path.removesuffix(specific) + name
         return path
 
     covered = {(m, general(p)) for m, p in covered}
@@ -493,9 +560,9 @@ def test_no_one_sees_a_course_dataset_among_their_own(world: World) -> None:
 
 def test_each_role_is_told_which_course_datasets_it_may_delete(world: World) -> None:
     expected = {
-        "instructor": {"people.csv": True, "helper.csv": True},
-        "assistant": {"people.csv": False, "helper.csv": True},  # the one they uploaded
-        "student": {"people.csv": False, "helper.csv": False},
+        "instructor": {"people.csv": True, "helper.csv": True, "draft-only.csv": True},
+        "assistant": {"people.csv": False, "helper.csv": True, "draft-only.csv": False},  # the one they uploaded
+        "student": {"people.csv": False, "helper.csv": False},  # not the one only a draft uses
     }
     for role, may in expected.items():
         assert {d["name"]: d["can_delete"] for d in world.get_json(role, C + "/datasets")} == may, role
@@ -658,7 +725,7 @@ def test_real_grading_runs_are_the_staffs_and_tell_the_student_nothing_hidden() 
     ]  # fmt: skip
     created = as_instructor.post("/api/courses", json.dumps({"title": "Real"}), content_type="application/json")
     course = created.json()
-    body = {"title": "Double", "runtime": "python", "tests": tests, "limits": {"wall_timeout_s": 5}}
+    body = {"title": "Double", "runtime": "python", "tests": tests, "limits": {"wall_timeout_s": 5}, "publish": True}
     assignment = as_instructor.post(f"/api/courses/{course['id']}/assignments", json.dumps(body),
                                     content_type="application/json").json()  # fmt: skip
     joined = as_student.post("/api/courses/join", json.dumps({"join_code": course["join_code"]}),
@@ -695,3 +762,29 @@ def test_real_grading_runs_are_the_staffs_and_tell_the_student_nothing_hidden() 
     assert response.json()["score"] == 2  # the visible and the hidden expectation passed; the checker said no
     for secret in (HIDDEN["arg"], "918273", "1836546", HIDDEN["check"]):
         assert secret.encode() not in raw, secret
+
+
+# --- drafts ---------------------------------------------------------------------------------
+
+
+def test_no_student_response_names_a_draft_or_a_dataset_only_a_draft_uses(world: World) -> None:
+    """A draft's title, and the dataset only it uses, appear in no answer to a student (lists,
+    gradebook-free pages, the course page's script data) until it is published."""
+    paths = [C, C + "/assignments", C + "/datasets", A, A + "/submissions", "/courses/{course}/", "/api/runs"]
+    for role in ("student", "classmate"):
+        for path in paths:
+            body = world.request(role, "get", path).content
+            assert b"Not yet" not in body and b"draft-only.csv" not in body, (role, path)
+    staff_listing = world.get_json("instructor", C + "/assignments")
+    assert {a["title"]: a["published"] for a in staff_listing} == {"Double it": True, "Not yet": False}
+    assert "draft-only.csv" in {d["name"] for d in world.get_json("assistant", C + "/datasets")}
+    preview = world.get_json("instructor", D + "/publication")
+    assert preview["published"] is False and preview["datasets"] == ["draft-only.csv"]
+    assert preview["tests_name_and_points_only"] == ["hidden", "hidden checker"]
+    assert preview["tests_with_details"] == ["visible", "visible checker"] and preview["tests_after_due"] == [
+        "after due"
+    ]
+    assert world.request("instructor", "post", D + "/publish", {"confirm": True}).status_code == 200
+    assert "Not yet" in {a["title"] for a in world.get_json("student", C + "/assignments")}
+    assert "draft-only.csv" in {d["name"] for d in world.get_json("student", C + "/datasets")}
+    assert world.get_json("student", D)["published"] is True

@@ -47,7 +47,7 @@ def new_course(client: Client, **policy: Any) -> dict[str, Any]:
 
 
 def assignment_body(**changes: Any) -> dict[str, Any]:
-    return {"title": "Double it", "runtime": "python", "tests": [DOUBLE_TEST], **changes}
+    return {"title": "Double it", "runtime": "python", "tests": [DOUBLE_TEST], "publish": True, **changes}
 
 
 def new_assignment(client: Client, course_id: str, **changes: Any) -> dict[str, Any]:
@@ -402,12 +402,15 @@ def test_the_gradebook_has_a_row_per_student_and_a_cell_per_assignment() -> None
     pending = _graded(first["id"], bea, None)  # graded one stays the cell's, the pending one counts an attempt
     _graded(first["id"], instructor_user, 3.0)  # staff's own submissions are not a row
     book = call(instructor, "GET", f"/api/courses/{course['id']}/gradebook")
-    assert book["assignments"] == [{"id": first["id"], "title": "First", "max_score": 3.0},
-                                   {"id": second["id"], "title": "Second", "max_score": 1.0}]  # fmt: skip
+    assert book["assignments"] == [
+        {"id": first["id"], "title": "First", "max_score": 3.0, "published": True},
+        {"id": second["id"], "title": "Second", "max_score": 1.0, "published": True},
+    ]
     assert [s["username"] for s in book["students"]] == ["abe", "bea"]
     assert book["students"][0]["cells"] == [None, None]
     cell = book["students"][1]["cells"][0]
-    assert cell == {"assignment_id": first["id"], "score": 3.0, "state": "graded", "attempts": 3, "late": True,
+    assert cell == {"assignment_id": first["id"], "score": 3.0, "tests_score": 3.0, "adjustment": 0.0,
+                    "state": "graded", "attempts": 3, "late": True, "late_days": 0,
                     "submission_id": str(best.id)}  # fmt: skip
     assert book["students"][1]["cells"][1] is None and pending.state == "queued"
 

@@ -30,7 +30,7 @@ def course_with(instructor: Client, tests: list[dict[str, Any]], **assignment: A
     """(course id, join code, assignment id)"""
     course = post(instructor, "/api/courses", {"title": "Programming 1"})
     body = {"title": "Double it", "runtime": "python", "starter_code": "", "tests": tests,
-            "limits": {"wall_timeout_s": 5}, **assignment}  # fmt: skip
+            "limits": {"wall_timeout_s": 5}, "publish": True, **assignment}  # fmt: skip
     created = post(instructor, f"/api/courses/{course['id']}/assignments", body)
     return course["id"], course["join_code"], created["id"]
 
@@ -232,7 +232,7 @@ def test_the_run_button_runs_with_the_course_datasets_and_the_student_sees_it() 
     upload = instructor.post(f"/api/courses/{course['id']}/datasets", {"file": _upload("people.csv", b"a\n1\n2\n")})
     assert upload.status_code == 201, upload.content
     body = {"title": "Count", "runtime": "python", "dataset_ids": [upload.json()["id"]],
-            "tests": [{"name": "rows", "expected_stdout": "3"}]}  # fmt: skip
+            "tests": [{"name": "rows", "expected_stdout": "3"}], "publish": True}  # fmt: skip
     assignment = post(instructor, f"/api/courses/{course['id']}/assignments", body)["id"]
     _, student = joined(course["join_code"])
     program = "import sys\nprint(len(open('/input/people.csv').read().split()), sys.argv[1:], input())"
