@@ -13,8 +13,9 @@ DEB_PACKAGES := bubblewrap mmdebstrap redis-server python3-venv libseccomp2 ca-c
 # and openssl (the egress tests' own test host in a network namespace, with its own certificate),
 # and Node (its test runner over the browser code's pure modules: tests/js).
 TEST_DEB_PACKAGES := chromium postgresql iproute2 openssl nodejs
-# The browser code's tooling (eslint) is a devDependency of the package that builds the vendored
-# CodeMirror bundle, installed from its lock; the stamp says it is.
+# The browser code's tooling (eslint) and the single sign-on tests' OpenID Provider (oidc-provider)
+# are devDependencies of the package that builds the vendored CodeMirror bundle, installed from its
+# lock; the stamp says it is.
 FRONTEND := playground/frontend
 FRONTEND_STAMP := $(FRONTEND)/node_modules/.cordon-installed
 
@@ -93,9 +94,10 @@ run: images migrate kvm-access cgroup-tuning ## serve Cordon on 127.0.0.1:8000 w
 	@$(PY) -m runner doctor || true
 	@$(PY) manage.py ensure_admin
 	@$(PY) manage.py serve_info
+	@$(PY) manage.py metrics_reset -v0 >/dev/null
 	exec $(VENV)/bin/honcho start
 
-test: images kvm-access test-system ## run the test suite, then the several-hosts proof (make test-hosts, ~5 min with its chaos part)
+test: images kvm-access test-system $(FRONTEND_STAMP) ## run the test suite, then the several-hosts proof (make test-hosts, ~5 min with its chaos part)
 	node --test tests/js/*.test.mjs
 	@$(PY) manage.py collectstatic --noinput -v0
 	$(PY) -m pytest

@@ -52,6 +52,19 @@ def _survive_a_lost_broker_connection() -> None:
 _survive_a_lost_broker_connection()
 app = Celery("playground")
 app.config_from_object("django.conf:settings", namespace="CELERY")
+
+
+@signals.setup_logging.connect
+def _django_logging(**kwargs: Any) -> None:
+    """The worker and the beat log as the web does (settings.LOGGING: one JSON object a line, or
+    plain): connecting here keeps Celery from putting its own format on the root logger."""
+    import logging.config
+
+    from django.conf import settings
+
+    logging.config.dictConfig(settings.LOGGING)
+
+
 app.autodiscover_tasks()
 
 
@@ -123,6 +136,9 @@ def _close_ready_sandboxes(**kwargs: Any) -> None:
     from runner.ready import ReadyPool
 
     ReadyPool.close_mine()
+    from playground.metrics import process_ended
+
+    process_ended(os.getpid())  # its live gauges go; its counts stay in the host's sums
 
 
 @signals.worker_ready.connect
@@ -134,10 +150,23 @@ def _register_and_sweep(sender: Any = None, **kwargs: Any) -> None:
     host_sweep(min_age_s=0)  # what this host's runs left when it died (a live run's lock keeps it)
     if kind != "grading":
         _warm_up()
+        _serve_metrics()
     consumed = sorted(sender.app.amqp.queues.consume_from)
     HostLoop(nodename=sender.hostname, queues=_engine_queues(sender.app), consumed=consumed).start()
     if kind != "runs":
         GradingLoop().start()
+
+
+def _serve_metrics() -> None:
+    """With CORDON_METRICS_BIND (host:port), this host's metrics served there by the runs worker,
+    for Prometheus to scrape a worker host that has no web process (playground/metrics.py)."""
+    from django.conf import settings
+
+    from playground.metrics import serve
+
+    if settings.CORDON_METRICS_BIND:
+        address = serve(settings.CORDON_METRICS_BIND)
+        log.info("metrics served at http://%s/metrics", address)
 
 
 def _warm_up() -> None:

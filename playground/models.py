@@ -176,6 +176,8 @@ class Run(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
+        # Given to the accounts whose bearer tokens Prometheus scrapes /metrics with.
+        permissions = [("view_metrics", "Can read the Prometheus metrics (/metrics)")]
 
     def __str__(self) -> str:
         return f"run {self.id}"
@@ -367,6 +369,25 @@ class StaffAccess(models.Model):
 
     def __str__(self) -> str:
         return f"{self.staff_username} viewed {self.owner_username}'s {self.what}"
+
+
+class Purge(models.Model):
+    """A deletion of user data by retention (kind "expired": what was older than its kind's days)
+    or on request (kind "user": one user's data, by a staff member): what, how many, who, when.
+    An audit row itself: kept for CORDON_RETENTION_AUDIT_DAYS like staff accesses."""
+
+    kind = models.CharField(max_length=16)
+    owner_username = models.CharField(max_length=150, blank=True)  # a "user" purge's
+    by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    counts = models.JSONField(default=dict)  # {"logs": 3, "outputs": 5, ...}
+    older_than = models.JSONField(default=dict, blank=True)  # an "expired" purge's cutoff per kind
+    at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+
+    def __str__(self) -> str:
+        return f"purge ({self.kind}) at {self.at:%Y-%m-%d %H:%M}"
 
 
 class Invite(models.Model):
@@ -766,3 +787,60 @@ class SimilarityReport(models.Model):
 
     def __str__(self) -> str:
         return f"similarity report {self.id}"
+
+
+class SsoIdentity(models.Model):
+    """A person at the single sign-on provider (its issuer and their `sub`, which never changes nor
+    passes to someone else) and the account made for them at their first sign-in. Accounts are found
+    by this, never by a user name or an email another account may already have."""
+
+    issuer = models.CharField(max_length=255)
+    subject = models.CharField(max_length=255)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="sso_identities")
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_login_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["issuer", "subject"], name="sso_identity_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.subject} at {self.issuer}"
+
+
+class ReceiptChain(models.Model):
+    """The head of one host's chain of run receipts (the host that wrote them: CORDON_HOST_NAME).
+    Its row is locked while a receipt is added, so two processes, on one host or, with PostgreSQL,
+    on several, never take the same place in a chain; and it says how long the chain is, so a
+    receipt deleted from its end is missed (playground/selectors/receipts.py)."""
+
+    host = models.CharField(max_length=128, unique=True)
+    length = models.PositiveBigIntegerField(default=0)
+    head = models.CharField(max_length=64, blank=True)  # the sha256 of its last receipt
+
+    def __str__(self) -> str:
+        return f"{self.host}: {self.length} receipts"
+
+
+class Receipt(models.Model):
+    """A finished run's receipt (runner/receipt.py): its facts as signed canonical JSON, chained to
+    the previous receipt of the host that wrote it. Metadata only, never user data. It outlives
+    its run (no constraint on `run`), so a deleted run row is named by the audit, not hidden."""
+
+    run = models.OneToOneField(
+        Run, on_delete=models.DO_NOTHING, db_constraint=False, related_name="receipt", editable=False
+    )
+    host = models.CharField(max_length=128)
+    sequence = models.PositiveBigIntegerField()  # 1, 2, ... in its host's chain
+    prev_hash = models.CharField(max_length=64, blank=True)  # the previous receipt's sha256; blank for the first
+    body = models.TextField()  # the canonical JSON that was hashed and signed, exactly
+    sha256 = models.CharField(max_length=64, unique=True)
+    signature = models.CharField(max_length=128)  # Ed25519, base64
+    key_id = models.CharField(max_length=32)
+    issued_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        ordering = ["host", "sequence"]
+        constraints = [models.UniqueConstraint(fields=["host", "sequence"], name="receipt_place_per_host")]
+
+    def __str__(self) -> str:
+        return f"receipt {self.host} #{self.sequence}"

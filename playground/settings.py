@@ -14,6 +14,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from playground.sso.config import check_sso_settings
 from runner.config import ENV_FILE, PROJECT_ROOT, paths_from_env
 from runner.egress.policy import ceiling_from_env
 from runner.env import ConfigError, env_bool, env_int, env_list, env_str, load_env_file
@@ -47,6 +48,34 @@ try:
     HTTP_HOST = env_str("CORDON_HTTP_HOST", "127.0.0.1")
     HTTP_PORT = env_int("CORDON_HTTP_PORT", 8000, minimum=1, maximum=65535)
     CORDON_SIGNUP = env_bool("CORDON_SIGNUP", False)
+    # Who may create a course: "everyone" (any account) or "instructors" (superusers and accounts
+    # with playground.add_course: the "instructors" group single sign-on fills). An LMS launch by an
+    # instructor (LTI) makes its course either way.
+    CORDON_COURSE_CREATORS = env_str("CORDON_COURSE_CREATORS", "everyone")
+    if CORDON_COURSE_CREATORS not in ("everyone", "instructors"):
+        raise ConfigError(f"CORDON_COURSE_CREATORS must be 'everyone' or 'instructors', not {CORDON_COURSE_CREATORS!r}")
+    # Single sign-on with OpenID Connect (playground/sso): off unless an issuer is set. Groups in the
+    # groups claim make an account staff, superuser or instructor, again at each sign-in; a list left
+    # empty leaves that flag to the console. CORDON_PASSWORD_LOGIN=false: SSO is the only way in.
+    CORDON_OIDC_ISSUER = env_str("CORDON_OIDC_ISSUER", "")
+    CORDON_OIDC_CLIENT_ID = env_str("CORDON_OIDC_CLIENT_ID", "")
+    CORDON_OIDC_CLIENT_SECRET = env_str("CORDON_OIDC_CLIENT_SECRET", "")
+    CORDON_OIDC_PROVIDER_NAME = env_str("CORDON_OIDC_PROVIDER_NAME", "single sign-on")
+    CORDON_OIDC_SCOPES = env_str("CORDON_OIDC_SCOPES", "openid email profile")
+    CORDON_OIDC_USERNAME_CLAIM = env_str("CORDON_OIDC_USERNAME_CLAIM", "preferred_username")
+    CORDON_OIDC_GROUPS_CLAIM = env_str("CORDON_OIDC_GROUPS_CLAIM", "groups")
+    CORDON_OIDC_STAFF_GROUPS = env_list("CORDON_OIDC_STAFF_GROUPS", [])
+    CORDON_OIDC_SUPERUSER_GROUPS = env_list("CORDON_OIDC_SUPERUSER_GROUPS", [])
+    CORDON_OIDC_INSTRUCTOR_GROUPS = env_list("CORDON_OIDC_INSTRUCTOR_GROUPS", [])
+    CORDON_OIDC_SIGN_ALGO = env_str("CORDON_OIDC_SIGN_ALGO", "RS256")
+    CORDON_PASSWORD_LOGIN = env_bool("CORDON_PASSWORD_LOGIN", True)
+    check_sso_settings(
+        issuer=CORDON_OIDC_ISSUER,
+        client_id=CORDON_OIDC_CLIENT_ID,
+        client_secret=CORDON_OIDC_CLIENT_SECRET,
+        sign_algo=CORDON_OIDC_SIGN_ALGO,
+        password_login=CORDON_PASSWORD_LOGIN,
+    )
     CORDON_QUOTA_CONCURRENT_RUNS = env_int("CORDON_QUOTA_CONCURRENT_RUNS", 4, minimum=1)
     CORDON_QUOTA_RUNS_PER_HOUR = env_int("CORDON_QUOTA_RUNS_PER_HOUR", 300, minimum=1)
     CORDON_QUOTA_STORAGE_BYTES = env_int("CORDON_QUOTA_STORAGE_BYTES", 1 << 30, minimum=1)
@@ -85,6 +114,9 @@ try:
     CORDON_JOIN_THROTTLE_WINDOW_S = env_int("CORDON_JOIN_THROTTLE_WINDOW_S", 900, minimum=1)
     # This worker host's name: its WorkerHost row, each run's worker_host. Unique per host.
     CORDON_HOST_NAME = env_str("CORDON_HOST_NAME", "") or socket.gethostname()
+    # The site's Ed25519 key that signs run receipts (PEM; made, mode 0600, on first use). Every
+    # host of a site points this at a copy of the same key: one public key checks all receipts.
+    CORDON_RECEIPT_KEY_FILE = Path(env_str("CORDON_RECEIPT_KEY_FILE", "") or DATA_DIR / "receipt_key.pem")
     # Where datasets, outputs and stored logs live: "filesystem" (MEDIA_ROOT, one host) or
     # "database" (the database every host already shares: playground/storage.py).
     CORDON_STORAGE = env_str("CORDON_STORAGE", "filesystem")
@@ -95,6 +127,29 @@ try:
     # The operator's egress ceiling (CORDON_EGRESS_CEILING, a runner.egress.Policy): what any run's
     # egress policy may name at most. Empty, the default: no run gets a network.
     CORDON_EGRESS_CEILING = ceiling_from_env()
+    # What an operator plugs in (README, "Operating Cordon"). Log lines: "json" (one object a line:
+    # playground/logformat.py) or "plain" (the text lines of before).
+    CORDON_LOG_FORMAT = env_str("CORDON_LOG_FORMAT", "json")
+    if CORDON_LOG_FORMAT not in ("json", "plain"):
+        raise ConfigError(f"CORDON_LOG_FORMAT must be 'json' or 'plain', not {CORDON_LOG_FORMAT!r}")
+    # Prometheus metrics: every process of this host writes its counts here (prometheus_client's
+    # multiprocess mode, which reads the variable when it is first imported: set here, before).
+    # `/metrics` answers a bearer token of an account with the view_metrics permission; with
+    # CORDON_METRICS_BIND (host:port) a worker host serves them there too, without a token.
+    CORDON_METRICS_DIR = Path(env_str("CORDON_METRICS_DIR", "") or DATA_DIR / "metrics" / CORDON_HOST_NAME)
+    CORDON_METRICS_BIND = env_str("CORDON_METRICS_BIND", "")
+    _bind_port = CORDON_METRICS_BIND.rpartition(":")[2]
+    if CORDON_METRICS_BIND and not (_bind_port.isdigit() and int(_bind_port) <= 65535):
+        raise ConfigError(f"CORDON_METRICS_BIND must be host:port, such as 10.0.0.5:9464; got {CORDON_METRICS_BIND!r}")
+    # Days each kind of data is kept (retention: playground/services/retention.py). Receipts and
+    # audit rows (staff accesses, purges) outlive logs and outputs by default.
+    CORDON_RETENTION = {
+        "logs": env_int("CORDON_RETENTION_LOGS_DAYS", CORDON_RETENTION_DAYS, minimum=1),
+        "outputs": env_int("CORDON_RETENTION_OUTPUTS_DAYS", CORDON_RETENTION_DAYS, minimum=1),
+        "snapshots": env_int("CORDON_RETENTION_SNAPSHOTS_DAYS", CORDON_RETENTION_DAYS, minimum=1),
+        "datasets": env_int("CORDON_RETENTION_DATASETS_DAYS", CORDON_RETENTION_DAYS, minimum=1),
+        "audit": env_int("CORDON_RETENTION_AUDIT_DAYS", 3650, minimum=1),
+    }
 except ConfigError as exc:
     raise ImproperlyConfigured(f"Cordon configuration error: {exc}") from exc
 
@@ -213,6 +268,13 @@ FILE_UPLOAD_HANDLERS = [
     "django.core.files.uploadhandler.TemporaryFileUploadHandler",
 ]
 
+# Passwords (Django's own backend) unless CORDON_PASSWORD_LOGIN=false, which also ends the sessions
+# passwords opened; OpenID Connect where an issuer is configured.
+AUTHENTICATION_BACKENDS = [
+    *(["django.contrib.auth.backends.ModelBackend"] if CORDON_PASSWORD_LOGIN else []),
+    *(["playground.sso.backend.OidcBackend"] if CORDON_OIDC_ISSUER else []),
+]
+
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "home"
@@ -291,9 +353,15 @@ CHANNEL_LAYERS = {
     }
 }
 
+os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(CORDON_METRICS_DIR)
+CORDON_METRICS_DIR.mkdir(parents=True, exist_ok=True, mode=0o700)
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "formatters": {"json": {"()": "playground.logformat.JsonFormatter"}},
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", **({"formatter": "json"} if CORDON_LOG_FORMAT == "json" else {})}
+    },
     "root": {"handlers": ["console"], "level": "INFO"},
 }

@@ -28,6 +28,8 @@ from django.core.cache import BaseCache, caches
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.shortcuts import render
 
+from playground.metrics import count_throttled
+
 log = logging.getLogger(__name__)
 
 CACHE_ALIAS = "throttle"
@@ -160,6 +162,7 @@ def check_token_address(request: HttpRequest) -> None:
     """Raise AuthThrottled when this address is locked out, before any token is looked up."""
     wait_s = retry_after_s([address_subject(client_address(request))])
     if wait_s is not None:
+        count_throttled("token_address")
         raise AuthThrottled(wait_s)
 
 
@@ -184,6 +187,7 @@ def throttled_login(view: Callable[..., HttpResponseBase]) -> Callable[..., Http
             username = request.POST.get(get_user_model().USERNAME_FIELD, "")
             wait_s = retry_after_s(_login_subjects(request, username))
             if wait_s is not None:
+                count_throttled("login")
                 return _throttled_page(request, wait_s)
         return view(request, *args, **kwargs)
 
@@ -237,7 +241,10 @@ def join_subjects(request: HttpRequest) -> list[Subject]:
 
 def join_wait_s(request: HttpRequest) -> int | None:
     """Seconds until this user and address may try a join code again; None when they may now."""
-    return retry_after_s(join_subjects(request))
+    wait_s = retry_after_s(join_subjects(request))
+    if wait_s is not None:
+        count_throttled("join")
+    return wait_s
 
 
 def join_failed(request: HttpRequest) -> None:
@@ -264,7 +271,10 @@ def rate_wait_s(key: str, limit: int, window_s: int = 60) -> int | None:
     except redis.RedisError as exc:
         log.warning("rate limit: the throttle store is unreachable, not limiting: %s", exc)
         return None
-    return max(1, math.ceil(started + window_s - now)) if count > limit else None
+    if count <= limit:
+        return None
+    count_throttled(key.split(":", 1)[0])  # the rate's name ("submit"), not its subject
+    return max(1, math.ceil(started + window_s - now))
 
 
 def _wait_words(wait_s: int) -> str:

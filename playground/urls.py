@@ -33,6 +33,7 @@ urlpatterns = [
     path("accounts/login/", throttled_login(views.LoginPage.as_view()), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("accounts/signup/", views.signup, name="signup"),
+    path("accounts/oidc/", include("playground.sso.urls")),
     path("account/", views.account, name="account"),
     path("account/tokens/", views.token_new, name="token_new"),
     path("account/tokens/<int:token_id>/revoke/", views.token_delete, name="token_delete"),
@@ -42,8 +43,9 @@ urlpatterns = [
     path("account/invites/<int:invite_id>/revoke/", views.invite_delete, name="invite_delete"),
     path("favicon.ico", views.Favicon.as_view()),
     # Ahead of admin.site.urls, so that it answers the admin's own log-in URL (admin:login).
-    path("admin/login/", throttled_login(admin.site.login)),
+    path("admin/login/", throttled_login(views.admin_login)),
     path("admin/", admin.site.urls),
     path("api/", api.urls),
+    path("metrics", views.metrics, name="metrics"),
     path("lti/", include("playground.lti.urls")),
 ]

@@ -1,12 +1,14 @@
 """Pages. Thin: they call selectors and services and render templates."""
 
+import logging
 from collections.abc import Callable
 from functools import wraps
 from typing import Any
+from urllib.parse import urlencode
 from uuid import UUID
 
 from django.conf import settings
-from django.contrib import messages
+from django.contrib import admin, messages
 from django.contrib.auth import login, update_session_auth_hash
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
@@ -21,23 +23,28 @@ from django.urls import reverse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 from django.views.generic import RedirectView
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from playground import throttle
 from playground.forms import InviteForm, TokenForm
+from playground.metrics import scrape
 from playground.selectors.accounts import invite_list, token_list_for_user
 from playground.selectors.images import image_list_built
 from playground.selectors.notebooks import notebook_get_for_user
 from playground.selectors.runs import run_egress_view, run_get_for_viewer, run_history_for_user
 from playground.services import notebooks as notebook_services
-from playground.services.accounts import token_create, token_revoke
+from playground.services.accounts import token_create, token_revoke, token_user
 from playground.services.audit import record_staff_access
 from playground.services.invites import InviteInvalid, invite_check, invite_create, invite_redeem, invite_revoke
+from playground.sso.config import password_login, sso_config
+
+log = logging.getLogger(__name__)
 
 
 def home(request: HttpRequest) -> HttpResponse:
     if request.user.is_authenticated:
         return redirect("playground")
-    return render(request, "home.html", {"signup": settings.CORDON_SIGNUP})
+    return render(request, "home.html", {"signup": _signup_open()})
 
 
 @login_required
@@ -81,11 +88,38 @@ def images(request: HttpRequest) -> HttpResponse:
 # --- accounts: log-in, sign-up (open, or by invite), the account page, invites ---------------------
 
 
+def _signup_open() -> bool:
+    return bool(settings.CORDON_SIGNUP) and password_login()
+
+
+def _sso_name() -> str:
+    config = sso_config()
+    return config.provider_name if config else ""
+
+
 class LoginPage(auth_views.LoginView):
-    """Django's log-in view, telling the page whether visitors may sign up themselves."""
+    """Django's log-in view, telling the page whether visitors may sign up themselves and how they
+    sign in: a password, single sign-on, or both. With passwords off, a POSTed one is refused."""
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
-        return {**super().get_context_data(**kwargs), "signup": settings.CORDON_SIGNUP}
+        context = super().get_context_data(**kwargs)
+        return {**context, "signup": _signup_open(), "sso": _sso_name(), "password_login": password_login()}
+
+    def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if password_login():
+            return super().post(request, *args, **kwargs)
+        log.warning("login: a password was posted from %s; passwords are off", throttle.client_address(request))
+        context = self.get_context_data(refused=f"This site does not take passwords: sign in with {_sso_name()}.")
+        return self.render_to_response(context, status=403)
+
+
+def admin_login(request: HttpRequest) -> HttpResponseBase:
+    """The audit console's log-in: Django's form where passwords are all there is, else the site's
+    log-in page (which offers single sign-on), coming back to the console."""
+    if sso_config() is None:
+        return admin.site.login(request)
+    target = request.GET.get("next") or reverse("admin:index")
+    return redirect(reverse("login") + "?" + urlencode({"next": target}))
 
 
 class Favicon(RedirectView):
@@ -98,6 +132,8 @@ class Favicon(RedirectView):
 def signup(request: HttpRequest) -> HttpResponse:
     """Sign-up: with an invite link (?invite=<key>) always, without one only where the operator
     allows it (CORDON_SIGNUP)."""
+    if not password_login():  # accounts are made at the first sign-in, invite or not
+        return render(request, "registration/signup_closed.html", {"sso": _sso_name()}, status=404)
     key = request.GET.get("invite", "")
     if key:
         return _signup_with_invite(request, key)
@@ -174,7 +210,8 @@ def _account_page(request: HttpRequest, password_form: PasswordChangeForm, statu
     # Django's form focuses the old password on load; on this page it would scroll past the tokens.
     password_form.fields["old_password"].widget.attrs.pop("autofocus", None)
     tokens = token_list_for_user(user=request.user)  # type: ignore[arg-type]
-    context = {"tokens": tokens, "token_form": TokenForm(), "password_form": password_form}
+    context = {"tokens": tokens, "token_form": TokenForm(), "password_form": password_form,
+               "has_password": _has_password(request)}  # fmt: skip
     return render(request, "account.html", context, status=status)
 
 
@@ -203,6 +240,8 @@ def token_delete(request: HttpRequest, token_id: int) -> HttpResponse:
 @require_POST
 @login_required
 def password_change(request: HttpRequest) -> HttpResponse:
+    if not _has_password(request):
+        raise PermissionDenied("this account signs in with single sign-on, without a password here")
     # A wrong current password counts against the account and the address like a failed log-in, so
     # that a session left open does not let someone try passwords without limit.
     subjects = [
@@ -221,6 +260,12 @@ def password_change(request: HttpRequest) -> HttpResponse:
     if "old_password" in form.errors:
         throttle.record_failure(subjects)
     return _account_page(request, form, status=400)
+
+
+def _has_password(request: HttpRequest) -> bool:
+    # An account made by single sign-on has none; with passwords off, nobody's counts.
+    user = request.user
+    return password_login() and user.is_authenticated and user.has_usable_password()
 
 
 @staff_required
@@ -253,3 +298,29 @@ def invite_delete(request: HttpRequest, invite_id: int) -> HttpResponse:
         raise Http404("no unused invite with that id")
     messages.success(request, "Invite revoked: its link no longer works.")
     return redirect("invites")
+
+
+@never_cache
+def metrics(request: HttpRequest) -> HttpResponse:
+    """Prometheus's scrape: to a bearer token of a staff account with the view_metrics permission
+    (a superuser has it), never to anyone else. Unknown tokens count against the address as the
+    API's do."""
+    if request.method != "GET":
+        return HttpResponse(status=405, headers={"Allow": "GET"})
+    try:
+        throttle.check_token_address(request)
+    except throttle.AuthThrottled as exc:
+        return HttpResponse(
+            exc.message, status=429, content_type="text/plain", headers={"Retry-After": str(exc.retry_after_s)}
+        )
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    user = token_user(token=token.strip()) if scheme.lower() == "bearer" and token.strip() else None
+    if user is None:
+        if token:
+            throttle.token_failed(request)
+        return HttpResponse(
+            "a bearer token is needed\n", status=401, content_type="text/plain", headers={"WWW-Authenticate": "Bearer"}
+        )
+    if not (user.is_staff and user.has_perm("playground.view_metrics")):
+        return HttpResponse("this token's account may not read the metrics\n", status=403, content_type="text/plain")
+    return HttpResponse(scrape(), content_type=CONTENT_TYPE_LATEST)

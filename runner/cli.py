@@ -1,4 +1,4 @@
-"""The `python -m runner` command line: image management now; runs and doctor build on it.
+"""The `python -m runner` command line: images, runs, doctor, sweep, and offline receipt checks.
 
 Exit status: 0 success, 1 a failed check, 2 an operational error, 64 a usage error.
 """
@@ -15,7 +15,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import NoReturn
 
-from runner import __version__
+from runner import __version__, receipt
 from runner.config import ENV_FILE, paths_from_env
 from runner.env import ConfigError, load_env_file
 from runner.images import BuildResult, ImageError, ImageStore, recipe_names
@@ -81,6 +81,20 @@ def _parser() -> argparse.ArgumentParser:
         "--no-image-hashes", dest="hash_images", action="store_false",
         help="check that each image is built and present, without hashing its files again (minutes on a slow host)",
     )  # fmt: skip
+    receipts = commands.add_parser("receipt", help="check run receipts offline (no database, no network)")
+    receipt_commands = receipts.add_subparsers(dest="receipt_command", required=True, parser_class=_Parser)
+    check = receipt_commands.add_parser(
+        "verify", help="check receipts' hashes and signatures (and the links between those of one host) and print them"
+    )
+    check.add_argument(
+        "files",
+        nargs="+",
+        type=Path,
+        metavar="FILE",
+        help="a receipt (GET /api/runs/{id}/receipt); '-' reads one from standard input",
+    )
+    check.add_argument("--key", required=True, help="the site's public key: ed25519:<base64>, or a file holding it")
+    check.add_argument("--json", action="store_true", help="print each checked receipt's body, one JSON line each")
     return parser
 
 
@@ -94,6 +108,8 @@ FLAG_ALIASES = {"wall_timeout_s": ("--timeout-s",)}
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "receipt":  # needs nothing of this host: not even its .env
+        return _receipt_verify(args)
     try:
         load_env_file(ENV_FILE)
         if args.command == "images":
@@ -158,6 +174,40 @@ def _images(store: ImageStore, args: argparse.Namespace) -> int:
             print(f"{name}\t{entry.digest}\t{entry.built_at}\t{len(entry.packages)}\t{here}\t{state}")
         return 0
     raise AssertionError(args.images_command)
+
+
+def _receipt_verify(args: argparse.Namespace) -> int:
+    """Each receipt checked against the key and printed; 1 if one does not hold (or the links
+    between those of one host do not), 2 if a file or the key cannot be read."""
+    try:
+        public = receipt.parse_public_key(args.key)
+    except receipt.ReceiptError as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        return 2
+    bodies, hashes, worst = [], [], 0
+    for path in args.files:
+        try:
+            data = sys.stdin.buffer.read() if str(path) == "-" else path.read_bytes()
+            body = receipt.verify(receipt.load(data), public)
+        except OSError as exc:
+            print(f"{path}: error: cannot read it: {exc.strerror or exc}", file=sys.stderr)
+            worst = max(worst, 2)
+            continue
+        except receipt.ReceiptError as exc:
+            print(f"{path}: {'NOT VALID' if exc.is_forgery else 'error'}: {exc.message}", file=sys.stderr)
+            worst = max(worst, 1 if exc.is_forgery else 2)
+            continue
+        bodies.append(body)
+        hashes.append(receipt.digest(body))
+        if args.json:
+            print(json.dumps(body, sort_keys=True))
+        else:
+            print(f"{path}: valid, signed by key {receipt.key_id(public)}")
+            print("\n".join(f"  {label + ':':<16}{value}" for label, value in receipt.facts(body)))
+    for problem in receipt.chain_problems(bodies, hashes):
+        print(f"NOT VALID: the chain is broken: {problem}", file=sys.stderr)
+        worst = max(worst, 1)
+    return worst
 
 
 def _pin_state(result: BuildResult) -> str:

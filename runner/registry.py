@@ -90,6 +90,10 @@ class Registry:
             report.update(engine.host_report())
         return {**report, "require_vm": self.settings.require_vm}
 
+    def kept(self) -> list[dict[str, str]]:
+        """What every engine keeps between runs on this host (Engine.kept), each with its engine."""
+        return [{"engine": name, **item} for name, engine in self.engines.items() for item in engine.kept()]
+
     def serves(self) -> list[str]:
         """The engines this host can serve runs on; under require_vm, only the microVM one."""
         names = [name for name in ENGINES if self.available(name).ok]

@@ -16,6 +16,8 @@ from playground.admin.display import (
     ms_time,
 )
 from playground.selectors.overview import Rate, overview
+from playground.selectors.receipts import site_public_key
+from runner.receipt import ReceiptError
 
 
 def _percent(part: float | None) -> str:
@@ -29,6 +31,14 @@ def _rate_rows(rates: list[Rate]) -> list[dict[str, Any]]:
          "cleanup_failures": r.cleanup_failures, "cleanup_failure_rate": _percent(r.cleanup_failure_rate)}
         for r in rates
     ]  # fmt: skip
+
+
+def _receipt_key() -> dict[str, str]:
+    """The key that checks run receipts, or why it cannot be read (the page is shown either way)."""
+    try:
+        return site_public_key()
+    except (OSError, ReceiptError) as exc:
+        return {"error": str(exc)}
 
 
 def overview_view(request: HttpRequest) -> TemplateResponse:
@@ -46,6 +56,7 @@ def overview_view(request: HttpRequest) -> TemplateResponse:
         "top_users": [(user, human_seconds(cpu), runs) for user, cpu, runs in data.top_users],
         "window_end": ms_time(data.now),
         "window_start": ms_time(data.now - timedelta(days=7)),
+        "receipt_key": _receipt_key(),
     }
     return TemplateResponse(request, "admin/overview.html", context)
 

@@ -27,6 +27,7 @@ from playground.models import (
     Dataset,
     Invite,
     Membership,
+    Purge,
     RuntimeImage,
     StaffAccess,
     WorkerHost,
@@ -51,6 +52,25 @@ class StaffAccessAdmin(RecordAdmin):
     @admin.display(description="when", ordering="at")
     def when(self, access: StaffAccess) -> str:
         return ms_time(access.at)
+
+
+@admin.register(Purge)
+class PurgeAdmin(RecordAdmin):
+    """Deletions of user data, by retention or on a staff member's request: a record nobody edits."""
+
+    list_display = ("when", "kind", "owner_username", "by", "counts_shown")
+    list_filter = ("kind", "at")
+    search_fields = ("owner_username", "by__username")
+    date_hierarchy = "at"
+    ordering = ("-at", "-id")
+
+    @admin.display(description="when", ordering="at")
+    def when(self, purge: Purge) -> str:
+        return ms_time(purge.at)
+
+    @admin.display(description="deleted")
+    def counts_shown(self, purge: Purge) -> str:
+        return ", ".join(f"{count} {kind}" for kind, count in purge.counts.items() if count) or "nothing"
 
 
 @admin.register(Dataset)

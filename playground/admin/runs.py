@@ -340,7 +340,7 @@ class RunAdmin(RecordAdmin):
     @admin.action(description="Purge the owners' data (datasets, logs, outputs; metadata stays)")
     def purge_owner_data(self, request: HttpRequest, queryset: QuerySet[Run]) -> None:
         for owner in {run.owner for run in queryset}:
-            counts = purge_user_data(user=owner)
+            counts = purge_user_data(user=owner, by=request.user)  # type: ignore[arg-type]
             self.message_user(request, f"{owner}: purged {counts}", messages.SUCCESS)
 
 

@@ -27,6 +27,7 @@ from playground.errors import ServiceError
 from playground.limits import (
     describe_validation_error,
 )
+from playground.metrics import count_throttled
 from playground.openapi import DocumentedApi
 from playground.services import accounts as account_services
 from runner.units import size_words
@@ -142,6 +143,7 @@ def _malformed_multipart(request: HttpRequest, exc: MultiPartParserError) -> Htt
 
 @api.exception_handler(Throttled)
 def _throttled(request: HttpRequest, exc: Throttled) -> HttpResponse:
+    count_throttled("api")
     headers = {"Retry-After": str(max(1, int(exc.wait) + 1))} if exc.wait else {}
     return _error(request, 429, "throttled", "too many requests; slow down", headers=headers)
 

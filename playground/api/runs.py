@@ -1,5 +1,5 @@
-"""/api/runs: a run made, listed, read (its detail, log, outputs and images), waited for, cancelled
-and run again."""
+"""/api/runs: a run made, listed, read (its detail, log, outputs and images, its receipt), waited
+for, cancelled and run again; and /api/receipts/key, the public key that checks receipts."""
 
 from __future__ import annotations
 
@@ -21,6 +21,8 @@ from playground.api.schemas import (
     PREVIEW_ROWS,
     LogOut,
     PreviewOut,
+    ReceiptKeyOut,
+    ReceiptOut,
     RunDetailOut,
     RunIn,
     RunOut,
@@ -37,6 +39,7 @@ from playground.live import run_group
 from playground.models import ACTIVE_STATES, Run
 from playground.previews import image_content_type, table_preview
 from playground.selectors import cells as cell_selectors
+from playground.selectors import receipts as receipt_selectors
 from playground.selectors import runs as run_selectors
 from playground.services import runs as run_services
 from playground.services.audit import record_staff_access
@@ -162,6 +165,20 @@ async def _final_heard(layer: Any, channel: str) -> None:
         message = event.get("message") if isinstance(event, dict) else None
         if isinstance(message, dict) and message.get("type") == "final":
             return
+
+
+@api.get("/runs/{run_id}/receipt", response=answers({200: ReceiptOut}, 404, 409, 422), tags=["receipts"])
+def run_receipt(request: HttpRequest, run_id: UUID) -> dict[str, Any]:
+    """The finished run's signed receipt (metadata only: no code, no data), for whoever may read
+    the run; 409 run_not_finished before its end. Check it offline with
+    `python -m runner receipt verify FILE --key KEY`, KEY from GET /api/receipts/key."""
+    return receipt_selectors.receipt_for_viewer(user=request.user, run_id=run_id)  # type: ignore[arg-type]
+
+
+@api.get("/receipts/key", auth=None, response=answers({200: ReceiptKeyOut}), tags=["receipts"])
+def receipt_key(request: HttpRequest) -> dict[str, str]:
+    """The public key that checks this site's run receipts; anyone may read it."""
+    return receipt_selectors.site_public_key()
 
 
 @api.post("/runs/{run_id}/cancel", response=answers({200: RunOut}, 404, 422), tags=["runs"])

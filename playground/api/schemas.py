@@ -262,6 +262,21 @@ class RunDetailOut(RunOut):
     samples: list[Any]
 
 
+class ReceiptOut(Schema):
+    """A run's receipt, as `python -m runner receipt verify FILE --key KEY` reads it."""
+
+    format: Literal["cordon-receipt"]
+    receipt: dict[str, Any] = Field(description="the run's facts, the chain and the key id: what is signed")
+    sha256: str = Field(description="sha256 of the receipt's canonical JSON (sorted keys, no spaces, UTF-8), hex")
+    signature: str = Field(description="Ed25519 signature of that canonical JSON, base64")
+
+
+class ReceiptKeyOut(Schema):
+    algorithm: Literal["Ed25519"]
+    key: str = Field(description="the site's public key: ed25519: and the base64 of its 32 bytes")
+    key_id: str = Field(description="the id each receipt names its key by")
+
+
 class LogOut(Schema):
     data: str
     offset: int

@@ -59,7 +59,7 @@ from playground.classroom.schemas import (
     SubmissionSummaryOut,
     TryIn,
 )
-from playground.classroom.selectors import is_staff
+from playground.classroom.selectors import is_staff, may_create_courses
 from playground.classroom.shapes import (
     adjustment_out,
     assignment_out,
@@ -101,8 +101,10 @@ def _assignment_data(payload: AssignmentIn) -> dict[str, Any]:
 # --- courses ------------------------------------------------------------------------------
 
 
-@router.post("/courses", response=answers({201: CourseOut}, 422))
+@router.post("/courses", response=answers({201: CourseOut}, 403, 422))
 def course_create(request: HttpRequest, payload: CourseIn) -> Status[Any]:
+    if not may_create_courses(request.user):
+        raise ServiceError("not_an_instructor", "only instructors may create courses on this site", status=403)
     policy = payload.model_dump(exclude={"title"}, exclude_none=True, exclude_unset=True)
     course = course_services.course_create(user=request.user, title=payload.title, policy=policy)  # type: ignore[arg-type]
     _, membership = course_selectors.course_for_member(user=request.user, course_id=course.id)

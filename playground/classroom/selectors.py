@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db.models import Q, QuerySet, Sum
 from django.http import Http404
 from django.utils import timezone
@@ -27,6 +28,12 @@ from playground.models import (
     SubmissionState,
     TestResult,
 )
+
+
+def may_create_courses(user: Any) -> bool:
+    """CORDON_COURSE_CREATORS: any account, or only instructors (the add_course permission, which
+    superusers have and single sign-on's instructor group carries)."""
+    return settings.CORDON_COURSE_CREATORS == "everyone" or user.has_perm("playground.add_course")
 
 
 def is_staff(membership: Membership | None) -> bool:

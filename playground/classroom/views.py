@@ -19,6 +19,7 @@ from playground.classroom.selectors import (
     course_for_member,
     course_for_staff,
     is_staff,
+    may_create_courses,
     membership_of,
     submission_for_viewer,
 )
@@ -40,7 +41,7 @@ def _roles(membership: Membership) -> dict[str, Any]:
 
 @login_required
 def courses(request: HttpRequest) -> HttpResponse:
-    return render(request, "classroom/list.html")
+    return render(request, "classroom/list.html", {"may_create": may_create_courses(request.user)})
 
 
 @login_required

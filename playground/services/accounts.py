@@ -10,6 +10,7 @@ from django.contrib.auth.models import User
 from django.db.models import QuerySet
 from django.utils import timezone
 
+from playground import observe
 from playground.models import ApiToken
 
 # A token's "last used" is kept to the minute: written on every request, it made each API call,
@@ -37,6 +38,7 @@ def token_user(*, token: str) -> User | None:
     now = timezone.now()
     if found.last_used_at is None or now - found.last_used_at >= timedelta(seconds=TOKEN_LAST_USED_RESOLUTION_S):
         ApiToken.objects.filter(id=found.id).update(last_used_at=now)
+        observe.token_used(found)
     return found.user
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from django.contrib.auth.models import User
 
+from playground import observe
 from playground.models import Run, StaffAccess
 
 
@@ -19,7 +20,9 @@ def record_staff_access(
     page", "audit page", "log stdout", "output", ...), unless it is the owner's own."""
     if not getattr(viewer, "is_authenticated", False) or viewer.pk == owner.pk:
         return None
-    return StaffAccess.objects.create(
+    access = StaffAccess.objects.create(
         staff=viewer, staff_username=viewer.get_username(), owner=owner, owner_username=owner.get_username(),
         run=run, what=what[:64], detail=detail[:300], path=path[:500],
     )  # fmt: skip
+    observe.staff_access(access)
+    return access

@@ -83,15 +83,22 @@ def _store(run: Run, exported: Path | None, file: OutputFile, folder: str) -> st
         return None
 
 
-def cell_files_purge(records: QuerySet[RunCell]) -> int:
-    """Delete the stored states and displayed images of these cells' runs; returns how many files.
-    The displays keep their text, an image its note."""
+def cell_files_purge(records: QuerySet[RunCell], *, states: bool = True, displays: bool = True) -> int:
+    """Delete the stored states (`states`) and displayed images (`displays`) of these cells' runs;
+    returns how many files. The displays keep their text, an image its note."""
     count = 0
+    if not displays:
+        records = records.exclude(state_file="")
+    elif not states:
+        records = records.exclude(displays=[])
     for record in records.exclude(state_file="", displays=[]):
-        if record.state_file:
+        if states and record.state_file:
             record.state_file.delete(save=False)
+            RunCell.objects.filter(run_id=record.run_id).update(state_file="")
             count += 1
-        displays = []
+        if not displays:
+            continue
+        kept = []
         for display in record.displays:
             if "path" in display:
                 default_storage.delete(display["path"])
@@ -101,6 +108,6 @@ def cell_files_purge(records: QuerySet[RunCell]) -> int:
                     "text": display.get("plain") or "(an image, since deleted)",
                     "plain": "",
                 }
-            displays.append(display)
-        RunCell.objects.filter(run_id=record.run_id).update(state_file="", displays=displays)
+            kept.append(display)
+        RunCell.objects.filter(run_id=record.run_id).update(displays=kept)
     return count

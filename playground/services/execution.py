@@ -26,6 +26,7 @@ from playground.live import ChunkBatcher, LivePublisher, final_message, state_me
 from playground.logs import log_append, log_release, log_store
 from playground.models import WORKER_STATES, CleanupCheck, Run, RunCell, RunKind, RunOutputFile, RunState
 from playground.services.cells import cell_finish_read, cell_finish_store
+from playground.services.receipts import receipt_issue
 from playground.services.runs import record_event, retry_once
 from playground.storage import StorageIntegrityError, fetch_verified, save_verified
 from runner.spec import BACKGROUND_CPU_WEIGHT, DEFAULT_CPU_WEIGHT, Outcome, Phase, RunnerError, RunResult, RunSpec
@@ -265,6 +266,7 @@ def run_finish(*, run: Run, result: RunResult, exported: Path | None, samples: S
         run.refresh_from_db()
         if outcome is Outcome.SANDBOX_ERROR and result.error is not None and result.error.retryable:
             retry_once(run=run)  # in the same transaction: a reader sees the end and its retry together
+        receipt_issue(run_id=run.id)  # last: the host's chain is locked only until the commit
     log_release(run_id=run.id)
     return run
 

@@ -31,9 +31,11 @@ from playground.models import (
     RunOutputFile,
     RunState,
 )
+from playground.observe import run_event
 from playground.selectors.datasets import current_versions
 from playground.selectors.hosts import live_engines
 from playground.services.dispatch import choose_queue, enqueue, requeue_stale
+from playground.services.receipts import receipt_issue
 from runner.registry import REQUESTABLE
 from runner.spec import RUNTIMES, Limits, Outcome, stdin_and_args_problem
 from runner.units import size_words
@@ -193,13 +195,18 @@ def run_cancel(*, run: Run, by: User) -> Run:
     """Queued runs end at once; a claimed or running one is stopped by its worker within a poll
     (one waiting for admission stops waiting). An event is recorded only for a change: cancelling
     a finished run, or one already asked to stop, records nothing."""
-    finished = Run.objects.filter(id=run.id, state=RunState.QUEUED).update(
-        state=RunState.FINISHED, outcome=Outcome.CANCELLED.value, charged=False, cancel_requested=True,
-        reason="cancelled before it started", finished_at=timezone.now(),
-    )  # fmt: skip
-    if finished:
-        record_event(run=run, state=RunState.FINISHED, detail={"outcome": "cancelled", "by": by.get_username()})
-    elif Run.objects.filter(id=run.id, state__in=ACTIVE_STATES, cancel_requested=False).update(cancel_requested=True):
+    with transaction.atomic():  # its end, its event and its receipt, seen together or not at all
+        finished = Run.objects.filter(id=run.id, state=RunState.QUEUED).update(
+            state=RunState.FINISHED, outcome=Outcome.CANCELLED.value, charged=False, cancel_requested=True,
+            reason="cancelled before it started", finished_at=timezone.now(),
+        )  # fmt: skip
+        if finished:
+            record_event(run=run, state=RunState.FINISHED, detail={"outcome": "cancelled", "by": by.get_username()})
+            receipt_issue(run_id=run.id)
+    asked = not finished and Run.objects.filter(id=run.id, state__in=ACTIVE_STATES, cancel_requested=False).update(
+        cancel_requested=True
+    )
+    if asked:
         record_event(run=run, state="cancel_requested", detail={"by": by.get_username()})
     run.refresh_from_db()
     return run
@@ -273,6 +280,7 @@ def run_fail_lost(*, run: Run) -> bool:
             record_event(run=run, state=RunState.FINISHED, detail={"outcome": "sandbox_error", "error": "lost_worker"})
             run.refresh_from_db()
             retry_once(run=run)
+            receipt_issue(run_id=run.id)
     if lost:
         log_release(run_id=run.id)
     return bool(lost)
@@ -288,17 +296,22 @@ def reject_unserved(*, older_than_s: float | None = None) -> int:
     rejected = 0
     for run in waiting:
         reason = f"no live worker host served the {run.queue} engine within {wait_s:g} s"
-        finished = Run.objects.filter(id=run.id, state=RunState.QUEUED).update(
-            state=RunState.FINISHED, outcome=Outcome.REJECTED_CAPACITY.value, charged=False, reason=reason,
-            error_code="engine_unavailable", error_message=reason, finished_at=timezone.now(),
-        )  # fmt: skip
-        if finished:
-            detail = {"outcome": Outcome.REJECTED_CAPACITY.value, "reason": reason}
-            record_event(run=run, state=RunState.FINISHED, detail=detail)
-            rejected += 1
+        with transaction.atomic():  # its end, its event and its receipt, seen together or not at all
+            finished = Run.objects.filter(id=run.id, state=RunState.QUEUED).update(
+                state=RunState.FINISHED, outcome=Outcome.REJECTED_CAPACITY.value, charged=False, reason=reason,
+                error_code="engine_unavailable", error_message=reason, finished_at=timezone.now(),
+            )  # fmt: skip
+            if finished:
+                detail = {"outcome": Outcome.REJECTED_CAPACITY.value, "reason": reason}
+                record_event(run=run, state=RunState.FINISHED, detail=detail)
+                receipt_issue(run_id=run.id)
+                rejected += 1
     return rejected
 
 
 def record_event(*, run: Run, state: str, detail: dict[str, Any] | None = None) -> RunEvent:
-    """The audit row of a state change (or of a request about the run, e.g. cancel_requested)."""
-    return RunEvent.objects.create(run=run, state=state, detail=detail or {})
+    """The audit row of a state change (or of a request about the run, e.g. cancel_requested),
+    and its log line (playground.observe)."""
+    row = RunEvent.objects.create(run=run, state=state, detail=detail or {})
+    run_event(run, state, row.detail)
+    return row

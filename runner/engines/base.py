@@ -273,6 +273,11 @@ class Engine(ABC):
         """Start making what the engine keeps between runs, as a worker starts (what was started)."""
         return []
 
+    def kept(self) -> list[dict[str, str]]:
+        """What the engine keeps between runs on this host, for metrics: one {"kind", "image",
+        "state"} each (the smolvm engine's warm bases)."""
+        return []
+
     def sweep_kept(self) -> list[str]:
         """Remove what the engine keeps between runs and no run is using (`runner sweep --bases`)."""
         return []

@@ -213,9 +213,10 @@ def worker(shared_worker: SharedWorker, transactional_db: None) -> Worker:
 
 
 @contextmanager
-def serve_web(env: dict[str, str]) -> Iterator[str]:
-    """The web server as `make run` starts it, on a free port; yields its base URL once /api/health answers."""
-    port = free_port()
+def serve_web(env: dict[str, str], *, port: int | None = None) -> Iterator[str]:
+    """The web server as `make run` starts it, on `port` or a free one; yields its base URL once
+    /api/health answers."""
+    port = port or free_port()
     with tempfile.TemporaryFile() as log:
         server = subprocess.Popen(web_server_argv(port), cwd=PROJECT_ROOT, env=env, start_new_session=True,
                                   stdout=log, stderr=subprocess.STDOUT)  # fmt: skip

@@ -90,7 +90,7 @@ def test_retention_purges_old_data_but_keeps_metadata_and_audits(redis_server: A
     assert not default_storage.exists(logs.stored_name(run.id, "stdout"))
 
 
-def test_a_cells_state_and_displayed_images_are_purged_with_its_runs_outputs(redis_server: Any) -> None:
+def test_a_cells_state_is_purged_as_a_snapshot_and_its_displayed_images_as_outputs(redis_server: Any) -> None:
     user: Any = UserFactory()
     run = Run.objects.create(owner=user, runtime="python", code="df = 1", state=RunState.FINISHED,
                              outcome="succeeded", finished_at=timezone.now() - timedelta(days=40))  # fmt: skip
@@ -101,7 +101,8 @@ def test_a_cells_state_and_displayed_images_are_purged_with_its_runs_outputs(red
         displays=[{"mime": "image/png", "path": image, "size": 4, "sha256": "0" * 64, "plain": "<Figure>"},
                   {"mime": "text/plain", "text": "42", "plain": "42"}],
     )  # fmt: skip
-    assert retention.purge_expired(days=30)["outputs"] == 2
+    counts = retention.purge_expired(days=30)
+    assert counts["outputs"] == 1 and counts["snapshots"] == 1
     record = RunCell.objects.get(run=run)
     assert not record.state_file and not default_storage.exists(state) and not default_storage.exists(image)
     assert record.displays == [{"mime": "text/plain", "text": "<Figure>", "plain": ""},

@@ -33,6 +33,10 @@ def test_valid_settings_pass_the_system_check(project_root) -> None:
         ("CORDON_HTTP_PORT", "0", "CORDON_HTTP_PORT must be at least 1; got 0"),
         ("CORDON_MAX_MEMORY_MIB", "lots", "CORDON_MAX_MEMORY_MIB must be a whole number; got 'lots'"),
         ("CORDON_MAX_WALL_TIMEOUT_S", "0", "CORDON_MAX_WALL_TIMEOUT_S must be at least 0.001; got 0"),
+        ("CORDON_LOG_FORMAT", "xml", "CORDON_LOG_FORMAT must be 'json' or 'plain', not 'xml'"),
+        ("CORDON_METRICS_BIND", "9464x", "CORDON_METRICS_BIND must be host:port, such as 10.0.0.5:9464; got '9464x'"),
+        ("CORDON_RETENTION_AUDIT_DAYS", "0", "CORDON_RETENTION_AUDIT_DAYS must be at least 1; got 0"),
+        ("CORDON_COURSE_CREATORS", "some", "CORDON_COURSE_CREATORS must be 'everyone' or 'instructors', not 'some'"),
     ],
 )
 def test_a_malformed_variable_stops_start_up_with_a_clear_message(project_root, variable, value, message) -> None:
@@ -79,3 +83,17 @@ def test_the_https_deployment_check_finds_nothing_but_the_domain_wide_hsts_choic
     found = set(re.findall(r"\(security\.(W\d+)\)", result.stdout + result.stderr))
     # HSTS for subdomains and the preload list bind every site of the domain: the operator's call.
     assert found == {"W005", "W021"}, result.stdout + result.stderr
+
+
+def test_log_lines_are_json_unless_the_plain_format_is_asked_for(project_root) -> None:
+    line = "import logging; logging.getLogger('cordon.events').warning('hello', extra={'cordon': {'run': 'r1'}})"
+    for log_format, expected in (("json", '"run": "r1"'), ("plain", "hello")):
+        code = f"import django; django.setup(); {line}"
+        result = subprocess.run(
+            [PYTHON, "-c", code], cwd=project_root, capture_output=True, text=True, timeout=60,
+            env=child_env(DJANGO_SETTINGS_MODULE="playground.settings", CORDON_LOG_FORMAT=log_format),
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        [written] = result.stderr.splitlines()
+        assert expected in written
+        assert written.startswith("{") == (log_format == "json")

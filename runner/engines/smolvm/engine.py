@@ -273,6 +273,13 @@ class SmolvmEngine(WarmStarts, CgroupEngine[SmolvmState]):
                 started.append(key.name)
         return started
 
+    def kept(self) -> list[dict[str, str]]:
+        """Each warm base: its image and state ("dead" once its keeper is gone; a sweep removes it)."""
+        return [
+            {"kind": "warm_base", "image": r.key.image, "state": r.state if r.keeper_alive() else "dead"}
+            for r in self.bases.records()
+        ]
+
     def sweep_kept(self) -> list[str]:
         return self.sweep_bases(everything=True)
 

@@ -55,7 +55,7 @@ async function listPage() {
   });
 
   const createForm = document.getElementById("create-form");
-  createForm.addEventListener("submit", async (event) => {
+  createForm?.addEventListener("submit", async (event) => {
     event.preventDefault();
     clearFieldErrors(createForm);
     try {

@@ -585,3 +585,25 @@ def test_a_course_dataset_replaced_by_an_upload_of_its_name_is_what_its_assignme
     # an assignment saved again with the id it read before reads the new file too
     again = call(instructor, "PUT", f"/api/assignments/{assignment['id']}", {**body, "dataset_ids": [old["id"]]})
     assert [d["id"] for d in again["datasets"]] == [new["id"]]
+
+
+def test_with_courses_by_instructors_only_an_account_without_add_course_is_refused(settings: Any) -> None:
+    from django.contrib.auth.models import Group, Permission
+
+    settings.CORDON_COURSE_CREATORS = "instructors"
+    refused = json_error(
+        api(person("plain")).post("/api/courses", {"title": "Mine"}, content_type="application/json"), 403
+    )
+    assert refused["code"] == "not_an_instructor"
+    page = Client()
+    page.force_login(User.objects.get(username="plain"))
+    assert b"create-form" not in page.get("/courses/").content  # no form that could only be refused
+    teacher = person("teacher")
+    instructors, _ = Group.objects.get_or_create(name="instructors")
+    instructors.permissions.add(Permission.objects.get(codename="add_course"))
+    teacher.groups.add(instructors)
+    assert new_course(api(teacher))["title"] == "Programming 1"
+    page.force_login(teacher)
+    assert b"create-form" in page.get("/courses/").content
+    settings.CORDON_COURSE_CREATORS = "everyone"
+    assert new_course(api(person("anyone")))["title"] == "Programming 1"
