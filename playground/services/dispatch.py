@@ -12,6 +12,7 @@ from datetime import timedelta
 
 from celery import current_app
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from playground.errors import ServiceError
@@ -103,9 +104,13 @@ def stop_consuming(*, nodename: str | None, queue: str | None) -> None:
 
 
 def requeue_stale(*, older_than_s: float = 60.0) -> int:
-    """Send again the runs still queued long after they were sent (a lost message or broker)."""
+    """Send again the runs still queued long after they were sent (a lost message or broker), and
+    those never sent long after they were made: the process that made one died between its commit
+    and its send (every run is sent on commit: queue_run)."""
     cutoff = timezone.now() - timedelta(seconds=older_than_s)
-    stale = list(Run.objects.filter(state=RunState.QUEUED, cancel_requested=False, enqueued_at__lt=cutoff))
+    unsent = Q(enqueued_at__isnull=True, created_at__lt=cutoff)
+    queued = Run.objects.filter(state=RunState.QUEUED, cancel_requested=False)
+    stale = list(queued.filter(Q(enqueued_at__lt=cutoff) | unsent))
     for run in stale:
         enqueue(run=run)
     return len(stale)

@@ -60,6 +60,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.config import PROJECT_ROOT, paths_from_env
+from runner.receipt import site_key
 from tests.bench import Row, targeted
 from tests.conftest import child_env, free_port
 from tests.hosts.stack import AdminSession, Api, Host, Layout, Web, start_time, wait_for
@@ -141,6 +142,7 @@ class Stack:
         self.pg_proxies: dict[str, Any] = {}
         self.chaos_logs_from: dict[Path, int] = {}  # each log's size when the chaos part began
         self.disks: list[Any] = []
+        self.site_key = layout.private / "receipt_key.pem"
 
     def start(self) -> None:
         from tests.pg import PostgresCluster
@@ -156,9 +158,13 @@ class Stack:
             DATABASE_URL=database_url, REDIS_URL=self.redis.url, CORDON_STORAGE="database",
             DJANGO_SETTINGS_MODULE="playground.settings",
         )  # fmt: skip
+        # One receipt key for the site, a copy on each host, as README asks of several hosts (each
+        # would otherwise make its own, and the audit would find their receipts signed by strangers).
+        site_key(self.site_key)
         web_env = {
             **shared,
             "CORDON_DATA_DIR": str(self.layout.web),
+            "CORDON_RECEIPT_KEY_FILE": str(self.site_key),
             "CORDON_HOST_STATE_DIR": str(self.layout.web / "state"),
             "CORDON_IMAGES_DIR": str(images_dir),
             "CORDON_QUOTA_CONCURRENT_RUNS": "100000",
@@ -178,6 +184,9 @@ class Stack:
             host = Host(name=name, layout=self.layout, env=env, concurrency=CONCURRENCY, slots=CONCURRENCY,
                         uid_base=UID_BASES[name], images_dir=images_dir)  # fmt: skip
             self.hosts[name] = host
+            host.dir.mkdir(mode=0o711, parents=True, exist_ok=True)
+            shutil.copy2(self.site_key, host.dir / self.site_key.name)  # R/self/, where only it reads
+            host.env["CORDON_RECEIPT_KEY_FILE"] = str(self.layout.own / self.site_key.name)
             if name == "hosta":
                 host.prepare()
                 self.disks.append(HostDisk(host))
@@ -740,9 +749,10 @@ def worker_dirs(host: Host) -> dict[str, list[str]]:
     return {"work directories": names(host.data_dir / "work"), "log spools": names(host.data_dir / "spool" / "logs")}
 
 
-# What a host or the web keeps on its own disk with CORDON_STORAGE=database: its secret key, and a
-# running run's transient directories (runs/, work/, spool/: what the sweep checks are about).
-OWN_FILES = ("secret_key", ".marker-")
+# What a host or the web keeps on its own disk with CORDON_STORAGE=database: its secret key, its
+# processes' metric counts, and a running run's transient directories (runs/, work/, spool/: what
+# the sweep checks are about).
+OWN_FILES = ("secret_key", ".marker-", "metrics")
 TRANSIENT_DIRS = ("runs", "work", "spool")
 
 
@@ -760,6 +770,17 @@ def nothing_stored_locally(report: Report, stack: Stack) -> None:
                 found.append(str(path.relative_to(stack.layout.private)))
     report.check("storage: no dataset, output or log file on the web's or the hosts' disks", not found,
                  ", ".join(found[:8]))  # fmt: skip
+
+
+def receipts_hold(report: Report, stack: Stack) -> None:
+    """Every run of every scenario, chaos included, has its receipt, in chains that hold: what
+    `manage.py verify_audit` says of the hosts' chains against the runs' rows."""
+    web_env = {**stack.web.env} if stack.web is not None else {}
+    audit = subprocess.run([sys.executable, "manage.py", "verify_audit"], cwd=PROJECT_ROOT, env=web_env,
+                           capture_output=True, text=True, timeout=600)  # fmt: skip
+    said = [line for line in audit.stdout.splitlines() if not line.startswith("{")]
+    report.check("receipts: every host's chain holds and every finished run has one (verify_audit)",
+                 audit.returncode == 0, "; ".join(said[-6:])[:2000] or audit.stderr[-2000:])  # fmt: skip
 
 
 def logged_errors(report: Report, stack: Stack) -> None:
@@ -903,6 +924,7 @@ def main(argv: list[str] | None = None) -> int:
                         stack.reset()
                         scenario(report, stack)
             nothing_stored_locally(report, stack)
+            receipts_hold(report, stack)
             logged_errors(report, stack)
     except KeyboardInterrupt:
         report.check("interrupted", False, "Ctrl-C or SIGTERM")

@@ -236,3 +236,17 @@ def test_a_host_whose_clock_is_two_minutes_ahead_reaps_no_live_run_and_sees_the_
     run.refresh_from_db()
     assert run.state == RunState.CLAIMED
     assert list(live_hosts().values_list("name", flat=True)) == ["other-host"]
+
+
+def test_a_run_whose_maker_died_before_sending_it_is_sent_by_the_reaper(redis_server: Any) -> None:
+    from playground.services.dispatch import requeue_stale
+
+    made = timezone.now() - timedelta(minutes=2)
+    orphan = _queued_run()  # committed, never sent: enqueued_at is empty
+    Run.objects.filter(id=orphan.id).update(created_at=made)
+    fresh = _queued_run()  # its maker may still be about to send it
+    sent_long_ago = _queued_run(enqueued_at=made)
+    assert requeue_stale() == 2
+    orphan.refresh_from_db(), fresh.refresh_from_db(), sent_long_ago.refresh_from_db()
+    assert orphan.enqueued_at is not None and orphan.enqueued_at > made
+    assert fresh.enqueued_at is None and sent_long_ago.enqueued_at > made
