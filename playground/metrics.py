@@ -69,8 +69,9 @@ def egress_reason(reason: str) -> str:
     return "request"  # a request the proxy could not take (malformed, not a proxy request)
 
 
-def count_run_finished(run: Any) -> None:
-    """A finished run's counts (every path that finishes one calls this once, on commit)."""
+def count_run_finished(run: Any, failed_checks: list[str]) -> None:
+    """A finished run's counts (every path that finishes one calls this once, on commit), with the
+    names of its cleanup checks that failed."""
     engine = run.engine or run.engine_requested or ""
     RUNS_FINISHED.labels(outcome=run.outcome or "", engine=engine, kind=run.kind).inc()
     if run.started_at and run.created_at:
@@ -81,7 +82,7 @@ def count_run_finished(run: Any) -> None:
         ADMISSION_REFUSALS.labels(why="no_host" if run.worker_host == "" else "no_room").inc()
     if run.outcome == "sandbox_error":
         SANDBOX_ERRORS.labels(code=run.error_code or "unknown").inc()
-    for check in run.cleanup_checks.filter(ok=False).values_list("name", flat=True):
+    for check in failed_checks:
         CLEANUP_FAILURES.labels(check=check).inc()
     record = run.egress_record or {}
     refused_kept = [a for a in record.get("attempts") or [] if not a.get("allowed")]

@@ -64,10 +64,11 @@ def _tell(run: Any, state: str, detail: dict[str, Any]) -> None:
     if run is None:
         return
     event("run_finished", **run_fields(run), **said)
-    metrics.count_run_finished(run)
+    failed = list(run.cleanup_checks.filter(ok=False))
+    metrics.count_run_finished(run, [check.name for check in failed])
     if run.outcome == "sandbox_error":
         event("sandbox_error", level=logging.WARNING, **run_fields(run), code=run.error_code)
-    for check in run.cleanup_checks.filter(ok=False):
+    for check in failed:
         event("cleanup_failed", level=logging.ERROR, **run_fields(run), check=check.name, detail=check.detail[:200])
     for attempt in (run.egress_record or {}).get("attempts") or []:
         if not attempt.get("allowed"):
