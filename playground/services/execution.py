@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import secrets
 import shutil
+import threading
 import time
 from collections.abc import Callable
 from functools import partial
@@ -26,6 +27,7 @@ from playground.live import ChunkBatcher, LivePublisher, final_message, state_me
 from playground.logs import log_append, log_release, log_store
 from playground.models import WORKER_STATES, CleanupCheck, Run, RunCell, RunKind, RunOutputFile, RunState
 from playground.services.cells import cell_finish_read, cell_finish_store
+from playground.services.dispatch import TASK_TIME_MARGIN_S
 from playground.services.receipts import receipt_issue
 from playground.services.runs import record_event, retry_once
 from playground.storage import StorageIntegrityError, fetch_verified, save_verified
@@ -54,6 +56,15 @@ def run_execute(*, run_id: str, worker: str) -> Run | None:
         return None
     events = RunEvents(run=run, live=LivePublisher(run.id))
     work = work_dir(run.id)
+    bound_s = limits_from_record(run.limits).wall_timeout_s + TASK_TIME_MARGIN_S  # the task's own hard limit
+    with LeaseKeeper(run_id=run.id, bound_s=bound_s):
+        final = _run_claimed(run=run, events=events, work=work)
+    events.live.send(final_message(final))
+    return final
+
+
+def _run_claimed(*, run: Run, events: RunEvents, work: Path) -> Run:
+    """A claimed run, from staging its inputs to its recorded end; its work directory removed."""
     try:
         work.parent.mkdir(parents=True, exist_ok=True)
         work.mkdir(mode=0o700)  # the run's inputs and outputs: this process's alone
@@ -76,8 +87,44 @@ def run_execute(*, run_id: str, worker: str) -> Run | None:
         )
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    events.live.send(final_message(final))
     return final
+
+
+class LeaseKeeper:
+    """Renews a claimed run's lease every HEARTBEAT_S from a thread of its own, from the claim until
+    its end is written, whatever the run's thread is doing meanwhile: fetching a large input from
+    storage, verifying an image, waiting on the database in a callback. (RunEvents renews it too,
+    but only when the supervisor calls back: a run whose staging outlasted the lease was reaped as
+    lost_worker while its worker was alive.) Past `bound_s` it stops, as the Celery task's hard
+    time limit stops the process: a thread stuck for good is then reaped like a dead worker."""
+
+    def __init__(self, *, run_id: Any, bound_s: float) -> None:
+        self.run_id, self.bound_s = run_id, bound_s
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._loop, name=f"cordon-lease-{run_id}", daemon=True)
+
+    def __enter__(self) -> LeaseKeeper:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop.set()
+        self.thread.join()
+
+    def _loop(self) -> None:
+        deadline = time.monotonic() + self.bound_s
+        while not self.stop.wait(HEARTBEAT_S) and time.monotonic() < deadline:
+            try:
+                held = Run.objects.filter(id=self.run_id, state__in=WORKER_STATES).update(
+                    lease_expires_at=db_after(settings.CORDON_LEASE_S)
+                )
+            except DATABASE_AWAY as exc:
+                log.warning("the database is away; run %s's lease is renewed at the next beat (%s)", self.run_id, exc)
+                continue
+            finally:
+                connection.close()  # this thread's own, not held between beats (PostgreSQL's are counted)
+            if not held:  # finished meanwhile (by this worker, or by the reaper)
+                return
 
 
 def _until_stored(write: Callable[[], Run], *, bound_s: float = FINISH_RETRY_S) -> Run:

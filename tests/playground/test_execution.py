@@ -6,17 +6,20 @@ from __future__ import annotations
 
 import itertools
 import json
+import threading
+import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from django.db import InterfaceError
+from django.db import InterfaceError, close_old_connections
 from django.test import Client
 from django.utils import timezone
 
 from playground.live import LiveMessage, LivePublisher
 from playground.models import Run, RunEvent, RunState
+from playground.services import execution
 from playground.services import runs as run_services
 from playground.services.accounts import token_create
 from playground.services.execution import RunEvents, SampleRows, run_claim, run_finish, run_spec
@@ -122,6 +125,64 @@ def test_a_claimed_run_whose_worker_stopped_renewing_its_lease_is_reaped(redis_s
                                                                      "lost_worker", False)  # fmt: skip
     [retry] = run.retries.all()  # and retried once, as a new run
     assert retry.retry_count == 1
+
+
+@pytest.mark.images
+def test_a_run_whose_staging_outlasts_the_lease_keeps_it_and_is_not_reaped(
+    redis_server: Any, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lease is renewed from the claim, not only when the supervisor calls back: a run whose
+    inputs take longer than the lease to stage (a large dataset from remote storage) is not
+    reaped as lost_worker while its worker is alive. A reaper asks every 0.2 s meanwhile."""
+    settings.CORDON_LEASE_S = 1
+    monkeypatch.setattr(execution, "HEARTBEAT_S", 0.25)
+    staged = execution.run_spec
+
+    def slow_staging(**kwargs: Any) -> Any:
+        time.sleep(3.0)  # three leases, with no callback from the supervisor (it has not started)
+        return staged(**kwargs)
+
+    monkeypatch.setattr(execution, "run_spec", slow_staging)
+    run = _queued_run()
+    done = threading.Event()
+    reaped: list[int] = []
+
+    def reaper() -> None:
+        try:
+            while not done.wait(0.2):
+                reaped.append(run_services.reap())
+        finally:
+            close_old_connections()
+
+    watching = threading.Thread(target=reaper)
+    watching.start()
+    try:
+        final = execution.run_execute(run_id=str(run.id), worker="here")
+    finally:
+        done.set()
+        watching.join()
+    assert final is not None
+    assert (final.outcome, final.error_code) == ("succeeded", ""), final.reason
+    assert len(reaped) >= 10 and sum(reaped) == 0, reaped
+    assert not run.retries.exists()
+
+
+def test_a_lease_keeper_stops_at_its_bound_and_a_run_stuck_past_it_is_reaped(
+    redis_server: Any, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings.CORDON_LEASE_S = 1
+    monkeypatch.setattr(execution, "HEARTBEAT_S", 0.1)
+    run = _queued_run()
+    assert run_claim(run_id=str(run.id), worker="here") is not None
+    with execution.LeaseKeeper(run_id=run.id, bound_s=2.0) as keeper:
+        time.sleep(1.5)  # past the first lease, renewed within the bound: alive
+        assert run_services.reap() == 0
+        keeper.thread.join(timeout=5)  # the bound passed: it stopped renewing by itself
+        assert not keeper.thread.is_alive()
+        time.sleep(1.5)
+        assert run_services.reap() == 1  # as a dead worker's would be
+    run.refresh_from_db()
+    assert (run.outcome, run.error_code) == ("sandbox_error", "lost_worker")
 
 
 def test_the_result_becomes_the_record_with_its_timings_shown_in_the_run_detail(redis_server: Any) -> None:
@@ -247,6 +308,8 @@ def test_a_run_whose_maker_died_before_sending_it_is_sent_by_the_reaper(redis_se
     fresh = _queued_run()  # its maker may still be about to send it
     sent_long_ago = _queued_run(enqueued_at=made)
     assert requeue_stale() == 2
-    orphan.refresh_from_db(), fresh.refresh_from_db(), sent_long_ago.refresh_from_db()
+    for run in (orphan, fresh, sent_long_ago):
+        run.refresh_from_db()
     assert orphan.enqueued_at is not None and orphan.enqueued_at > made
-    assert fresh.enqueued_at is None and sent_long_ago.enqueued_at > made
+    assert fresh.enqueued_at is None
+    assert sent_long_ago.enqueued_at is not None and sent_long_ago.enqueued_at > made
