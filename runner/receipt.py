@@ -101,18 +101,29 @@ def digest(body: Mapping[str, Any]) -> str:
 # --- keys ------------------------------------------------------------------------------------
 
 
+# A process's keys by file, with the file's (inode, size, mtime) when read: every run's finish asks
+# for the key, and a changed or replaced file (a rotated key) is read again.
+_KEYS: dict[Path, tuple[tuple[int, int, int], Ed25519PrivateKey]] = {}
+
+
 def site_key(path: Path) -> Ed25519PrivateKey:
     """The site's signing key, from its PEM file; made (mode 0600) if there is none yet. Several
     processes may ask at once: the file is written aside and linked into place, so each reads a
     whole key, and the one that lost the race reads the winner's."""
     if not path.exists():
         _create_key_file(path)
+    seen = path.stat()
+    stamp = (seen.st_ino, seen.st_size, seen.st_mtime_ns)
+    known = _KEYS.get(path)
+    if known is not None and known[0] == stamp:
+        return known[1]
     try:
         key = serialization.load_pem_private_key(path.read_bytes(), password=None)
     except ValueError as exc:
         raise ReceiptError("bad_key", f"{path} is not an unencrypted PEM private key: {exc}") from None
     if not isinstance(key, Ed25519PrivateKey):
         raise ReceiptError("bad_key", f"{path} holds a {type(key).__name__}, not an Ed25519 key")
+    _KEYS[path] = (stamp, key)
     return key
 
 

@@ -128,6 +128,31 @@ def test_the_site_key_is_made_once_mode_0600_and_every_process_asking_at_once_ge
         receipt.site_key(path)
 
 
+def test_the_site_key_is_read_once_per_process_and_again_when_its_file_is_replaced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "receipt_key.pem"
+    loads: list[bytes] = []
+    load = serialization.load_pem_private_key
+
+    def counted(data: bytes, **kwargs: Any) -> Any:
+        loads.append(data)
+        return load(data, **kwargs)
+
+    monkeypatch.setattr(serialization, "load_pem_private_key", counted)
+    first = receipt.site_key(path)
+    assert receipt.site_key(path) is first and len(loads) == 1  # every finish asks; the file is read once
+    rotated = tmp_path / "rotated.pem"
+    rotated.write_bytes(
+        Ed25519PrivateKey.generate().private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    os.replace(rotated, path)  # an operator's rotation: same size, another file
+    second = receipt.site_key(path)
+    assert len(loads) == 2 and receipt.key_id(second) != receipt.key_id(first)
+
+
 def test_receipts_of_one_host_given_together_must_follow_each_other() -> None:
     key = Ed25519PrivateKey.generate()
     first = _body(1)
