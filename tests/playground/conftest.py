@@ -27,6 +27,32 @@ from runner.config import PROJECT_ROOT
 from tests.conftest import child_env, free_port, web_server_argv
 
 CELERY = str(Path(sys.executable).parent / "celery")
+# Each worker's (and beat's) output, kept for the session: a failed test's report ends with the
+# last lines of every one written to during it (a flake in CI is then read, not guessed at).
+WORKER_LOGS = Path(tempfile.mkdtemp(prefix="cordon-test-workers-"))
+WORKER_LOG_LINES = 60
+_TEST_STARTED = pytest.StashKey[float]()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if report.when == "setup":
+        item.stash[_TEST_STARTED] = call.start  # its fixtures' workers included
+    if not (report.failed and report.when == "call"):
+        return
+    started = item.stash.get(_TEST_STARTED, call.start)
+    for path in sorted(WORKER_LOGS.glob("*.log")):
+        if path.stat().st_mtime >= started:
+            lines = path.read_bytes().decode(errors="replace").splitlines()[-WORKER_LOG_LINES:]
+            report.sections.append((f"{path.name}, its last {len(lines)} lines", "\n".join(lines)))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _worker_logs_removed() -> Iterator[None]:
+    yield
+    shutil.rmtree(WORKER_LOGS, ignore_errors=True)
 
 
 class RedisServer:
@@ -102,15 +128,20 @@ class Worker:
             SharedWorker.current.stop()
         argv = [CELERY, "-A", "playground", "worker", "--loglevel=INFO", f"--concurrency={self.concurrency}",
                 "--without-mingle", "--without-gossip", *(["-n", f"{self.name}@%h"] if self.name else [])]  # fmt: skip
-        self.procs.append(subprocess.Popen(argv, cwd=PROJECT_ROOT, env=self.env, start_new_session=True,
-                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))  # fmt: skip
+        self.procs.append(self._spawn(argv, "worker"))
         if self.beat:
             self.schedule_dir = self.schedule_dir or tempfile.mkdtemp(prefix="cordon-beat-")
             beat = [CELERY, "-A", "playground", "beat", "--loglevel=INFO", "--schedule",
                     str(Path(self.schedule_dir) / "beat.db")]  # fmt: skip
-            self.procs.append(subprocess.Popen(beat, cwd=PROJECT_ROOT, env=self.env, start_new_session=True,
-                                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))  # fmt: skip
+            self.procs.append(self._spawn(beat, "beat"))
         self.wait_ready()
+
+    def _spawn(self, argv: list[str], role: str) -> subprocess.Popen[bytes]:
+        """A process of this worker's, its output appended to its log in WORKER_LOGS."""
+        path = WORKER_LOGS / f"{self.name or 'celery'}-{role}.log"
+        with open(path, "ab") as log:  # the child keeps its own descriptor
+            return subprocess.Popen(argv, cwd=PROJECT_ROOT, env=self.env, start_new_session=True,
+                                    stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
 
     def wait_ready(self, timeout: float = 60) -> None:
         from playground.celery import app

@@ -247,7 +247,7 @@ def test_the_run_button_runs_with_the_course_datasets_and_the_student_sees_it() 
 
 
 def test_grading_slots_go_round_robin_per_student_in_the_order_they_came(
-    settings: Any, redis_server: Any, monkeypatch: pytest.MonkeyPatch
+    settings: Any, redis_server: Any, monkeypatch: pytest.MonkeyPatch, no_worker: None
 ) -> None:
     """No worker: the queue's own order. A student with five submissions made first gets one test
     run per turn, like the two who came after them; nobody waits behind more than one of theirs."""
@@ -255,7 +255,8 @@ def test_grading_slots_go_round_robin_per_student_in_the_order_they_came(
     from playground.models import Assignment, Course, Membership
     from playground.services import runs as run_services
 
-    # The runs are made and left queued: a worker an earlier test left alive must not take them.
+    # The runs are made and left queued. No worker: an earlier test's would take them, and its
+    # grading loop (every 10 s, with its own slots) would hand out the submissions' runs itself.
     monkeypatch.setattr(run_services, "enqueue", lambda run: None)
 
     settings.CORDON_GRADING_SLOTS = 0  # everyone submits first (as during a busy spell)
