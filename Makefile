@@ -97,15 +97,16 @@ run: images migrate kvm-access cgroup-tuning ## serve Cordon on 127.0.0.1:8000 w
 	@$(PY) manage.py metrics_reset -v0 >/dev/null
 	exec $(VENV)/bin/honcho start
 
-test: images kvm-access test-system $(FRONTEND_STAMP) ## run the test suite, then the several-hosts proof (make test-hosts, ~5 min with its chaos part)
+test: images kvm-access test-system $(FRONTEND_STAMP) ## run the test suite (node's, then pytest)
 	node --test tests/js/*.test.mjs
 	@$(PY) manage.py collectstatic --noinput -v0
 	$(PY) -m pytest
-	$(PY) -m tests.hosts
 
 # Several hosts: PostgreSQL, Redis, the web and two worker hosts on this machine, each in its own
 # mount namespace, sharing nothing but those (tests/hosts). Prints its figures, saves var/hosts/.
-test-hosts: images kvm-access test-system ## two worker hosts sharing only PostgreSQL and Redis: datasets, a lost host, drain, a burst, chaos
+# Past the 3 minutes issue 16 allowed inside `make test` (5-6 with its chaos part), so .ci/run
+# calls it after `make test`.
+test-hosts: images kvm-access test-system ## two worker hosts sharing only PostgreSQL and Redis: datasets, a lost host, drain, a burst, chaos (~6 min)
 	$(PY) -m tests.hosts
 
 # Redis, a Celery worker and the web server on the test database, fuzzed through the live
