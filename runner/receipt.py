@@ -101,9 +101,10 @@ def digest(body: Mapping[str, Any]) -> str:
 # --- keys ------------------------------------------------------------------------------------
 
 
-# A process's keys by file, with the file's (inode, size, mtime) when read: every run's finish asks
-# for the key, and a changed or replaced file (a rotated key) is read again.
-_KEYS: dict[Path, tuple[tuple[int, int, int], Ed25519PrivateKey]] = {}
+# A process's keys by file, with the file's (device, inode, mtime, ctime) when read: every run's
+# finish asks for the key, and a changed or replaced file (a rotated key) is read again. ctime,
+# which no one can set back, catches a rewrite in place that kept the mtime.
+_KEYS: dict[Path, tuple[tuple[int, int, int, int], Ed25519PrivateKey]] = {}
 
 
 def site_key(path: Path) -> Ed25519PrivateKey:
@@ -112,13 +113,15 @@ def site_key(path: Path) -> Ed25519PrivateKey:
     whole key, and the one that lost the race reads the winner's."""
     if not path.exists():
         _create_key_file(path)
-    seen = path.stat()
-    stamp = (seen.st_ino, seen.st_size, seen.st_mtime_ns)
-    known = _KEYS.get(path)
-    if known is not None and known[0] == stamp:
-        return known[1]
+    with open(path, "rb") as handle:  # the stamp is of the file read
+        seen = os.fstat(handle.fileno())
+        stamp = (seen.st_dev, seen.st_ino, seen.st_mtime_ns, seen.st_ctime_ns)
+        known = _KEYS.get(path)
+        if known is not None and known[0] == stamp:
+            return known[1]
+        pem = handle.read()
     try:
-        key = serialization.load_pem_private_key(path.read_bytes(), password=None)
+        key = serialization.load_pem_private_key(pem, password=None)
     except ValueError as exc:
         raise ReceiptError("bad_key", f"{path} is not an unencrypted PEM private key: {exc}") from None
     if not isinstance(key, Ed25519PrivateKey):

@@ -70,12 +70,16 @@ def choose_queue(engine: str) -> str:
     return engine
 
 
+def task_time_limit_s(run: Run) -> int:
+    """The hard time limit of the run's task: past it Celery kills the process running it."""
+    return int(limits_from_record(run.limits).wall_timeout_s + TASK_TIME_MARGIN_S)
+
+
 def enqueue(*, run: Run) -> None:
     """Send the run to its engine's queue once the row is committed. If the broker is down, this
     process sends it again every second until the broker takes it (and the reaper re-sends runs
     still queued long after, should this process die); a duplicate is harmless (claims are atomic)."""
-    time_limit = int(limits_from_record(run.limits).wall_timeout_s + TASK_TIME_MARGIN_S)
-    run_id, sending = str(run.id), _sending(run, time_limit)
+    run_id, sending = str(run.id), _sending(run, task_time_limit_s(run))
 
     def send() -> None:
         Run.objects.filter(id=run_id).update(enqueued_at=timezone.now())

@@ -17,7 +17,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.files.storage import default_storage
-from django.db import InterfaceError, OperationalError, connection, transaction
+from django.db import InterfaceError, OperationalError, close_old_connections, connection, transaction
 from django.utils import timezone
 
 from playground.dbclock import db_after
@@ -27,7 +27,7 @@ from playground.live import ChunkBatcher, LivePublisher, final_message, state_me
 from playground.logs import log_append, log_release, log_store
 from playground.models import WORKER_STATES, CleanupCheck, Run, RunCell, RunKind, RunOutputFile, RunState
 from playground.services.cells import cell_finish_read, cell_finish_store
-from playground.services.dispatch import TASK_TIME_MARGIN_S
+from playground.services.dispatch import task_time_limit_s
 from playground.services.receipts import receipt_issue
 from playground.services.runs import record_event, retry_once
 from playground.storage import StorageIntegrityError, fetch_verified, save_verified
@@ -56,8 +56,7 @@ def run_execute(*, run_id: str, worker: str) -> Run | None:
         return None
     events = RunEvents(run=run, live=LivePublisher(run.id))
     work = work_dir(run.id)
-    bound_s = limits_from_record(run.limits).wall_timeout_s + TASK_TIME_MARGIN_S  # the task's own hard limit
-    with LeaseKeeper(run_id=run.id, bound_s=bound_s):
+    with LeaseKeeper(run_id=run.id, bound_s=task_time_limit_s(run)):
         final = _run_claimed(run=run, events=events, work=work)
     events.live.send(final_message(final))
     return final
@@ -109,22 +108,32 @@ class LeaseKeeper:
 
     def __exit__(self, *_: object) -> None:
         self.stop.set()
-        self.thread.join()
+        # Not waited for past a beat: one stuck connecting to the database must not hold up the
+        # run's end (written by now; a late renewal finds it finished and changes nothing).
+        self.thread.join(timeout=HEARTBEAT_S)
 
     def _loop(self) -> None:
         deadline = time.monotonic() + self.bound_s
         while not self.stop.wait(HEARTBEAT_S) and time.monotonic() < deadline:
             try:
-                held = Run.objects.filter(id=self.run_id, state__in=WORKER_STATES).update(
-                    lease_expires_at=db_after(settings.CORDON_LEASE_S)
-                )
+                held = self._renew()
             except DATABASE_AWAY as exc:
                 log.warning("the database is away; run %s's lease is renewed at the next beat (%s)", self.run_id, exc)
                 continue
-            finally:
-                connection.close()  # this thread's own, not held between beats (PostgreSQL's are counted)
+            except Exception:  # e.g. a read-only standby after a failover: the next beat tries again
+                log.warning("run %s's lease could not be renewed; tried again at the next beat", self.run_id,
+                            exc_info=True)  # fmt: skip
+                continue
             if not held:  # finished meanwhile (by this worker, or by the reaper)
                 return
+
+    def _renew(self) -> int:
+        try:
+            return Run.objects.filter(id=self.run_id, state__in=WORKER_STATES).update(
+                lease_expires_at=db_after(settings.CORDON_LEASE_S)
+            )
+        finally:
+            close_old_connections()  # this thread's own, not held between beats (PostgreSQL's are counted)
 
 
 def _until_stored(write: Callable[[], Run], *, bound_s: float = FINISH_RETRY_S) -> Run:

@@ -1,4 +1,4 @@
-"""`make test-hosts`: Cordon on several hosts, proven on one machine (about 5 minutes).
+"""`make test-hosts`: Cordon on several hosts, proven on one machine (5-6 minutes).
 
 One web process, a private PostgreSQL cluster and Redis, and two worker hosts that share nothing
 but those and CORDON_STORAGE=database: each its own name, data and host state directories, cgroup

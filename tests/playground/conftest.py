@@ -40,12 +40,14 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report = outcome.get_result()  # type: ignore[attr-defined]
     if report.when == "setup":
         item.stash[_TEST_STARTED] = call.start  # its fixtures' workers included
-    if not (report.failed and report.when == "call"):
+    if not report.failed:  # in its call, or in a fixture (a worker that never answered, say)
         return
     started = item.stash.get(_TEST_STARTED, call.start)
     for path in sorted(WORKER_LOGS.glob("*.log")):
         if path.stat().st_mtime >= started:
-            lines = path.read_bytes().decode(errors="replace").splitlines()[-WORKER_LOG_LINES:]
+            with open(path, "rb") as log:
+                log.seek(max(0, log.seek(0, os.SEEK_END) - 64 * 1024))  # the tail is enough
+                lines = log.read().decode(errors="replace").splitlines()[-WORKER_LOG_LINES:]
             report.sections.append((f"{path.name}, its last {len(lines)} lines", "\n".join(lines)))
 
 

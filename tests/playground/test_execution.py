@@ -114,6 +114,7 @@ def test_cancel_records_an_event_only_when_it_changes_the_run() -> None:
     assert _states(done) == []
 
 
+@pytest.mark.usefixtures("no_worker")  # no reaper but the test's
 def test_a_claimed_run_whose_worker_stopped_renewing_its_lease_is_reaped(redis_server: Any) -> None:
     run = _queued_run()
     assert run_claim(run_id=str(run.id), worker="gone") is not None
@@ -128,18 +129,19 @@ def test_a_claimed_run_whose_worker_stopped_renewing_its_lease_is_reaped(redis_s
 
 
 @pytest.mark.images
+@pytest.mark.usefixtures("no_worker")  # no reaper but the test's
 def test_a_run_whose_staging_outlasts_the_lease_keeps_it_and_is_not_reaped(
     redis_server: Any, settings: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The lease is renewed from the claim, not only when the supervisor calls back: a run whose
     inputs take longer than the lease to stage (a large dataset from remote storage) is not
     reaped as lost_worker while its worker is alive. A reaper asks every 0.2 s meanwhile."""
-    settings.CORDON_LEASE_S = 1
+    settings.CORDON_LEASE_S = 2
     monkeypatch.setattr(execution, "HEARTBEAT_S", 0.25)
     staged = execution.run_spec
 
     def slow_staging(**kwargs: Any) -> Any:
-        time.sleep(3.0)  # three leases, with no callback from the supervisor (it has not started)
+        time.sleep(5.0)  # two and a half leases, with no callback from the supervisor (it has not started)
         return staged(**kwargs)
 
     monkeypatch.setattr(execution, "run_spec", slow_staging)
@@ -163,10 +165,11 @@ def test_a_run_whose_staging_outlasts_the_lease_keeps_it_and_is_not_reaped(
         watching.join()
     assert final is not None
     assert (final.outcome, final.error_code) == ("succeeded", ""), final.reason
-    assert len(reaped) >= 10 and sum(reaped) == 0, reaped
+    assert len(reaped) >= 20 and sum(reaped) == 0, reaped
     assert not run.retries.exists()
 
 
+@pytest.mark.usefixtures("no_worker")  # no reaper but the test's
 def test_a_lease_keeper_stops_at_its_bound_and_a_run_stuck_past_it_is_reaped(
     redis_server: Any, settings: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
