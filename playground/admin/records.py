@@ -1,17 +1,20 @@
-"""The other records the console lists: staff reads of user data, datasets, courses, images,
-worker hosts (drained from here), API tokens, invites and the user accounts."""
+"""The other records the console lists: staff reads of user data, purges, run receipts, datasets,
+courses, images, worker hosts (drained from here), API tokens, invites and the user accounts."""
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from typing import Any
 
 from django.contrib import admin
 from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import UserAdmin
-from django.db.models import QuerySet
+from django.db.models import Exists, OuterRef, QuerySet
 from django.http import HttpRequest
+from django.urls import reverse
 from django.utils import timezone
+from django.utils.html import format_html
 
 from playground.admin.display import (
     ReadOnlyInline,
@@ -28,14 +31,18 @@ from playground.models import (
     Invite,
     Membership,
     Purge,
+    Receipt,
+    Run,
     RuntimeImage,
     StaffAccess,
     WorkerHost,
 )
 from playground.selectors.accounts import invite_status
 from playground.selectors.hosts import WORKER_LIVE_S, hosts_with_active_runs
+from playground.selectors.receipts import receipt_check
 from playground.services.accounts import tokens_revoke
 from playground.services.hosts import hosts_drain
+from runner import receipt as receipts
 
 
 @admin.register(StaffAccess)
@@ -71,6 +78,66 @@ class PurgeAdmin(RecordAdmin):
     @admin.display(description="deleted")
     def counts_shown(self, purge: Purge) -> str:
         return ", ".join(f"{count} {kind}" for kind, count in purge.counts.items() if count) or "nothing"
+
+
+@admin.register(Receipt)
+class ReceiptAdmin(RecordAdmin):
+    """Run receipts, by host and place in its chain (README: Operating Cordon, Run receipts). A
+    receipt's page checks it as `manage.py verify_audit` does: its signature by the site's key, its
+    link to the receipt before it, and its run's rows now against what was signed."""
+
+    list_display = ("when", "host", "sequence", "run_shown", "outcome", "key_id")
+    list_filter = ("host", "issued_at")
+    search_fields = ("sha256", "body")  # the body names the run, its image and its hashes
+    date_hierarchy = "issued_at"
+    ordering = ("-issued_at", "-id")
+    fields = readonly_fields = ("host", "sequence", "issued_at", "run_shown", "key_id", "sha256", "prev_hash",
+                                "verdict", "facts_shown", "body_shown")  # fmt: skip
+
+    class Media:
+        css = {"all": ("css/audit.css",)}
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Receipt]:
+        listed: QuerySet[Receipt] = super().get_queryset(request)
+        return listed.annotate(run_kept=Exists(Run.objects.filter(id=OuterRef("run_id"))))
+
+    @admin.display(description="when", ordering="issued_at")
+    def when(self, receipt: Receipt) -> str:
+        return ms_time(receipt.issued_at)
+
+    @admin.display(description="run")
+    def run_shown(self, receipt: Receipt) -> str:
+        if not getattr(receipt, "run_kept", True):
+            return f"{receipt.run_id} (its row deleted)"
+        url = reverse("admin:playground_run_change", args=[receipt.run_id])
+        return format_html('<a href="{}">{}</a>', url, receipt.run_id)
+
+    @admin.display(description="outcome")
+    def outcome(self, receipt: Receipt) -> str:
+        return value_words((_body(receipt).get("run") or {}).get("outcome"))
+
+    @admin.display(description="check")
+    def verdict(self, receipt: Receipt) -> str:
+        found = receipt_check(receipt)
+        if not found:
+            return "holds: signed by the site's key, linked to the receipt before it, its run's rows unchanged"
+        return format_html("<strong>does not hold</strong>: {}", "; ".join(found))
+
+    @admin.display(description="what it states")
+    def facts_shown(self, receipt: Receipt) -> str:
+        return pairs_table(receipts.facts(_body(receipt)))
+
+    @admin.display(description="signed body")
+    def body_shown(self, receipt: Receipt) -> str:
+        return format_html('<pre class="audit-pre">{}</pre>', json.dumps(_body(receipt), indent=2, sort_keys=True))
+
+
+def _body(receipt: Receipt) -> dict[str, Any]:
+    try:
+        body = json.loads(receipt.body)
+    except json.JSONDecodeError:
+        return {}
+    return body if isinstance(body, dict) else {}
 
 
 @admin.register(Dataset)

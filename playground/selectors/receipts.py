@@ -173,6 +173,21 @@ def audit_receipts() -> tuple[list[ChainState], list[Problem]]:
     return states, problems
 
 
+def receipt_check(receipt: Receipt) -> list[str]:
+    """What the audit finds of one receipt (the console's receipt page): its hash, its signature by
+    the site's key, its row, its run's rows now, and its link to the receipt before it in its host's
+    chain. Empty: it holds."""
+    found = [problem.what for problem in _audit_receipt(receipt, site_signing_key().public_key())]
+    if receipt.sequence > 1:
+        before = Receipt.objects.filter(host=receipt.host, sequence=receipt.sequence - 1)
+        prev = before.values_list("sha256", flat=True).first()
+        if prev is None:
+            found.append(f"receipt #{receipt.sequence - 1}, before it in its chain, deleted")
+        elif prev != receipt.prev_hash:
+            found.append(f"it does not name #{receipt.sequence - 1}'s hash")
+    return found
+
+
 def _audit_chain(host: str, public: Ed25519PublicKey) -> tuple[ChainState, list[Problem]]:
     problems: list[Problem] = []
     expected, prev, last_hash = 1, "", ""

@@ -12,11 +12,13 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 from django.core.files.uploadedfile import SimpleUploadedFile
+from django.db import transaction
 
-from playground.models import Course, RunKind
+from playground.models import Course, Receipt, RunKind
 from playground.services import datasets as dataset_services
 from playground.services.accounts import token_create
 from playground.services.invites import invite_create
+from playground.services.receipts import receipt_issue
 from tests.playground.classroom.test_courses_access import build_world, finished_run
 from tests.playground.conftest import serve_web
 from tests.playground.factories import stored_logs
@@ -86,6 +88,9 @@ def personas(site: str) -> dict[str, list[str]]:
                        isolation="namespace", stdout_bytes=3, stderr_bytes=200, wall_s=0.4, cpu_s=0.2,
                        timings={"start_s": 0.05, "total_s": 0.4})  # fmt: skip
     stored_logs(run.id, stdout=b"ok\n", stderr=b"Traceback (most recent call last):\n" * 5 + b"ValueError: x\n")
+    with transaction.atomic():  # as a run's end issues it
+        receipt_issue(run_id=run.id)
+    receipt = Receipt.objects.get(run_id=run.id).pk
     token_create(user=analyst, name="laptop")
     admin = User.objects.create_superuser("root", password=PASSWORD)
     invite_create(by=admin, note="for a new analyst in the finance team")
@@ -105,6 +110,7 @@ def personas(site: str) -> dict[str, list[str]]:
                  "/admin/playground/apitoken/", "/admin/playground/course/",
                  f"/admin/playground/course/{course}/change/", "/admin/playground/dataset/",
                  "/admin/playground/staffaccess/", "/admin/playground/workerhost/", "/admin/playground/runtimeimage/",
+                 "/admin/playground/receipt/", f"/admin/playground/receipt/{receipt}/change/",
                  "/admin/auth/user/", "/account/"],
     }  # fmt: skip
 

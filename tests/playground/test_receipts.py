@@ -239,3 +239,46 @@ def test_the_console_overview_shows_the_public_key(redis_server: Any) -> None:
     page = client.get("/admin/overview/").content.decode()
     key = Client().get("/api/receipts/key").json()
     assert key["key"] in page and key["key_id"] in page
+
+
+def test_the_console_lists_receipts_and_a_receipts_page_says_whether_it_still_holds(redis_server: Any) -> None:
+    user: Any = UserFactory()
+    kept, changed, deleted, last = (_finished(user) for _ in range(4))
+    with connection.cursor() as cursor:  # straight into the database, past every service
+        cursor.execute("UPDATE playground_run SET outcome = %s WHERE id = %s", ["failed", changed.id.hex])
+    Run.objects.filter(id=deleted.id).delete()
+    Receipt.objects.filter(run_id=last.id).update(prev_hash="0" * 64)  # its link to #3 broken
+    root: Any = UserFactory(is_staff=True, is_superuser=True)
+    admin = Client()
+    admin.force_login(root)
+
+    listing = admin.get("/admin/playground/receipt/").content.decode()
+    assert listing.count("succeeded") >= 4  # what each receipt states, whatever the rows say now
+    assert f'href="/admin/playground/run/{kept.id}/change/"' in listing
+    assert f"{deleted.id} (its row deleted)" in listing
+
+    def verdict(run: Run) -> str:
+        receipt = Receipt.objects.get(run_id=run.id)
+        page = admin.get(f"/admin/playground/receipt/{receipt.pk}/change/")
+        assert page.status_code == 200
+        html = page.content.decode()
+        assert f"code sha256</th><td>{hashlib.sha256(b'print(1)').hexdigest()}" in html  # its facts, as a table
+        return html
+
+    assert "holds: signed by the site&#x27;s key" in verdict(kept)
+    assert "does not hold</strong>: outcome changed (signed &quot;succeeded&quot;, now &quot;failed&quot;)" in verdict(
+        changed
+    )
+    assert "does not hold</strong>: row deleted (its receipt remains)" in verdict(deleted)
+    broken = verdict(last)
+    assert "does not hold</strong>: " in broken and "its row was changed" in broken and "#3&#x27;s hash" in broken
+
+    # a record: nobody adds, edits or deletes one here; staff without the console's rights see nothing
+    some = Receipt.objects.get(run_id=kept.id).pk
+    assert admin.get("/admin/playground/receipt/add/").status_code == 403
+    assert admin.post(f"/admin/playground/receipt/{some}/delete/", {"post": "yes"}).status_code == 403
+    assert Receipt.objects.filter(pk=some).exists()
+    person: Any = UserFactory(is_staff=True)
+    staff = Client()
+    staff.force_login(person)
+    assert staff.get("/admin/playground/receipt/").status_code == 403
