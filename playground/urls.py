@@ -1,11 +1,11 @@
 from django.contrib import admin
-from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from playground import views
 from playground.api import api
 from playground.classroom import views as classroom_views
 from playground.classroom.api import router as classroom_router
+from playground.sso import views as sso_views
 from playground.throttle import throttled_login
 
 # The site's API: its own domains (playground.api), then the classroom's router.
@@ -31,7 +31,7 @@ urlpatterns = [
     path("submissions/<uuid:submission_id>/", classroom_views.submission, name="submission"),
     path("similarity/<uuid:report_id>/pairs/<int:index>/", classroom_views.similarity_pair, name="similarity_pair"),
     path("accounts/login/", throttled_login(views.LoginPage.as_view()), name="login"),
-    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("accounts/logout/", sso_views.Logout.as_view(), name="logout"),
     path("accounts/signup/", views.signup, name="signup"),
     path("accounts/oidc/", include("playground.sso.urls")),
     path("account/", views.account, name="account"),

@@ -69,6 +69,7 @@ class OidcBackend(OIDCAuthenticationBackend):  # type: ignore[misc]
         # Not the library's __init__, which reads the endpoints: Django makes a backend for every
         # request of a signed-in user (get_user), and those must not depend on the provider.
         self.UserModel = User
+        self.id_token = ""  # the raw ID token of the sign-in authenticate() accepted
 
     get_settings = staticmethod(library_setting)
 
@@ -95,6 +96,7 @@ class OidcBackend(OIDCAuthenticationBackend):  # type: ignore[misc]
             id_claims = self.verify_token(tokens["id_token"], nonce=oidc_nonce)
         except (KeyError, TypeError) as exc:
             raise SsoRefused("bad_token_response", "the provider's answer held no ID token") from exc
+        self.id_token = str(tokens["id_token"])  # for the log-out's id_token_hint (views.logout)
         claims = self._claims(str(tokens.get("access_token") or ""), id_claims)
         return sso_sign_in(config=config, claims=claims)
 

@@ -104,6 +104,7 @@ class Endpoints:
     token: str
     jwks: str
     userinfo: str  # "" when it has none: the ID token's claims are all there is
+    end_session: str = ""  # RP-initiated logout; "" when it has none: a log-out is Cordon's only
 
 
 _discovered: dict[str, tuple[float, Endpoints]] = {}
@@ -144,6 +145,7 @@ def _discover(issuer: str) -> Endpoints:
             token=str(document["token_endpoint"]),
             jwks=str(document["jwks_uri"]),
             userinfo=str(document.get("userinfo_endpoint") or ""),
+            end_session=str(document.get("end_session_endpoint") or ""),
         )
     except KeyError as exc:
         raise SsoRefused("provider_misconfigured", f"the provider's discovery document has no {exc}") from exc

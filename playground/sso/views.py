@@ -6,18 +6,21 @@ from __future__ import annotations
 import logging
 import time
 from typing import Any
+from urllib.parse import urlencode
 
 from django.conf import settings
 from django.contrib.auth import login
+from django.contrib.auth.views import LogoutView
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 from mozilla_django_oidc.views import OIDCAuthenticationRequestView  # type: ignore[import-untyped]
 
 from playground import throttle
 from playground.sso.backend import OidcBackend, library_setting
-from playground.sso.config import SsoConfig, SsoRefused, sso_config
+from playground.sso.config import SsoConfig, SsoRefused, endpoints, sso_config
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +28,7 @@ log = logging.getLogger(__name__)
 # return is refused; its state is dropped from the session either way once used.
 SIGN_IN_MAX_S = 900
 BACKEND = "playground.sso.backend.OidcBackend"
+LOGOUT_HINT = "oidc_id_token"  # in the session: the provider's ID token of this sign-in, the log-out's hint
 
 
 class _Start(OIDCAuthenticationRequestView):  # type: ignore[misc]
@@ -56,11 +60,10 @@ def callback(request: HttpRequest) -> HttpResponseBase:
             explanation="There have been too many failed sign-ins or log-ins from your address, so they are "
             "refused for now.",
         )  # fmt: skip
+    backend = OidcBackend()
     try:
         pending = _pending_sign_in(request, config)
-        user = OidcBackend().authenticate(
-            request, oidc_nonce=pending["nonce"], oidc_code_verifier=pending["code_verifier"]
-        )
+        user = backend.authenticate(request, oidc_nonce=pending["nonce"], oidc_code_verifier=pending["code_verifier"])
     except SsoRefused as exc:
         if exc.code != "provider_unreachable":
             throttle.record_failure(subjects)
@@ -68,7 +71,43 @@ def callback(request: HttpRequest) -> HttpResponseBase:
     if user is None:  # only when single sign-on was turned off in between
         raise Http404("single sign-on is not configured on this site")
     login(request, user, backend=BACKEND)
+    request.session[LOGOUT_HINT] = backend.id_token  # after login(), which may start a new session
     return redirect(request.session.pop("oidc_login_next", None) or settings.LOGIN_REDIRECT_URL)
+
+
+class Logout(LogoutView):
+    """Cordon's log-out. After signing in through the provider it also ends the provider's session
+    (OpenID Connect RP-Initiated Logout): a page sends the browser on to its end-session endpoint,
+    which comes back to the log-in page (the post-logout redirect URI registered at the provider).
+    A page, not a redirect: the form that posts here may only lead to this site (CSP form-action
+    'self', which browsers apply to a form's redirects too). Without that endpoint, or after a
+    password log-in, the log-out is Cordon's alone, as before."""
+
+    def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        ending = _provider_log_out(request)  # read before the log-out clears the session
+        response: HttpResponse = super().post(request, *args, **kwargs)
+        config = sso_config()
+        if not ending or config is None:
+            return response
+        return render(request, "registration/logged_out_sso.html", {"url": ending, "provider": config.provider_name})
+
+
+def _provider_log_out(request: HttpRequest) -> str:
+    """The provider's end-session URL for this session, or "" (not signed in through it, single
+    sign-on off, the provider without the endpoint or unreachable: then only Cordon logs out)."""
+    token, config = request.session.get(LOGOUT_HINT), sso_config()
+    if not token or config is None:
+        return ""
+    try:
+        end_session = endpoints(config.issuer).end_session
+    except SsoRefused as exc:
+        log.warning("sso: log-out at the provider skipped (%s): %s", exc.code, exc.message)
+        return ""
+    if not end_session:
+        return ""
+    query = {"id_token_hint": token, "client_id": config.client_id,
+             "post_logout_redirect_uri": request.build_absolute_uri(reverse("login"))}  # fmt: skip
+    return f"{end_session}{'&' if '?' in end_session else '?'}{urlencode(query)}"
 
 
 def _config() -> SsoConfig:

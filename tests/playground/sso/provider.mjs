@@ -2,12 +2,13 @@
 // random loopback port. Its accounts are read from a JSON file at every sign-in, so a test changes
 // a person's groups between two sign-ins by rewriting the file. Prints {"url", "issuer"} once ready.
 //
-//   node provider.mjs '{"modules": "<package.json>", "accounts": "<file>", "clients": [...], "mixUp": false}'
+//   node provider.mjs '{"modules": "<package.json>", "accounts": "<file>", "clients": [...], "mixUp": false, "logout": true}'
 //
 // modules: the package.json whose node_modules hold oidc-provider (playground/frontend's).
 // clients: oidc-provider client metadata, plus codeTtlS (the life of its authorization codes).
 // mixUp: its tokens are issued by another issuer (<url>/elsewhere) than the one its discovery
 // document at <url> names (<url>): endpoints of one issuer behind the configuration of another.
+// logout: false turns RP-initiated logout off (its discovery document then has no end_session_endpoint).
 // The login "form" takes the account id by POST (login=<id>); consent is given without asking, as a
 // first-party provider configured for the site does. PKCE is required of every client.
 
@@ -37,7 +38,7 @@ server.listen(0, "127.0.0.1", () => {
     jwks: { keys: [signingKey] },
     cookies: { keys: ["sso-test-cookie-key"] },
     pkce: { required: () => true },
-    features: { devInteractions: { enabled: false } },
+    features: { devInteractions: { enabled: false }, rpInitiatedLogout: { enabled: options.logout !== false } },
     scopes: ["openid", "email", "profile", "groups"],
     claims: {
       email: ["email", "email_verified"],

@@ -1,6 +1,6 @@
 """Single sign-on as a person sees it, in Chromium: the log-in page with passwords off offers only the
-provider, the provider's form, the return signed in; a return that is refused says why. Screenshots
-at a desktop's and a 390 px phone's width."""
+provider, the provider's form, the return signed in, the log-out that ends the provider's session
+too; a return that is refused says why. Screenshots at a desktop's and a 390 px phone's width."""
 
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ def sso_site(tmp_path: Path, worker_env: dict[str, str]) -> Iterator[tuple[str, 
     port = free_port()
     redirect = f"http://127.0.0.1:{port}/accounts/oidc/callback/"
     client = {"client_id": "cordon", "client_secret": SECRET, "redirect_uris": [redirect],
+              "post_logout_redirect_uris": [f"http://127.0.0.1:{port}/accounts/login/"],
               "token_endpoint_auth_method": "client_secret_post"}  # fmt: skip
     with LoopbackProvider(tmp_path, [client]) as provider:
         provider.set_account("alice", preferred_username="alice", email="alice@example.org", groups=["teachers"])
@@ -68,6 +69,17 @@ def test_a_person_signs_in_through_the_provider_and_a_refused_return_says_why(
         page.wait_for_url(f"{base}/**")
         expect(page.get_by_text("alice").first).to_be_visible()
         page.screenshot(path=shots / "sso-signed-in-desktop.png", full_page=True)
+
+        # Log out: Cordon's session, then the provider's (it asks), then back on the log-in page.
+        page.get_by_role("button", name="Log out").click()
+        yes = page.get_by_role("button", name="Yes, sign me out")  # the provider's own page
+        expect(yes).to_be_visible()
+        yes.click()
+        page.wait_for_url(f"{base}/accounts/login/")
+        expect(page.get_by_role("link", name="Sign in with Campus ID")).to_be_visible()
+        page.screenshot(path=shots / "sso-signed-out-desktop.png", full_page=True)
+        page.get_by_role("link", name="Sign in with Campus ID").click()
+        expect(page.locator("input[name=login]")).to_be_visible()  # the provider asks who it is again
 
         other = browser.new_page(viewport=desktop)  # another browser's return: not its sign-in
         other.goto(f"{base}/accounts/oidc/callback/?code=stolen&state=not-this-browsers")

@@ -5,6 +5,8 @@ page saying why, a log line, and nobody signed in."""
 
 from __future__ import annotations
 
+import html
+import re
 import subprocess
 import time
 from collections.abc import Iterator
@@ -13,13 +15,15 @@ from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
 import pytest
+import requests
 from django.contrib.auth.models import User
 from django.test import Client
 
 from playground.models import SsoIdentity
 from playground.services.invites import invite_create
+from playground.sso.config import endpoints
 from tests.conftest import PYTHON, child_env
-from tests.playground.sso.provider import SITE, LoopbackProvider, client
+from tests.playground.sso.provider import POST_LOGOUT_URI, SITE, LoopbackProvider, client
 
 pytestmark = pytest.mark.django_db
 
@@ -183,6 +187,59 @@ def test_a_deactivated_account_is_refused(sso: LoopbackProvider, caplog: pytest.
     User.objects.filter(username="bob").update(is_active=False)
     browser = Client()
     assert_refused(sign_in(browser, sso, "sub-bob"), browser, caplog, "inactive_account", "deactivated")
+
+
+# --- log-out -------------------------------------------------------------------------------------
+
+
+def test_logging_out_after_signing_in_through_the_provider_ends_the_providers_session_too(
+    sso: LoopbackProvider,
+) -> None:
+    browser, at_provider = Client(), requests.Session()  # one person's browser: at Cordon, at the provider
+    come_back(browser, sso.authorize(start(browser), "sub-alice", at_provider))
+    hint = browser.session["oidc_id_token"]
+    assert signed_in(browser) is not None and hint.count(".") == 2  # the ID token, a JWT
+    asked = sso.logins_asked
+    again = Client()
+    come_back(again, sso.authorize(start(again), "sub-alice", at_provider))
+    assert signed_in(again) is not None and sso.logins_asked == asked  # the provider remembered them
+
+    answer = browser.post("/accounts/logout/")
+    assert answer.status_code == 200 and signed_in(browser) is None
+    page = answer.content.decode()
+    found = re.search(r'<meta http-equiv="refresh" content="0; url=([^"]+)">', page)
+    assert found is not None and "Logged out of Cordon" in page, page
+    url = html.unescape(found.group(1))
+    assert f'href="{found.group(1)}"' in page  # and a link to it, for a browser that does not refresh
+    ending = urlsplit(url)
+    assert urlunsplit(ending._replace(query="")) == endpoints(sso.url).end_session != ""
+    assert parse_qs(ending.query) == {"id_token_hint": [hint], "client_id": ["cordon"],
+                                      "post_logout_redirect_uri": [POST_LOGOUT_URI]}  # fmt: skip
+    assert sso.end_session(url, at_provider) == POST_LOGOUT_URI  # back on the log-in page
+
+    later = Client()
+    come_back(later, sso.authorize(start(later), "sub-alice", at_provider))
+    assert signed_in(later) is not None and sso.logins_asked == asked + 1  # asked to log in again
+
+
+def test_a_password_log_in_logs_out_of_cordon_alone(sso: LoopbackProvider, django_user_model: Any) -> None:
+    django_user_model.objects.create_user("gina", password=PASSWORD)
+    browser = Client()
+    assert browser.login(username="gina", password=PASSWORD)
+    answer = browser.post("/accounts/logout/")
+    assert (answer.status_code, answer["Location"]) == (302, "/") and signed_in(browser) is None
+
+
+def test_with_a_provider_offering_no_end_session_a_log_out_is_cordons_alone(settings: Any, tmp_path: Path) -> None:
+    with LoopbackProvider(tmp_path, [client("cordon")], logout=False) as provider:
+        provider.set_account("sub-hal", preferred_username="hal", email="hal@example.edu")
+        configure(settings, provider.url)
+        assert endpoints(provider.url).end_session == ""
+        browser = Client()
+        sign_in(browser, provider, "sub-hal")
+        assert signed_in(browser) is not None
+        answer = browser.post("/accounts/logout/")
+        assert (answer.status_code, answer["Location"]) == (302, "/") and signed_in(browser) is None
 
 
 # --- refusals -----------------------------------------------------------------------------------
