@@ -42,8 +42,9 @@ urlpatterns = [
     path("account/invites/new/", views.invite_new, name="invite_new"),
     path("account/invites/<int:invite_id>/revoke/", views.invite_delete, name="invite_delete"),
     path("favicon.ico", views.Favicon.as_view()),
-    # Ahead of admin.site.urls, so that it answers the admin's own log-in URL (admin:login).
+    # Ahead of admin.site.urls, so that they answer the admin's own log-in and log-out URLs.
     path("admin/login/", throttled_login(views.admin_login)),
+    path("admin/logout/", sso_views.Logout.as_view()),
     path("admin/", admin.site.urls),
     path("api/", api.urls),
     path("metrics", views.metrics, name="metrics"),

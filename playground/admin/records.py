@@ -121,7 +121,7 @@ class ReceiptAdmin(RecordAdmin):
         found = receipt_check(receipt)
         if not found:
             return "holds: signed by the site's key, linked to the receipt before it, its run's rows unchanged"
-        return format_html("<strong>does not hold</strong>: {}", "; ".join(found))
+        return format_html("<strong>problems found</strong>: {}", "; ".join(found))
 
     @admin.display(description="what it states")
     def facts_shown(self, receipt: Receipt) -> str:

@@ -29,7 +29,7 @@ class SsoRefused(Exception):
         super().__init__(f"{code}: {message}")
 
 
-def _loopback(url: str) -> bool:
+def loopback(url: str) -> bool:
     host = urlsplit(url).hostname or ""
     if host == "localhost":
         return True
@@ -48,7 +48,7 @@ def check_sso_settings(
             raise ConfigError("CORDON_PASSWORD_LOGIN=false needs CORDON_OIDC_ISSUER: nobody could log in")
         return
     parts = urlsplit(issuer)
-    if parts.scheme != "https" and not (parts.scheme == "http" and _loopback(issuer)):
+    if parts.scheme != "https" and not (parts.scheme == "http" and loopback(issuer)):
         raise ConfigError(f"CORDON_OIDC_ISSUER must be an https:// URL (http:// only on loopback); got {issuer!r}")
     if parts.query or parts.fragment:
         raise ConfigError(f"CORDON_OIDC_ISSUER must have no query or fragment; got {issuer!r}")
@@ -132,6 +132,8 @@ def _discover(issuer: str) -> Endpoints:
         document: dict[str, Any] = response.json()
     except (requests.RequestException, ValueError) as exc:
         raise SsoRefused("provider_unreachable", f"the sign-in provider could not be reached ({exc})") from exc
+    if not isinstance(document, dict):
+        raise SsoRefused("provider_misconfigured", f"the provider's discovery document at {url} is not an object")
     if document.get("issuer") != issuer:
         # OpenID Connect Discovery 4.3: the document's issuer is exactly the one asked for; another
         # one means the configuration points at a provider that is not the configured issuer.

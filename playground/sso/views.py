@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import time
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from django.conf import settings
 from django.contrib.auth import login
@@ -20,7 +20,7 @@ from mozilla_django_oidc.views import OIDCAuthenticationRequestView  # type: ign
 
 from playground import throttle
 from playground.sso.backend import OidcBackend, library_setting
-from playground.sso.config import SsoConfig, SsoRefused, endpoints, sso_config
+from playground.sso.config import SsoConfig, SsoRefused, endpoints, loopback, sso_config
 
 log = logging.getLogger(__name__)
 
@@ -84,20 +84,25 @@ class Logout(LogoutView):
     password log-in, the log-out is Cordon's alone, as before."""
 
     def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        ending = _provider_log_out(request)  # read before the log-out clears the session
-        response: HttpResponse = super().post(request, *args, **kwargs)
+        hint = request.session.get(LOGOUT_HINT)  # read before the log-out clears the session
+        response: HttpResponse = super().post(request, *args, **kwargs)  # Cordon's, whatever the provider does
         config = sso_config()
-        if not ending or config is None:
+        if not hint or config is None:
+            return response
+        try:
+            ending = _provider_log_out(request, config, str(hint))
+        except Exception:  # the provider's discovery unreadable, say: logged out of Cordon all the same
+            log.warning("sso: log-out at the provider skipped", exc_info=True)
+            return response
+        if not ending:
             return response
         return render(request, "registration/logged_out_sso.html", {"url": ending, "provider": config.provider_name})
 
 
-def _provider_log_out(request: HttpRequest) -> str:
-    """The provider's end-session URL for this session, or "" (not signed in through it, single
-    sign-on off, the provider without the endpoint or unreachable: then only Cordon logs out)."""
-    token, config = request.session.get(LOGOUT_HINT), sso_config()
-    if not token or config is None:
-        return ""
+def _provider_log_out(request: HttpRequest, config: SsoConfig, hint: str) -> str:
+    """The provider's end-session URL for a sign-in whose ID token is `hint`, or "" (the provider
+    has no end-session endpoint, is unreachable, or names one that is not https: then only Cordon
+    logs out)."""
     try:
         end_session = endpoints(config.issuer).end_session
     except SsoRefused as exc:
@@ -105,9 +110,13 @@ def _provider_log_out(request: HttpRequest) -> str:
         return ""
     if not end_session:
         return ""
-    query = {"id_token_hint": token, "client_id": config.client_id,
-             "post_logout_redirect_uri": request.build_absolute_uri(reverse("login"))}  # fmt: skip
-    return f"{end_session}{'&' if '?' in end_session else '?'}{urlencode(query)}"
+    parts = urlsplit(end_session)
+    if not parts.netloc or not (parts.scheme == "https" or (parts.scheme == "http" and loopback(end_session))):
+        log.warning("sso: log-out at the provider skipped: its end_session_endpoint %r is not https", end_session)
+        return ""
+    query = [*parse_qsl(parts.query), ("id_token_hint", hint), ("client_id", config.client_id),
+             ("post_logout_redirect_uri", request.build_absolute_uri(reverse("login")))]  # fmt: skip
+    return urlunsplit(parts._replace(query=urlencode(query), fragment=""))
 
 
 def _config() -> SsoConfig:

@@ -266,12 +266,12 @@ def test_the_console_lists_receipts_and_a_receipts_page_says_whether_it_still_ho
         return html
 
     assert "holds: signed by the site&#x27;s key" in verdict(kept)
-    assert "does not hold</strong>: outcome changed (signed &quot;succeeded&quot;, now &quot;failed&quot;)" in verdict(
-        changed
+    assert "problems found</strong>: outcome changed (signed &quot;succeeded&quot;, now &quot;failed&quot;)" in (
+        verdict(changed)
     )
-    assert "does not hold</strong>: row deleted (its receipt remains)" in verdict(deleted)
+    assert "problems found</strong>: row deleted (its receipt remains)" in verdict(deleted)
     broken = verdict(last)
-    assert "does not hold</strong>: " in broken and "its row was changed" in broken and "#3&#x27;s hash" in broken
+    assert "problems found</strong>: " in broken and "its row was changed" in broken and "#3&#x27;s hash" in broken
 
     # a record: nobody adds, edits or deletes one here; staff without the console's rights see nothing
     some = Receipt.objects.get(run_id=kept.id).pk

@@ -17,12 +17,12 @@ from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 import pytest
 import requests
 from django.contrib.auth.models import User
-from django.test import Client
+from django.test import Client, RequestFactory
 
 from playground.models import SsoIdentity
 from playground.services.invites import invite_create
 from playground.sso.config import endpoints
-from tests.conftest import PYTHON, child_env
+from tests.conftest import PYTHON, child_env, free_port
 from tests.playground.sso.provider import POST_LOGOUT_URI, SITE, LoopbackProvider, client
 
 pytestmark = pytest.mark.django_db
@@ -220,6 +220,56 @@ def test_logging_out_after_signing_in_through_the_provider_ends_the_providers_se
     later = Client()
     come_back(later, sso.authorize(start(later), "sub-alice", at_provider))
     assert signed_in(later) is not None and sso.logins_asked == asked + 1  # asked to log in again
+
+
+def test_the_consoles_log_out_ends_the_providers_session_too(sso: LoopbackProvider) -> None:
+    browser, at_provider = Client(), requests.Session()
+    sso.set_account("sub-ivy", preferred_username="ivy", email="ivy@example.edu", groups=[STAFF])
+    come_back(browser, sso.authorize(start(browser), "sub-ivy", at_provider))
+    assert browser.get("/admin/").status_code == 200
+    answer = browser.post("/admin/logout/")  # the console's own Log out button
+    assert answer.status_code == 200 and signed_in(browser) is None
+    found = re.search(r'<meta http-equiv="refresh" content="0; url=([^"]+)">', answer.content.decode())
+    assert found is not None
+    assert sso.end_session(html.unescape(found.group(1)), at_provider) == POST_LOGOUT_URI
+
+
+def test_a_provider_unreachable_at_log_out_still_logs_out_of_cordon(
+    sso: LoopbackProvider, settings: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    browser = Client()
+    sign_in(browser, sso, "sub-bob")
+    assert signed_in(browser) is not None
+    settings.CORDON_OIDC_ISSUER = f"http://127.0.0.1:{free_port()}"  # nothing answers there
+    answer = browser.post("/accounts/logout/")
+    assert (answer.status_code, answer["Location"]) == (302, "/") and signed_in(browser) is None
+    assert any("log-out at the provider skipped (provider_unreachable)" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "expected"),
+    [
+        ("https://idp.example.edu/logout?tenant=a#top", "https://idp.example.edu/logout?tenant=a&id_token_hint=t&"),
+        ("http://idp.example.edu/logout", ""),  # not https, and not on loopback
+        ("javascript:alert(1)", ""),
+        ("//idp.example.edu/logout", ""),
+    ],
+)
+def test_the_end_session_url_is_https_and_keeps_the_providers_own_query(
+    settings: Any, monkeypatch: pytest.MonkeyPatch, endpoint: str, expected: str
+) -> None:
+    from playground.sso import views
+    from playground.sso.config import Endpoints, sso_config
+
+    configure(settings, "https://idp.example.edu")
+    monkeypatch.setattr(views, "endpoints", lambda issuer: Endpoints("a", "t", "j", "", end_session=endpoint))
+    config = sso_config()
+    assert config is not None
+    request = RequestFactory().post("/accounts/logout/")
+    made = views._provider_log_out(request, config, "t")
+    assert made.startswith(expected) if expected else made == ""
+    if expected:
+        assert "#" not in made and parse_qs(urlsplit(made).query)["tenant"] == ["a"]
 
 
 def test_a_password_log_in_logs_out_of_cordon_alone(sso: LoopbackProvider, django_user_model: Any) -> None:
