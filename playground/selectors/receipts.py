@@ -182,9 +182,9 @@ def receipt_check(receipt: Receipt) -> list[str]:
         before = Receipt.objects.filter(host=receipt.host, sequence=receipt.sequence - 1)
         prev = before.values_list("sha256", flat=True).first()
         if prev is None:
-            found.append(f"receipt #{receipt.sequence - 1}, before it in its chain, deleted")
+            found.append(_gap(receipt.sequence - 1, receipt.sequence - 1))
         elif prev != receipt.prev_hash:
-            found.append(f"it does not name #{receipt.sequence - 1}'s hash")
+            found.append(_unlinked(receipt))
     return found
 
 
@@ -195,7 +195,7 @@ def _audit_chain(host: str, public: Ed25519PublicKey) -> tuple[ChainState, list[
         if receipt.sequence != expected:
             problems.append(Problem(_gap(expected, receipt.sequence - 1), host=host))
         elif receipt.prev_hash != prev:
-            problems.append(Problem(f"receipt #{receipt.sequence} does not name #{expected - 1}'s hash", host=host))
+            problems.append(Problem(_unlinked(receipt), host=host))
         problems += _audit_receipt(receipt, public)
         expected, prev = receipt.sequence + 1, receipt.sha256
         last_hash = receipt.sha256
@@ -207,6 +207,10 @@ def _audit_chain(host: str, public: Ed25519PublicKey) -> tuple[ChainState, list[
         problems.append(Problem(f"the chain's head row says #{head.length} {head.head[:16]}, not its last receipt",
                                 host=host))  # fmt: skip
     return ChainState(host, length, last_hash), problems
+
+
+def _unlinked(receipt: Receipt) -> str:
+    return f"receipt #{receipt.sequence} does not name #{receipt.sequence - 1}'s hash"
 
 
 def _gap(first: int, last: int) -> str:

@@ -96,7 +96,7 @@ class OidcBackend(OIDCAuthenticationBackend):  # type: ignore[misc]
             id_claims = self.verify_token(tokens["id_token"], nonce=oidc_nonce)
         except (KeyError, TypeError) as exc:
             raise SsoRefused("bad_token_response", "the provider's answer held no ID token") from exc
-        self.id_token = str(tokens["id_token"])  # for the log-out's id_token_hint (views.logout)
+        self.id_token = str(tokens["id_token"])  # for the log-out's id_token_hint (views.Logout)
         claims = self._claims(str(tokens.get("access_token") or ""), id_claims)
         return sso_sign_in(config=config, claims=claims)
 

@@ -29,7 +29,13 @@ class SsoRefused(Exception):
         super().__init__(f"{code}: {message}")
 
 
-def loopback(url: str) -> bool:
+def secure_url(url: str) -> bool:
+    """https, or http on loopback only (a provider run beside the site, as in the tests)."""
+    scheme = urlsplit(url).scheme
+    return scheme == "https" or (scheme == "http" and _loopback(url))
+
+
+def _loopback(url: str) -> bool:
     host = urlsplit(url).hostname or ""
     if host == "localhost":
         return True
@@ -48,7 +54,7 @@ def check_sso_settings(
             raise ConfigError("CORDON_PASSWORD_LOGIN=false needs CORDON_OIDC_ISSUER: nobody could log in")
         return
     parts = urlsplit(issuer)
-    if parts.scheme != "https" and not (parts.scheme == "http" and loopback(issuer)):
+    if not secure_url(issuer):
         raise ConfigError(f"CORDON_OIDC_ISSUER must be an https:// URL (http:// only on loopback); got {issuer!r}")
     if parts.query or parts.fragment:
         raise ConfigError(f"CORDON_OIDC_ISSUER must have no query or fragment; got {issuer!r}")

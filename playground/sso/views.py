@@ -20,7 +20,7 @@ from mozilla_django_oidc.views import OIDCAuthenticationRequestView  # type: ign
 
 from playground import throttle
 from playground.sso.backend import OidcBackend, library_setting
-from playground.sso.config import SsoConfig, SsoRefused, endpoints, loopback, sso_config
+from playground.sso.config import SsoConfig, SsoRefused, endpoints, secure_url, sso_config
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +111,7 @@ def _provider_log_out(request: HttpRequest, config: SsoConfig, hint: str) -> str
     if not end_session:
         return ""
     parts = urlsplit(end_session)
-    if not parts.netloc or not (parts.scheme == "https" or (parts.scheme == "http" and loopback(end_session))):
+    if not parts.netloc or not secure_url(end_session):
         log.warning("sso: log-out at the provider skipped: its end_session_endpoint %r is not https", end_session)
         return ""
     query = [*parse_qsl(parts.query), ("id_token_hint", hint), ("client_id", config.client_id),
