@@ -4,7 +4,9 @@ markdown rendered and sanitised, tables reduced to Cordon's own table shape. Not
 trusted: it is the sandbox's writing. Work on user input, so it runs in a bounded child when the
 file is not small (clean_bounded); no Django here, as the child imports it bare.
 
-A kept display is one of, in the order the cell showed them, each with "plain" (its text/plain):
+A kept display is one of, in the order the cell showed them, each with "plain" (its text/plain),
+"at" (the bytes of stdout and stderr written before it: {"stdout", "stderr"}) and, when it is the
+cell's result (a bare last expression, Jupyter's execute_result), "result" (the execution count):
 {"mime": "text/plain" | "application/json" | "text/latex", "text"}, {"mime": "text/html", "text":
 sanitised HTML}, {"mime": "text/markdown", "text": source, "html": rendered}, {"mime": TABLE,
 "table": {"columns": [{"name", "type"}], "rows", "total_rows", "total_columns"}}, {"mime":
@@ -39,6 +41,7 @@ TABLE_MAX_COLUMNS = 50
 CELL_MAX_CHARS = 200
 MAX_VARIABLES = 500
 MAX_NOT_CARRIED = 500
+MAX_FILES = 256  # the cell program's own cap on the files it carries
 VARIABLE_TABLES = 20
 NAME_MAX_CHARS = 200
 CLEAN_JOB = "playground.displays:clean_manifest"
@@ -90,6 +93,9 @@ def clean_manifest(*, text: str) -> dict[str, Any]:
         "error": _error(data.get("error")),
         "state": _state(data.get("state")),
         "displays_dropped": dropped,
+        "execution_count": _count_or_none(data.get("execution_count")),
+        "cleared": _at(data.get("cleared")),
+        "files": [_file(item) for item in _list(data.get("files"))[:MAX_FILES] if isinstance(item, dict)],
     }
     return {"displays": displays, "manifest": manifest}
 
@@ -99,13 +105,23 @@ def _display(item: Any) -> dict[str, Any] | None:
     if not isinstance(data, dict):
         return None
     plain = _text(data.get("text/plain"), PLAIN_MAX_CHARS)
+    where: dict[str, Any] = {"at": _at(item.get("at"))}
+    if (result := _count_or_none(item.get("result"))) is not None:
+        where["result"] = result
     for mime in PREFERENCE:
         if mime not in data:
             continue
         shown = _representation(mime, data[mime])
         if shown is not None:
-            return {"mime": mime, **shown, "plain": plain}
+            return {"mime": mime, **shown, "plain": plain, **where}
     return None
+
+
+def _at(value: Any) -> dict[str, int] | None:
+    """Where in the streams something came: the bytes of stdout and stderr written before it."""
+    if not isinstance(value, dict):
+        return None
+    return {stream: _count(value.get(stream)) for stream in ("stdout", "stderr")}
 
 
 def _representation(mime: str, value: Any) -> dict[str, Any] | None:
@@ -196,6 +212,11 @@ def _variables(items: list[Any]) -> list[dict[str, Any]]:
     return out
 
 
+def _file(item: dict[str, Any]) -> dict[str, Any]:
+    """A file the cell left in /tmp, carried to the next cell with its state."""
+    return {"name": _text(item.get("name"), NAME_MAX_CHARS), "bytes": _count(item.get("bytes"))}
+
+
 def _not_carried(item: Any) -> dict[str, str]:
     item = item if isinstance(item, dict) else {}
     return {key: _text(item.get(key), 300) for key in ("name", "type", "why")}
@@ -218,9 +239,10 @@ def _restored(value: Any) -> dict[str, Any] | None:
 def _error(value: Any) -> dict[str, Any] | None:
     if not isinstance(value, dict):
         return None
-    lines = [_text(line, 4000) for line in _list(value.get("traceback"))[:200]]
+    lines = [_text(line, 8000) for line in _list(value.get("traceback"))[-200:]]
     return {"ename": _text(value.get("ename"), NAME_MAX_CHARS), "evalue": _text(value.get("evalue"), 4000),
-            "traceback": lines}  # fmt: skip
+            "traceback": lines, "line": _count_or_none(value.get("line")) or None,
+            "at": _at(value.get("at"))}  # fmt: skip
 
 
 def _state(value: Any) -> dict[str, Any] | None:

@@ -35,6 +35,8 @@ IMPORT_IMAGE_MAX_BYTES = 2 << 20
 IMPORT_IMAGES_MAX_BYTES = 8 << 20  # all of a notebook's images together
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # the colours IPython's tracebacks carry
 CELL_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")  # nbformat's pattern, and a Cordon cell's too
+# A JavaScript cell in a Python notebook: Jupyter runs it with node through IPython's %%script.
+NODE_SCRIPT = re.compile(r"%%script[ \t]+node[ \t]*(?:\n|$)")
 SCRIPT_RUNTIMES = {".py": "python", ".js": "node"}
 # The language a kernel declares, lower-cased, to the runtime that runs it; any other is python's.
 LANGUAGE_RUNTIMES = {"python": "python", "javascript": "node", "typescript": "node", "node": "node", "nodejs": "node"}
@@ -103,7 +105,10 @@ def _cells(text: str) -> tuple[str, list[NotebookCell]]:
             )
         cordon = cell.metadata.get("cordon")
         own = cordon.get("runtime") if isinstance(cordon, Mapping) else None
-        cells.append({"kind": cell.cell_type, "runtime": own if own in RUNTIMES else runtime, "source": cell.source})
+        source = cell.source
+        if cell.cell_type == "code" and (script := NODE_SCRIPT.match(source)) is not None and own in (None, "node"):
+            own, source = "node", source[script.end() :]  # a JavaScript cell as Jupyter runs it: %%script node
+        cells.append({"kind": cell.cell_type, "runtime": own if own in RUNTIMES else runtime, "source": source})
         if cell.cell_type == "code" and index < len(kept_outputs) and kept_outputs[index]:
             cells[-1]["outputs"] = kept_outputs[index]
     return runtime, cells
@@ -112,15 +117,18 @@ def _cells(text: str) -> tuple[str, list[NotebookCell]]:
 def ipynb_from_cells(
     name: str,
     cells: Sequence[Mapping[str, Any]],
-    outputs_for: Callable[[str], list[dict[str, Any]]],
+    outputs_for: Callable[[str], tuple[int | None, list[dict[str, Any]]]],
     inputs: Sequence[Mapping[str, Any]] = (),
 ) -> str:
     """The notebook as nbformat 4 JSON, written in a bounded child. Each cell mapping has kind,
     runtime, source and last_run_id (and may have an id); outputs_for(last_run_id) is that run's
-    outputs as nbformat 4 output dicts (streams, displays, figures, its error). The notebook's own
-    inputs go in its metadata."""
+    execution count and outputs as nbformat 4 output dicts (streams, displays, its result, figures,
+    its error). The notebook's own inputs go in its metadata."""
     shape = ("id", "kind", "runtime", "source")
-    plain = [{**{k: cell[k] for k in shape if k in cell}, "outputs": _outputs(cell, outputs_for)} for cell in cells]
+    plain = []
+    for cell in cells:
+        count, outputs = _outputs(cell, outputs_for)
+        plain.append({**{k: cell[k] for k in shape if k in cell}, "outputs": outputs, "execution_count": count})
     payload = {"name": name, "cells": plain, "inputs": [{"name": i["name"], "id": str(i["id"])} for i in inputs]}
     try:
         return str(bounded.call("playground.ipynb:export_job", payload, BOUNDS))
@@ -131,9 +139,11 @@ def ipynb_from_cells(
         ) from None  # fmt: skip
 
 
-def _outputs(cell: Mapping[str, Any], outputs_for: Callable[[str], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+def _outputs(
+    cell: Mapping[str, Any], outputs_for: Callable[[str], tuple[int | None, list[dict[str, Any]]]]
+) -> tuple[int | None, list[dict[str, Any]]]:
     run_id = cell.get("last_run_id")
-    return outputs_for(str(run_id)) if run_id and cell["kind"] == "code" else []
+    return outputs_for(str(run_id)) if run_id and cell["kind"] == "code" else (None, [])
 
 
 def export_job(*, name: str, cells: list[dict[str, Any]], inputs: list[dict[str, Any]] | None = None) -> str:
@@ -144,7 +154,8 @@ def export_job(*, name: str, cells: list[dict[str, Any]], inputs: list[dict[str,
         metadata["cordon"] = {"inputs": inputs}
     notebook = v4.new_notebook(metadata=metadata)
     for cell in cells:
-        # Each cell's own runtime, so a notebook mixing Python and JavaScript cells comes back whole.
+        # Each cell's own runtime, so a notebook mixing Python and JavaScript cells comes back whole;
+        # in a Python notebook a JavaScript cell is also a %%script node cell, which Jupyter runs.
         options: dict[str, Any] = {"metadata": {"cordon": {"runtime": cell["runtime"]}}}
         if _is_cell_id(cell.get("id")):
             options["id"] = cell["id"]
@@ -152,7 +163,12 @@ def export_job(*, name: str, cells: list[dict[str, Any]], inputs: list[dict[str,
             notebook.cells.append(v4.new_markdown_cell(cell["source"], **options))
             continue
         outputs = [nbformat.from_dict(output) for output in cell.get("outputs") or []]
-        notebook.cells.append(v4.new_code_cell(cell["source"], outputs=outputs, **options))
+        count = cell.get("execution_count")
+        count = count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else None
+        source = cell["source"]
+        if runtime == "python" and cell["runtime"] == "node":
+            source = "%%script node\n" + source  # so Jupyter runs it with node, not as Python
+        notebook.cells.append(v4.new_code_cell(source, outputs=outputs, execution_count=count, **options))
     nbformat.validate(notebook)  # a failure here is Cordon's bug, not the user's: let it raise
     # Texts as one string each (the format allows it): a list of lines costs ~100 bytes a line.
     return str(nbformat.writes(notebook, split_lines=False))

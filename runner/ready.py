@@ -18,11 +18,12 @@ module's state is drawn again then. Its price: the memory and the admission slot
 it waits (CORDON_READY=false turns it off).
 
 The class of a run (ReadyClass): its image, runtime, the modules its interpreter imports ahead
-("analyst": numpy, pandas, matplotlib, for a notebook cell or a script that names pandas or
-matplotlib; "bare": none), what is fixed when the interpreter starts (OpenMP's thread count, node's
-heap cap), and what the engine fixes (Engine.ready_fit). A run with scoped egress (its network is
-joined before the sandbox is made) starts cold, as does one its engine cannot take (a node run
-with stdin on `namespace`), and says why.
+("analyst": numpy, pandas, matplotlib, for a script that names pandas or matplotlib; "cell": the
+analyst's and IPython, with the notebook cell program's shell made; "bare": none), what is fixed
+when the interpreter starts (OpenMP's thread count, node's heap cap), and what the engine fixes
+(Engine.ready_fit). A run with scoped egress (its network is joined before the sandbox is made)
+starts cold, as does one its engine cannot take (a node run with stdin on `namespace`), and says
+why.
 
 On the smolvm engine no interpreter waits (Engine.ready_interpreter): a ready sandbox is a branch
 of the warm base of the run's size, its areas mounted, its child waiting on the socket; the guest's
@@ -105,7 +106,7 @@ class ReadyClass:
     image: str
     digest: str
     runtime: str
-    stack: str  # "bare" or "analyst"; "vm" where no interpreter waits (Engine.ready_interpreter)
+    stack: str  # "bare", "analyst" or "cell"; "vm" where no interpreter waits (Engine.ready_interpreter)
     threads: int  # OMP_NUM_THREADS, read as numpy loads
     heap_mib: int  # node's --max-old-space-size (0 for python, and where no interpreter waits)
     fixed: str = ""  # what the engine fixes beyond these (Engine.ready_fit): a microVM's base
@@ -131,8 +132,7 @@ def ready_class(spec: RunSpec, image: ImageRef, engine: Engine) -> tuple[ReadyCl
         return None, why
     stack, heap = "vm", 0
     if engine.ready_interpreter:
-        analyst = spec.runtime == "python" and (spec.cell or any(word in spec.script for word in ANALYST_WORDS))
-        stack = "analyst" if analyst else "bare"
+        stack = _python_stack(spec) if spec.runtime == "python" else "bare"
         heap = max(16, int(spec.limits.memory_mib * 0.6)) if spec.runtime == "node" else 0  # program_argv's
     return ReadyClass(
         engine=engine.name,
@@ -144,6 +144,12 @@ def ready_class(spec: RunSpec, image: ImageRef, engine: Engine) -> tuple[ReadyCl
         heap_mib=heap,
         fixed=fixed,
     ), ""
+
+
+def _python_stack(spec: RunSpec) -> str:
+    if spec.cell:
+        return "cell"  # the analyst's, IPython, and the cell program's shell made
+    return "analyst" if any(word in spec.script for word in ANALYST_WORDS) else "bare"
 
 
 def ready_argv(cls: ReadyClass) -> list[str]:

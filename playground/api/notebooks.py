@@ -277,7 +277,7 @@ def notebook_export(request: HttpRequest, notebook_id: UUID) -> HttpResponse:
     notebook = _notebook(request, notebook_id)
     budget = cell_selectors.ExportBudget()  # every cell's outputs together, so an export's size is bounded
 
-    def outputs_for(run_id: str) -> list[dict[str, Any]]:
+    def outputs_for(run_id: str) -> tuple[int | None, list[dict[str, Any]]]:
         return cell_selectors.run_outputs_for_export(user=notebook.owner, run_id=run_id, budget=budget)
 
     document = ipynb_from_cells(notebook.name, notebook.cells, outputs_for, notebook.inputs)

@@ -141,6 +141,8 @@ class DisplayOut(Schema):
     table: dict[str, Any] | None = None
     url: str | None = None
     plain: str = ""
+    result: int | None = Field(None, description="the cell's result (its bare last expression, Jupyter's "
+                               "execute_result): its execution count; null for a display")  # fmt: skip
 
 
 class VariableOut(Schema):
@@ -159,6 +161,11 @@ class NotCarriedOut(Schema):
     why: str = Field(description='why it did not carry to the next cell ("open file", "socket", ...)')
 
 
+class CarriedFileOut(Schema):
+    name: str
+    bytes: int
+
+
 class StartsFromOut(Schema):
     cell_id: str
     cell_number: int
@@ -175,8 +182,13 @@ class CellRunOut(Schema):
     not_carried: list[NotCarriedOut]
     modules: dict[str, str]
     restored: dict[str, Any] | None = Field(description="what of the state it started from was restored")
-    error: dict[str, Any] | None = Field(description="an uncaught exception: ename, evalue, traceback")
+    error: dict[str, Any] | None = Field(
+        description="the error IPython showed: ename, evalue, traceback (IPython's, with its colours), line (the "
+        "cell's line that failed)"
+    )
     displays_dropped: int
+    execution_count: int | None = Field(description="the cell's number in the kernel's count (Jupyter's In [n])")
+    files: list[CarriedFileOut] = Field(description="files the cell left in /tmp, carried with its state")
 
 
 class RunOut(Schema):
@@ -319,7 +331,7 @@ def cell_out(run: Run) -> dict[str, Any]:
     if record is None:
         return {"displays": [], "cell": None}
     displays = [
-        {**{k: v for k, v in d.items() if k not in ("path", "size", "sha256")},
+        {**{k: v for k, v in d.items() if k not in ("path", "size", "sha256", "at")},
          **({"url": f"/api/runs/{run.id}/displays/{n}"} if "path" in d else {})}
         for n, d in enumerate(record.displays)
     ]  # fmt: skip
@@ -329,7 +341,8 @@ def cell_out(run: Run) -> dict[str, Any]:
         "state_bytes": record.state_bytes if record.state_file else None,
         "variables": manifest.get("variables", []), "not_carried": manifest.get("not_carried", []),
         "modules": manifest.get("modules", {}), "restored": manifest.get("restored"), "error": manifest.get("error"),
-        "displays_dropped": manifest.get("displays_dropped", 0),
+        "displays_dropped": manifest.get("displays_dropped", 0), "execution_count": manifest.get("execution_count"),
+        "files": manifest.get("files", []) if record.state_file else [],
     }  # fmt: skip
     return {"displays": displays, "cell": cell}
 

@@ -1,9 +1,11 @@
 """Which state each code cell of a notebook starts from, and which cells are stale.
 
-A cell starts from the state left by the last finished, succeeded run of the nearest code cell
-above it that has one (top to bottom, like a script: not click order); a cell that failed, was
-never run or ran before the notebook's restart passes nothing down, so the cell below starts from
-the one before it. A change of runtime starts from nothing. A cell is stale when its code changed
+A cell starts from the state left by the last finished run of the nearest code cell above it that
+has one (top to bottom, like a script: not click order). A run that succeeded passes its state down,
+and so does one that failed on its own error, as a kernel keeps what a failed cell bound before the
+error (services.cells.state_complete says which states are whole); a cell that was stopped by a
+limit, never run or ran before the notebook's restart passes nothing down, so the cell below
+starts from the one before it. A change of runtime starts from nothing. A cell is stale when its code changed
 since its run, when what it would start from now is not what its run started from (a cell above
 ran again, or was restarted), or when the cell it starts from is itself stale.
 """
@@ -76,7 +78,7 @@ def passes_state(run: Run, notebook: Notebook) -> bool:
     cell: RunCell | None = getattr(run, "cell", None)
     return (
         run.state == RunState.FINISHED
-        and run.outcome == Outcome.SUCCEEDED
+        and run.outcome in (Outcome.SUCCEEDED, Outcome.FAILED)
         and cell is not None
         and bool(cell.state_file)
         and (notebook.restarted_at is None or run.created_at >= notebook.restarted_at)
@@ -128,9 +130,6 @@ def displayed_image(*, run: Run, index: int) -> dict[str, Any]:
     return display
 
 
-PYTHON_TRACEBACK = "Traceback (most recent call last):"
-
-
 @dataclass
 class ExportBudget:
     """What a notebook's export may carry, all cells together, so its size is bounded."""
@@ -144,27 +143,65 @@ class ExportBudget:
         return data.decode(errors="ignore")
 
 
-def run_outputs_for_export(*, user: Any, run_id: Any, budget: ExportBudget) -> list[dict[str, Any]]:
-    """A cell's last run as Jupyter outputs (nbformat 4 output dicts): stdout and stderr streams,
-    its displays, the figures and images it wrote, and its error; within `budget`. The user's own
-    runs only; [] for another's or a missing run."""
+def run_outputs_for_export(*, user: Any, run_id: Any, budget: ExportBudget) -> tuple[int | None, list[dict[str, Any]]]:
+    """A cell's last run as Jupyter outputs (nbformat 4 output dicts) in the order Jupyter shows
+    them: stdout and stderr as they came between its displays (each display says where in the
+    streams it came), its result as an execute_result, the figures and images it wrote, then its
+    error (whose traceback was also written to stderr: cut there, as Jupyter writes it once); within
+    `budget`. With the cell's execution count. The user's own runs only; nothing for another's or
+    a missing run."""
     run = Run.objects.own(user).filter(id=run_id).first()
     if run is None:
-        return []
-    outputs: list[dict[str, Any]] = []
+        return None, []
     record = run_cell(run=run)
-    error = (record.manifest.get("error") if record is not None else None) or None
-    for stream in ("stdout", "stderr"):
-        data, _, _ = run_log_read(run=run, stream=stream, offset=0, limit=min(1 << 20, max(0, budget.text_bytes)))
-        text = data.decode(errors="replace")
-        if stream == "stderr" and error and (end := text.rfind(PYTHON_TRACEBACK)) >= 0:
-            text = text[:end]  # the error output below carries it, as Jupyter writes it once
-        if text:
-            outputs.append({"output_type": "stream", "name": stream, "text": budget.text(text)})
+    manifest = record.manifest if record is not None else {}
+    error = manifest.get("error") or None
+    if error and not error.get("traceback"):
+        error = None  # a UsageError: IPython writes it to stderr only, as Jupyter shows it
+    streams = {stream: _stream_text(run, stream, budget) for stream in ("stdout", "stderr")}
+    if error and isinstance(error.get("at"), dict):
+        streams["stderr"] = streams["stderr"][: error["at"]["stderr"]]
+    cleared = manifest.get("cleared") or {"stdout": 0, "stderr": 0}
+    done: dict[str, int] = dict(cleared)
+    outputs: list[dict[str, Any]] = []
     for display in record.displays if record is not None else []:
+        at: dict[str, int] = display.get("at") or {}
+        for stream in ("stdout", "stderr"):
+            outputs += _stream_output(stream, streams[stream], done, at.get(stream, done[stream]))
         bundle = _bundle(display, budget)
-        if bundle:
+        if not bundle:
+            continue
+        if "result" in display:
+            outputs.append({"output_type": "execute_result", "execution_count": display["result"], "data": bundle,
+                            "metadata": {}})  # fmt: skip
+        else:
             outputs.append({"output_type": "display_data", "data": bundle, "metadata": {}})
+    for stream in ("stdout", "stderr"):
+        outputs += _stream_output(stream, streams[stream], done, len(streams[stream]))
+    outputs += _written_images(run, budget)
+    if error:
+        outputs.append({"output_type": "error", "ename": error["ename"], "evalue": error["evalue"],
+                        "traceback": [budget.text(line) for line in error["traceback"]]})  # fmt: skip
+    return manifest.get("execution_count"), outputs
+
+
+def _stream_text(run: Run, stream: str, budget: ExportBudget) -> bytes:
+    data, _, _ = run_log_read(run=run, stream=stream, offset=0, limit=min(1 << 20, max(0, budget.text_bytes)))
+    budget.text_bytes -= len(data)
+    return data
+
+
+def _stream_output(stream: str, data: bytes, done: dict[str, int], until: int) -> list[dict[str, Any]]:
+    """The stream's text from where the last output of it ended to `until` (a byte offset)."""
+    start, end = done[stream], max(done[stream], min(until, len(data)))
+    done[stream] = end
+    text = data[start:end].decode(errors="replace")
+    return [{"output_type": "stream", "name": stream, "text": text}] if text else []
+
+
+def _written_images(run: Run, budget: ExportBudget) -> list[dict[str, Any]]:
+    """Images the run wrote to its outputs (a figure saved by the program), as displays."""
+    outputs = []
     for output in run.outputs.exclude(file="").order_by("name"):
         content_type = image_content_type(output.name)
         if content_type in ("image/png", "image/jpeg") and output.size <= budget.image_bytes:
@@ -173,9 +210,6 @@ def run_outputs_for_export(*, user: Any, run_id: Any, budget: ExportBudget) -> l
                 image = base64.b64encode(handle.read()).decode()
             outputs.append({"output_type": "display_data", "metadata": {},
                             "data": {content_type: image, "text/plain": f"<{output.name}>"}})  # fmt: skip
-    if error:
-        outputs.append({"output_type": "error", "ename": error["ename"], "evalue": error["evalue"],
-                        "traceback": [budget.text(line) for line in error["traceback"]]})  # fmt: skip
     return outputs
 
 

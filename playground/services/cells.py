@@ -46,19 +46,30 @@ def cell_finish_read(*, result: RunResult, exported: Path | None) -> CellFinish:
 
 
 def cell_finish_store(*, run: Run, finish: CellFinish, result: RunResult, exported: Path | None) -> None:
-    """Within the final record's transaction: the state (only a succeeded cell passes one down),
-    the images its displays showed, and the cleaned displays and manifest."""
+    """Within the final record's transaction: the state (passed down by a cell that succeeded or
+    failed on its own error, as a kernel keeps what a failed cell bound), the images its displays
+    showed, and the cleaned displays and manifest."""
     record = RunCell.objects.filter(run=run).first()
     if record is None:
         return
     state = finish.files.get(STATE_FILE)
-    if state is not None and result.outcome is Outcome.SUCCEEDED:
+    if state is not None and state_complete(result, finish.manifest, state):
         stored = _store(run, exported, state, "states")
         if stored:
             record.state_file.name, record.state_bytes, record.state_sha256 = stored, state.size, state.sha256
     record.displays = [_display_stored(run, exported, finish.files, display) for display in finish.displays]
     record.manifest = finish.manifest
     record.save()
+
+
+def state_complete(result: RunResult, manifest: dict[str, Any], state: OutputFile) -> bool:
+    """Whether a cell's state file is whole: its program ended by itself (it succeeded, or failed
+    and said so), and wrote the manifest, last, naming a state of the size exported. A program
+    killed by a limit, or one that died while writing, leaves none to pass down."""
+    if result.outcome not in (Outcome.SUCCEEDED, Outcome.FAILED) or result.signal is not None:
+        return False
+    written = manifest.get("state")
+    return isinstance(written, dict) and not written.get("over_cap") and written.get("bytes") == state.size
 
 
 def _display_stored(

@@ -1,8 +1,9 @@
 // Shared browser code: API calls, the API's errors beside form fields, limit fields, table
-// previews and a notebook cell's displays (the live view of one run is run_view.js). The pages
-// import what they use.
+// previews, ANSI-coloured text and a notebook cell's displays (the live view of one run is
+// run_view.js). The pages import what they use.
 
 import { known } from "./format.js";
+import { ansiSegments } from "./run_output.js";
 import { isNumeric, nextOrder, pageCount, rowsCaption, sortRows } from "./table_rows.js";
 
 function csrf() {
@@ -180,6 +181,22 @@ export function tableView(preview, { pageSize = PAGE_ROWS, whole = "file" } = {}
     el("div", { class: "pager", role: "group", "aria-label": "pages of rows" }, previous, " ", next));
 }
 
+// --- ANSI colours ---------------------------------------------------------------------------
+
+// `text` appended to `target` as spans: ANSI SGR colours become classes (run_output.js reads them),
+// other control sequences are left out, and the text itself is only ever textContent. `state`
+// ({fg, bold}) is the colour a stream is in, carried from one call to the next.
+export function appendAnsi(target, text, state = { fg: null, bold: false }) {
+  for (const segment of ansiSegments(text, state)) {
+    const span = document.createElement("span");
+    if (segment.fg !== null) span.classList.add(`ansi-${segment.fg}`);
+    if (segment.bold) span.classList.add("ansi-bold");
+    span.textContent = segment.text;
+    target.append(span);
+  }
+  return target;
+}
+
 // --- a notebook cell's displays ---------------------------------------------------
 
 const TABLE = "application/vnd.cordon.table+json";
@@ -204,5 +221,6 @@ export function displayNode(display) {
     return el("pre", { class: "display display-text" }, display.plain || `${mime} (not kept)`);
   }
   const text = TEXTS.has(mime) && known(display.text) ? display.text : display.plain;
-  return el("pre", { class: "display display-text", "data-mime": mime }, text || "");
+  // Text may be coloured (IPython's `?` help is): its colours as spans, never its escape codes.
+  return appendAnsi(el("pre", { class: "display display-text", "data-mime": mime }), text || "");
 }

@@ -6,7 +6,7 @@
 // CordonEditor: the CodeMirror bundle (static/vendor/codemirror.js), a classic script loaded before.
 
 // LIMITS: the limits a cell offers
-import { api, displayNode, el, LIMITS, markdownNodes, tableView } from "./cordon.js";
+import { api, appendAnsi, displayNode, el, LIMITS, markdownNodes, tableView } from "./cordon.js";
 import { RunView } from "./run_view.js";
 import { egressRules, egressWords, formatBytes, formatWhen } from "./format.js";
 
@@ -218,6 +218,7 @@ class Cell {
     this.editing = this.data.kind === "markdown" && !this.data.source;
     this.starting = false;
     this.active = false;
+    this.marks = { run: null, running: false };  // what showRun shows, kept for a rebuild of the cell
     this.node = el("section", { class: "cell", "data-cell-id": this.data.id });
     this.viewRoot = el("div", { class: "run-view" });
     this.view = new RunView(this.viewRoot, {
@@ -256,9 +257,27 @@ class Cell {
   async follow(runId) {
     this.data.last_run_id = runId;
     this.renderImported();
+    this.showRun(null, { running: true });
     const run = await this.view.follow(runId);
     if (run.reason !== "cleared") refreshChain();
+    if (this.data.last_run_id === runId) this.showRun(run);
     return run;
+  }
+
+  // Jupyter's marks of the cell's last run: its number in the kernel's count beside the cell's
+  // own ("In [7]"; "In [*]" while it runs; none before it ran), and the line its error names,
+  // marked in the editor while the code is the code that ran (an edit takes the mark away).
+  showRun(run, { running = false } = {}) {
+    this.marks = { run, running };
+    if (!this.isCode) return;
+    const count = run && run.cell ? run.cell.execution_count : null;
+    this.countLabel.textContent = running ? "In [*]" : Number.isInteger(count) ? `In [${count}]` : "";
+    this.countLabel.title = running ? "running" : Number.isInteger(count)
+      ? `execution count ${count}: the kernel's count goes on with the state, from cell to cell` : "";
+    const error = run && run.cell && run.cell.error;
+    const line = error && Number.isInteger(error.line) && run.code === this.data.source ? error.line : null;
+    const why = line === null ? "" : `line ${line} failed: ${error.ename}: ${error.evalue}`;
+    CordonEditor.markErrorLine(this.editor, line, why.length > 300 ? `${why.slice(0, 299)}…` : why);
   }
 
   get number() { return cells.indexOf(this) + 1; }
@@ -272,8 +291,9 @@ class Cell {
     type.value = data.kind === "markdown" ? "markdown" : data.runtime;
     type.addEventListener("change", () => this.setType(type.value));
     this.numberLabel = el("span", { class: "cell-number" }, "");
+    this.countLabel = this.isCode ? el("span", { class: "execution-count" }, "") : null;
     this.staleBadge = el("span", { class: "stale-badge", hidden: true }, "stale");
-    const bar = el("div", { class: "cell-bar" }, this.numberLabel, this.staleBadge, type);
+    const bar = el("div", { class: "cell-bar" }, this.numberLabel, this.countLabel, this.staleBadge, type);
     if (this.isCode) {
       this.runButton = el("button", { type: "button", class: "run", "aria-label": "run this cell",
         title: "Run (Ctrl/Cmd+Enter; Shift+Enter runs and moves on)", onclick: () => runCell(this) }, "Run");
@@ -323,6 +343,7 @@ class Cell {
     }
     this.node.replaceChildren(...parts);
     this.makeEditor();
+    this.showRun(this.marks.run, { running: this.marks.running });
     if (this.isCode) { this.renderInputs(); this.renderImported(); }
     else if (this.editing) this.edit(false); else this.showMarkdown();
     this.renderChain();
@@ -386,14 +407,14 @@ class Cell {
     if (value === "markdown") this.data.kind = "markdown";
     else { this.data.kind = "code"; this.data.runtime = value; }
     this.editing = this.data.kind === "markdown";
-    if (!this.isCode) this.view.reset();
+    if (!this.isCode) { this.view.reset(); this.marks = { run: null, running: false }; }
     this.build();
     changed();
   }
 
   renumber() {
     const number = this.number;
-    this.numberLabel.textContent = `[${number}]`;
+    this.numberLabel.textContent = `cell ${number}`;  // its place; "In [n]" beside it is the kernel's count
     this.node.setAttribute("aria-label", `cell ${number}`);
     this.updateButtons();
   }
@@ -512,10 +533,15 @@ class Cell {
   }
 }
 
-// An imported output: a stream or an error as text (never HTML), anything else as a display.
+// An imported output: a stream or an error as text (never HTML; its colours as spans), anything
+// else as a display.
 function importedNode(output) {
-  if (output.stream) return el("pre", { class: `stream ${output.stream === "stderr" ? "stderr" : "stdout"}` }, output.text);
-  if (output.error) return el("pre", { class: "stream stderr" }, output.text || `${output.error.ename}: ${output.error.evalue}`);
+  if (output.stream) {
+    return appendAnsi(el("pre", { class: `stream ${output.stream === "stderr" ? "stderr" : "stdout"}` }), output.text || "");
+  }
+  if (output.error) {
+    return appendAnsi(el("pre", { class: "stream stderr" }), output.text || `${output.error.ename}: ${output.error.evalue}`);
+  }
   return displayNode(output);
 }
 
@@ -714,6 +740,7 @@ async function clearCell(cell) {
     if (!saver.inflight && saved.version > version) version = saved.version;
     cell.data.last_run_id = null;
     cell.view.reset();
+    cell.showRun(null);
     cell.renderImported();
     refreshChain();  // the answer may predate a save still to come: read once the saves are done
   } catch (error) { message(`cell ${cell.number} not cleared: ${error.message}`); }
@@ -746,6 +773,7 @@ async function runCell(cell) {
   cell.starting = true;
   cell.updateButtons();
   cell.view.say("saving and starting…");
+  cell.showRun(null);
   try {
     await flush();
     const run = await api("POST", `/notebooks/${notebookId}/cells/${cell.data.id}/run`, {});

@@ -20,9 +20,52 @@ export function chunkNews(have, chunk) {
 }
 
 // ANSI SGR sequences ("ESC[1;31m"): bold, the eight colours and their bright forms (shown alike),
-// resets; any other code is left out.
+// 256-colour and RGB foregrounds (as the nearest of the eight: IPython's tracebacks colour their code
+// with them), resets; any other code, and any other control sequence ("ESC[K"), is left out.
 // eslint-disable-next-line no-control-regex -- ESC (0x1b) is what starts every such sequence
-const SGR = /\x1b\[([0-9;]*)m/g;
+const CSI = /\x1b\[([0-?]*)[ -/]*([@-~])/g;
+
+// The nearest of the eight colours (0-7: black, red, green, yellow, blue, magenta, cyan, white) to
+// an RGB colour, each channel 0-255: the channels over 60% as bright as the brightest are on.
+function nearestColour(red, green, blue) {
+  const top = Math.max(red, green, blue);
+  if (top < 64) return 0;
+  const on = (channel) => (channel * 5 > top * 3 ? 1 : 0);
+  const colour = on(red) + 2 * on(green) + 4 * on(blue);
+  return colour === 7 && top < 192 ? 0 : colour;  // a grey: dark or light
+}
+
+// A colour of the 256-colour palette: 0-15 are the eight and their bright forms, 16-231 a 6x6x6
+// cube, 232-255 greys.
+const CUBE = [0, 95, 135, 175, 215, 255];
+function paletteColour(index) {
+  if (index < 16) return index % 8;
+  if (index < 232) {
+    const at = index - 16;
+    return nearestColour(CUBE[Math.floor(at / 36)], CUBE[Math.floor(at / 6) % 6], CUBE[at % 6]);
+  }
+  return nearestColour(...Array(3).fill(8 + 10 * (index - 232)));
+}
+
+// The codes of one SGR sequence, applied to `state` in order. 38 (a foreground) and 48 (a
+// background, not drawn) take their arguments with them: "38;5;n" or "38;2;r;g;b".
+function applyCodes(codes, state) {
+  for (let at = 0; at < codes.length; at += 1) {
+    const code = codes[at];
+    if (code === 38 || code === 48) {
+      const mode = codes[at + 1];
+      const colour = mode === 5 ? paletteColour(codes[at + 2] ?? 0)
+        : mode === 2 ? nearestColour(codes[at + 2] ?? 0, codes[at + 3] ?? 0, codes[at + 4] ?? 0) : null;
+      if (code === 38 && colour !== null) state.fg = colour;
+      at += mode === 5 ? 2 : mode === 2 ? 4 : 1;
+    } else if (code === 0) { state.fg = null; state.bold = false; }
+    else if (code === 1) state.bold = true;
+    else if (code === 22) state.bold = false;
+    else if (code >= 30 && code <= 37) state.fg = code - 30;
+    else if (code >= 90 && code <= 97) state.fg = code - 90;
+    else if (code === 39) state.fg = null;
+  }
+}
 
 // `text` as segments [{text, fg, bold}] (fg: 0-7, or null for the default colour), the sequences
 // taken out. `state` ({fg, bold}) is the colour a stream is in; it is read and updated, so that a
@@ -31,15 +74,9 @@ export function ansiSegments(text, state) {
   const segments = [];
   const add = (part) => { if (part) segments.push({ text: part, fg: state.fg, bold: state.bold }); };
   let last = 0;
-  for (const match of text.matchAll(SGR)) {
+  for (const match of text.matchAll(CSI)) {
     add(text.slice(last, match.index));
-    for (const code of (match[1] || "0").split(";").map(Number)) {
-      if (code === 0) { state.fg = null; state.bold = false; }
-      else if (code === 1) state.bold = true;
-      else if (code >= 30 && code <= 37) state.fg = code - 30;
-      else if (code >= 90 && code <= 97) state.fg = code - 90;
-      else if (code === 39) state.fg = null;
-    }
+    if (match[2] === "m") applyCodes((match[1] || "0").split(";").map((part) => Number(part || 0)), state);
     last = match.index + match[0].length;
   }
   add(text.slice(last));

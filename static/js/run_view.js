@@ -2,23 +2,9 @@
 // Run button): its state, output panes fed by the run's socket, outcome, figures and outputs, and
 // what a notebook cell leaves for the cell below.
 
-import { api, displayNode, el, pathPart, tableView } from "./cordon.js";
+import { api, appendAnsi, displayNode, el, pathPart, tableView } from "./cordon.js";
 import { describe, describeTimings, formatBytes, known } from "./format.js";
-import { LiveBatcher, ansiSegments, chunkNews } from "./run_output.js";
-
-// --- ANSI colours ---------------------------------------------------------------------------
-
-// ANSI SGR colours become classes on spans (run_output.js reads them); the text itself is only
-// ever textContent.
-function appendAnsi(target, text, state) {
-  for (const segment of ansiSegments(text, state)) {
-    const span = document.createElement("span");
-    if (segment.fg !== null) span.classList.add(`ansi-${segment.fg}`);
-    if (segment.bold) span.classList.add("ansi-bold");
-    span.textContent = segment.text;
-    target.append(span);
-  }
-}
+import { LiveBatcher, chunkNews } from "./run_output.js";
 
 // --- what a notebook cell leaves for the next ------------------------------------------------
 
@@ -34,17 +20,28 @@ function namesWithWhy(items) {
   return nodes;
 }
 
-// What a finished cell leaves for the cell below it (the run detail's `cell`): lines of nodes.
+// What a finished cell leaves for the cell below it (the run detail's `cell`): lines of nodes. A
+// failed cell passes on what it bound before its error, as a kernel keeps it; one a limit stopped
+// (or whose state could not be written) passes nothing.
 function cellStateLines(run) {
   const cell = run.cell;
   const lines = [];
-  if (run.outcome !== "succeeded") {
-    lines.push(["a failed cell leaves no state: the next cell starts from the state before it"]);
-  } else if (known(cell.state_bytes)) {
-    const count = cell.variables.length + Object.keys(cell.modules || {}).length;  // imports carry too
-    lines.push([`State for the next cell: ${formatBytes(cell.state_bytes)}, ${count} name${count === 1 ? "" : "s"}`]);
+  const count = cell.variables.length + Object.keys(cell.modules || {}).length;  // imports carry too
+  const state = `${formatBytes(cell.state_bytes)}, ${count} name${count === 1 ? "" : "s"}`;
+  if (!known(cell.state_bytes)) {
+    lines.push([run.outcome === "succeeded"
+      ? "no state kept for the next cell: the cell below starts from the state before this one"
+      : "no state kept: the next cell starts from the state before this one"]);
+  } else if (run.outcome === "succeeded") {
+    lines.push([`State for the next cell: ${state}`]);
   } else {
-    lines.push(["no state kept for the next cell: the cell below starts from the state before this one"]);
+    const line = cell.error && Number.isInteger(cell.error.line) ? ` at line ${cell.error.line}` : "";
+    lines.push([`Failed${line}; what it defined before that carries to the next cell: ${state}`]);
+  }
+  const files = cell.files || [];
+  if (files.length) {
+    const named = files.map((file) => ({ name: file.name, why: formatBytes(file.bytes) }));
+    lines.push([`file${files.length === 1 ? "" : "s"} in /tmp carried too: `, ...namesWithWhy(named)]);
   }
   if (cell.not_carried.length) lines.push(["not carried to the next cell: ", ...namesWithWhy(cell.not_carried)]);
   const failed = (cell.restored && cell.restored.failed) || [];

@@ -97,9 +97,44 @@ test("an empty sequence resets, as 0 does", () => {
 
 test("codes it does not draw are taken out and change nothing", () => {
   const state = { fg: 5, bold: false };
-  assert.deepEqual(ansiSegments("\x1b[4mu\x1b[38;5;200mv", state), [
+  assert.deepEqual(ansiSegments("\x1b[4mu\x1b[48;5;1mv\x1b[48;2;0;0;30mw", state), [
     { text: "u", fg: 5, bold: false },
-    { text: "v", fg: 5, bold: false },
+    { text: "v", fg: 5, bold: false },  // a background's colour is not bold, nor a reset
+    { text: "w", fg: 5, bold: false },
+  ]);
+});
+
+test("256-colour and RGB foregrounds show as the nearest of the eight, their numbers read as colours", () => {
+  // IPython's traceback, its code coloured by pygments: a keyword, an exception's name, a string, an operator.
+  const line = "\x1b[38;5;28;01mraise\x1b[39;00m \x1b[38;5;167;01mValueError\x1b[39;00m(\x1b[38;5;124m'no'\x1b[39m)"
+    + " \x1b[38;5;241m=\x1b[39m";
+  assert.deepEqual(ansiSegments(line, plain()), [
+    { text: "raise", fg: 2, bold: true },
+    { text: " ", fg: null, bold: false },
+    { text: "ValueError", fg: 1, bold: true },
+    { text: "(", fg: null, bold: false },
+    { text: "'no'", fg: 1, bold: false },
+    { text: ") ", fg: null, bold: false },
+    { text: "=", fg: 0, bold: false },  // a dark grey
+  ]);
+  const state = plain();
+  ansiSegments("\x1b[38;5;0m", state);  // palette black: not a reset
+  assert.deepEqual(state, { fg: 0, bold: false });
+  ansiSegments("\x1b[38;5;12m\x1b[1m", state);  // bright blue, then bold
+  assert.deepEqual(state, { fg: 4, bold: true });
+  ansiSegments("\x1b[38;5;33m\x1b[22m", state);  // 33 is a blue of the cube, not yellow; 22 ends bold
+  assert.deepEqual(state, { fg: 4, bold: false });
+  ansiSegments("\x1b[38;2;0;160;80m", state);
+  assert.deepEqual(state, { fg: 2, bold: false });
+  ansiSegments("\x1b[38;5;253m", state);  // a light grey
+  assert.deepEqual(state, { fg: 7, bold: false });
+});
+
+test("other control sequences are taken out too, never shown", () => {
+  assert.deepEqual(ansiSegments("a\x1b[Kb\x1b[?25lc\x1b[2J", plain()), [
+    { text: "a", fg: null, bold: false },
+    { text: "b", fg: null, bold: false },
+    { text: "c", fg: null, bold: false },
   ]);
 });
 

@@ -1,7 +1,8 @@
 """Notebook sessions in a real browser: each cell's displays (a data frame as Cordon's paged,
 sortable table), what it leaves for the cell below and what did not carry, where each cell starts
-from, stale marks after an edit and a Restart, the notebook's own inputs and its variables; at a
-1280 px desktop's width and a 390 px phone's, which never scrolls sideways."""
+from, stale marks after an edit and a Restart, the notebook's own inputs and its variables, IPython's
+marks (execution counts, a failed line, coloured help and tracebacks); at a 1280 px desktop's width
+and a 390 px phone's, which never scrolls sideways."""
 
 from __future__ import annotations
 
@@ -286,7 +287,7 @@ def test_a_finished_notebook_shows_displays_state_and_chain_and_fits_a_phone(
     expect(imported.locator(".imported .display-html i")).to_have_text("from Jupyter")
     expect(imported.locator(".chain")).to_contain_text("starts from cell 6's run")
     expect(boom.locator(".cell-state")).to_have_text(
-        "a failed cell leaves no state: the next cell starts from the state before it"
+        "no state kept: the next cell starts from the state before this one"
     )
 
     panel = page.locator("#variables")
@@ -333,7 +334,7 @@ def test_an_exported_notebook_imports_back_with_its_figure_and_its_traceback(
     _expect_saved(page)
     page.click("#run-all")
     expect(page.locator("#message")).to_contain_text("Run all stopped at cell 2", timeout=RUN_S * 2)
-    expect(_cell(page, 0).locator("img.output-image")).to_have_count(1)
+    expect(_cell(page, 0).locator("img.display-image")).to_have_count(1)  # shown inline, as a kernel shows it
 
     with page.expect_download() as download:
         page.click("#export-notebook")
@@ -349,3 +350,103 @@ def test_an_exported_notebook_imports_back_with_its_figure_and_its_traceback(
     assert figure.evaluate("img => img.complete && img.naturalWidth > 0")  # served, and a real PNG
     expect(boom).to_contain_text("ZeroDivisionError: division by zero")
     page.screenshot(path=shots / "sessions-imported-1280.png", full_page=True)
+
+
+# --- IPython's cells: a figure, a failed line whose names carry, coloured help, execution counts ----
+
+IPYTHON_CELLS = [
+    "%matplotlib inline\nimport matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nx = 5",
+    "y = x + 1\nraise ValueError('no')\nz = 1",
+    "print(y)",
+    "len?",
+]
+NO_ESCAPES = "() => !document.documentElement.textContent.includes('\\x1b')"
+
+
+def test_ipython_cells_show_a_figure_the_failed_line_what_it_kept_coloured_help_and_their_counts(
+    chromium: Browser,  # noqa: F811
+    shots: Path,  # noqa: F811
+) -> None:
+    from playwright.sync_api import expect
+
+    page = chromium.logged_in()
+    for index, code in enumerate(IPYTHON_CELLS):
+        if index:
+            page.click("#add-code")
+        _type_code(page, _cell(page, index), code)
+    _expect_saved(page)
+    plot, boom, printed, helped = (_cell(page, index) for index in range(len(IPYTHON_CELLS)))
+    expect(plot.locator(".execution-count")).to_have_text("")  # before it ran
+
+    # Run all stops at the failed cell; the cells below it run from what it defined before its error.
+    page.click("#run-all")
+    expect(page.locator("#message")).to_contain_text("Run all stopped at cell 2", timeout=RUN_S * 2)
+    printed.get_by_role("button", name="run from here").click()
+    expect(page.locator("#message")).to_have_text("Run from cell 3: 2 code cells succeeded", timeout=RUN_S * 2)
+    for cell, outcome in ((plot, "succeeded"), (boom, "failed"), (printed, "succeeded"), (helped, "succeeded")):
+        _expect_outcome(cell, outcome)
+
+    # One figure, shown inline under the cell that drew it, and only there.
+    figure = plot.locator("img")
+    expect(figure).to_have_count(1)
+    expect(figure).to_have_class(re.compile(r"\bdisplay-image\b"))
+    assert figure.evaluate("img => img.complete && img.naturalWidth > 0")
+    for cell in (boom, printed, helped):
+        expect(cell.locator("img")).to_have_count(0)
+
+    # The failed cell: where it failed, what it kept, its line marked in its editor and its
+    # traceback in colour; the cell below prints what it kept.
+    expect(boom.locator(".cell-state")).to_contain_text(
+        re.compile(r"^Failed at line 2; what it defined before that carries to the next cell: \S+ \S+, \d+ names?")
+    )
+    marked = boom.locator(".cm-line.cm-error-line")
+    expect(marked).to_have_count(1)
+    expect(boom.locator(".cm-line").nth(1)).to_have_class(re.compile(r"\bcm-error-line\b"))
+    expect(marked).to_have_text("raise ValueError('no')")
+    expect(marked).to_have_attribute("title", "line 2 failed: ValueError: no")
+    expect(boom.locator(".cm-lineNumbers .cm-error-gutter")).to_have_text("2")
+    stderr = boom.locator("pre.stderr")
+    expect(stderr).to_contain_text("ValueError: no")
+    expect(stderr.locator("span.ansi-1").first).to_be_visible()
+    expect(printed.locator("pre.stdout")).to_have_text("6\n")
+
+    # `len?`: IPython's help, a display in colour.
+    help_text = helped.locator(".displays pre.display-text")
+    expect(help_text).to_contain_text("Return the number of items in a container.")
+    expect(help_text.locator("span.ansi-1").first).to_be_visible()
+    assert page.evaluate(NO_ESCAPES), "an escape code is shown as text"
+    counts = page.locator(".execution-count")
+    expect(counts.nth(0)).to_have_text("In [1]")
+    expect(counts.nth(1)).to_have_text("In [2]")
+    expect(counts.nth(2)).to_have_text("In [3]")
+    expect(counts.nth(3)).to_have_text("In [4]")  # `len?` is a cell of the count too
+    page.screenshot(path=shots / "sessions-ipython-1280.png", full_page=True)
+    expect_fits_a_phone(page, shots / "sessions-ipython-390.png")
+
+    # Read again, the page shows the same marks; an edit takes the line's mark away, for good.
+    page.reload()
+    expect(page.locator("#notebook")).to_have_attribute("data-ready", "true")
+    boom = _cell(page, 1)
+    _expect_outcome(boom, "failed")
+    expect(boom.locator(".cm-line.cm-error-line")).to_have_text("raise ValueError('no')")
+    expect(page.locator(".execution-count").nth(1)).to_have_text("In [2]")
+    assert page.evaluate(NO_ESCAPES), "an escape code is shown as text"
+    _type_code(page, boom, IPYTHON_CELLS[1].replace("raise ValueError('no')", "pass"))
+    expect(boom.locator(".cm-error-line")).to_have_count(0)
+    expect(boom.locator(".cm-error-gutter")).to_have_count(0)
+    _expect_saved(page)
+    page.reload()
+    expect(page.locator("#notebook")).to_have_attribute("data-ready", "true")
+    _expect_outcome(_cell(page, 1), "failed")
+    expect(_cell(page, 1).locator(".cm-error-line")).to_have_count(0)  # its run's code is not this code
+
+    # Run again, it succeeds: no mark, and the count goes on from the state it started from.
+    _cell(page, 1).get_by_role("button", name="run this cell").click()
+    _expect_outcome(_cell(page, 1), "succeeded")
+    expect(_cell(page, 1).locator(".cm-error-line")).to_have_count(0)
+    expect(page.locator(".execution-count").nth(1)).to_have_text("In [2]")
+
+    # Whatever the cells above left came back: nothing failed to restore, nothing said so on stderr.
+    for index in (1, 2, 3):
+        expect(_cell(page, index).locator(".cell-state")).not_to_contain_text("could not be restored")
+    expect(_cell(page, 2).locator("pre.stderr")).to_have_text("")

@@ -469,7 +469,7 @@ CELLS: list[dict[str, str | None]] = [
 
 def test_a_notebook_survives_a_round_trip_through_ipynb():
     streams = {"run-a": "hello\n", "run-b": "2\n"}
-    text = ipynb_from_cells("Report", CELLS, lambda run_id: [stream_output(streams[run_id])])
+    text = ipynb_from_cells("Report", CELLS, lambda run_id: (None, [stream_output(streams[run_id])]))
     runtime, cells = cells_from_ipynb(text.encode())
     assert runtime == "python"
     outputs = [cell.pop("outputs", None) for cell in cells]
@@ -485,9 +485,9 @@ def stream_output(text: str) -> dict[str, str]:
 def test_export_carries_each_cells_last_run_outputs():
     asked: list[str] = []
 
-    def outputs_for(run_id: str) -> list[dict[str, Any]]:
+    def outputs_for(run_id: str) -> tuple[int | None, list[dict[str, Any]]]:
         asked.append(run_id)
-        return [stream_output("hello\n")] if run_id == "run-a" else []
+        return (3, [stream_output("hello\n")]) if run_id == "run-a" else (None, [])
 
     notebook = nbformat.reads(ipynb_from_cells("Report", CELLS, outputs_for), as_version=4)
     nbformat.validate(notebook)
@@ -495,12 +495,28 @@ def test_export_carries_each_cells_last_run_outputs():
     outputs = {cell.id: cell.get("outputs") for cell in notebook.cells}
     assert outputs["load"] == [{"output_type": "stream", "name": "stdout", "text": "hello\n"}]
     assert outputs["js"] == [] and outputs["never-run"] == [] and outputs["intro"] is None
+    counts = {cell.id: cell.get("execution_count") for cell in notebook.cells}
+    assert counts == {"intro": None, "load": 3, "js": None, "never-run": None}
     assert notebook.metadata.kernelspec.name == "python3"
+
+
+def test_a_javascript_cell_in_a_python_notebook_is_exported_for_jupyter_to_run_with_node_and_read_back():
+    notebook = nbformat.reads(ipynb_from_cells("Mixed", CELLS, lambda _: (None, [])), as_version=4)
+    js = next(cell for cell in notebook.cells if cell.id == "js")
+    assert js.source == "%%script node\nconsole.log(2)"
+    _, cells = cells_from_ipynb(nbformat.writes(notebook).encode())
+    assert [(c["runtime"], c["source"]) for c in cells if c["kind"] == "code"] == [
+        ("python", "print('hello')\nx = 1"), ("node", "console.log(2)"), ("python", "pass")]  # fmt: skip
+    # One that Jupyter wrote (no Cordon metadata) reads as JavaScript too; other cell magics stay Python.
+    foreign = v4.new_notebook(cells=[v4.new_code_cell("%%script node\nlet a = 1\na"), v4.new_code_cell("%%bash\nls")])
+    foreign.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    _, read = cells_from_ipynb(nbformat.writes(foreign).encode())
+    assert [(c["runtime"], c["source"]) for c in read] == [("node", "let a = 1\na"), ("python", "%%bash\nls")]
 
 
 def test_the_first_code_cells_runtime_names_the_kernel():
     cells = [dict(CELLS[2], id="first"), dict(CELLS[1], id="second")]
-    notebook = json.loads(ipynb_from_cells("JS", cells, lambda _: []))
+    notebook = json.loads(ipynb_from_cells("JS", cells, lambda _: (None, [])))
     assert notebook["metadata"]["kernelspec"]["language"] == "javascript"
     assert notebook["metadata"]["language_info"]["name"] == "javascript"
     assert cells_from_ipynb(json.dumps(notebook).encode())[0] == "node"

@@ -6,6 +6,7 @@ earlier cell changed, Restart, the export's outputs, and no user ever reaching a
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import nbformat
@@ -21,6 +22,7 @@ from tests.playground.test_runs_end_to_end import wait_finished
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis, pytest.mark.images]
 
 TABLE = "application/vnd.cordon.table+json"
+ANSI = re.compile(r"\x1b\[[0-9;]*m")  # IPython's colours
 SALES = b"region,units\nnorth,3\nsouth,5\neast,7\n"
 CELLS = [
     code_cell("load", "import pandas as pd\ndf = pd.read_csv('/input/sales.csv')"),
@@ -76,7 +78,7 @@ def test_state_flows_down_the_cells_with_displays_and_what_did_not_carry_said() 
     columns = [c["name"] for c in table[0]["table"]["columns"]]
     assert columns == ["", "units"] and table[0]["table"]["rows"][0][0] == "count"
     assert runs["answer"]["displays"] == [{"mime": "text/plain", "text": "42", "plain": "42", "html": None,
-                                           "table": None, "url": None}]  # fmt: skip
+                                           "table": None, "url": None, "result": 5}]  # fmt: skip
     assert runs["load"]["displays"] == [] and stdout(client, runs["load"]) == ""
 
     handle = runs["handle"]["cell"]
@@ -121,17 +123,26 @@ def test_rerunning_the_first_cell_on_changed_data_makes_the_cells_below_stale_un
 
 
 @pytest.mark.usefixtures("worker")
-def test_a_failed_cell_leaves_no_state_and_the_next_starts_from_the_one_before_it() -> None:
+def test_a_failed_cell_passes_down_what_it_bound_before_its_error_as_a_kernel_keeps_it() -> None:
     client = api(UserFactory())
-    cells = [code_cell("a", "x = 1"), code_cell("b", "x = 2\nraise ValueError('no')"), code_cell("c", "print(x)")]
+    cells = [code_cell("a", "x = 1"), code_cell("b", "x = 2\nraise ValueError('no')\ny = 3"),
+             code_cell("c", "print(x, 'y' in dir())")]  # fmt: skip
     notebook = create(client, cells=cells)
-    first = run_cell(client, notebook, "a")
+    run_cell(client, notebook, "a")
     failed = run_cell(client, notebook, "b")
-    assert failed["outcome"] == "failed" and failed["cell"]["state_bytes"] is None
-    assert failed["cell"]["error"]["ename"] == "ValueError" and failed["cell"]["error"]["evalue"] == "no"
-    assert "ValueError: no" in stderr(client, failed) and "cell.py" not in stderr(client, failed)
+    assert failed["outcome"] == "failed" and failed["cell"]["state_bytes"] is not None
+    error = failed["cell"]["error"]
+    assert (error["ename"], error["evalue"], error["line"]) == ("ValueError", "no", 2)
+    assert "ValueError: no" in ANSI.sub("", stderr(client, failed)) and "cordon" not in stderr(client, failed)
     third = run_cell(client, notebook, "c")
-    assert stdout(client, third) == "1\n" and third["cell"]["state_from"] == str(first["id"])
+    assert stdout(client, third) == "2 False\n" and third["cell"]["state_from"] == str(failed["id"])
+    # Killed by a limit, a cell passes nothing: the next starts from the state before it.
+    cells[1] = code_cell("b", "x = 5\nwhile True: pass", limits={"wall_timeout_s": 2})
+    saved = save(client, client.get(f"/api/notebooks/{notebook['id']}").json(), cells)
+    assert saved.status_code == 200, saved.content
+    stopped = run_cell(client, notebook, "b")
+    assert stopped["outcome"] == "timed_out" and stopped["cell"]["state_bytes"] is None
+    assert stdout(client, run_cell(client, notebook, "c")) == "1 False\n"
 
 
 @pytest.mark.usefixtures("worker")

@@ -4,6 +4,7 @@ program finds in the images (a module with needs of its own, the hostile battery
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from runner.config import paths_from_env
 from runner.host.admission import Admission, Capacity
 from runner.supervisor import Supervisor
+from tests.runner.cell_runs import Cells
 from tests.runner.egress_net import EgressTestHost, can_make_test_host, running_test_host
 from tests.runner.test_hostile import engines_here
 
@@ -28,6 +30,12 @@ def engine(request: pytest.FixtureRequest, canary: dict[str, Any]) -> str:
     if name == "smolvm" and not canary.get("ok"):
         pytest.skip(f"needs a host whose KVM boots microVMs; this host's canary boot failed: {canary.get('reason')}")
     return name
+
+
+@pytest.fixture
+def cells(supervisor: Supervisor, engine: str, tmp_path: Path) -> Cells:
+    """Notebook cells on the engine the test is parametrised with."""
+    return Cells(supervisor, engine, tmp_path)
 
 
 @pytest.fixture(scope="session")

@@ -1,22 +1,22 @@
 """Notebook cells through the supervisor on every engine: the python image's cell program restores
-the names the cell before left, shows the last expression and display()s, and leaves its own
-names as a state file, which only ever runs inside a sandbox (runner.cells)."""
+what the cell before left, runs the cell through IPython (its last expression and display()s shown
+as Jupyter's mime bundles), and leaves what a kernel would keep as a state file, which only ever
+runs inside a sandbox (runner.cells). The kernel's own behaviour (magics, history, figures, random
+states, tracebacks) is in test_cells_kernel.py."""
 
 from __future__ import annotations
 
 import base64
 import json
 import pickle
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from runner.cells import MANIFEST_FILE, SESSION_DIR, STATE_FILE
-from runner.spec import Limits, Outcome, RunResult, RunSpec
-from runner.supervisor import Supervisor
-from tests.runner.test_hostile import assert_nothing_left, retrying
+from runner.cells import SESSION_DIR, STATE_FILE
+from runner.spec import Outcome
+from tests.runner.cell_runs import ANSI, Cells
 
 pytestmark = pytest.mark.images
 
@@ -27,96 +27,12 @@ PNG = base64.b64decode(
 TABLE = "application/vnd.cordon.table+json"
 
 
-def budget_s(engine: str) -> float:
-    """Wall and CPU seconds for a cell whose test is not about time: make test-vm runs the smolvm
-    cases under software emulation, where an import of pandas alone costs tens of CPU seconds."""
-    return 300.0 if engine == "smolvm" else 60.0
-
-
-@dataclass
-class Cell:
-    """One cell's run and the session files it left (exported under <folder>/.cordon)."""
-
-    result: RunResult
-    folder: Path
-
-    @property
-    def manifest(self) -> dict[str, Any]:
-        manifest: dict[str, Any] = json.loads((self.folder / SESSION_DIR / MANIFEST_FILE).read_text())
-        return manifest
-
-    @property
-    def state(self) -> Path | None:
-        path = self.folder / SESSION_DIR / STATE_FILE
-        return path if path.is_file() else None
-
-    @property
-    def displays(self) -> list[dict[str, Any]]:
-        return [display["data"] for display in self.manifest["displays"]]
-
-    def session_file(self, name: str) -> bytes:
-        return (self.folder / SESSION_DIR / name).read_bytes()
-
-    def said(self) -> str:
-        result = self.result
-        return (
-            f"{result.outcome.value}: {result.reason}\n"
-            f"stdout: {result.stdout[-1500:]!r}\nstderr: {result.stderr[-1500:]!r}"
-        )
-
-
-class Cells:
-    """Runs notebook cells, each from the state a cell before it left, a crafted one, or nothing."""
-
-    def __init__(self, supervisor: Supervisor, engine: str, tmp: Path):
-        self.supervisor, self.engine, self.tmp = supervisor, engine, tmp
-        self.count = 0
-
-    def __call__(
-        self,
-        script: str,
-        *,
-        after: Cell | None = None,
-        state: Path | None = None,
-        inputs: dict[str, str] | None = None,
-        args: tuple[str, ...] = (),
-        **limits: Any,
-    ) -> Cell:
-        self.count += 1
-        folder = self.tmp / f"cell-{self.count}"
-        (folder / "inputs").mkdir(parents=True)
-        staged = []
-        for name, text in (inputs or {}).items():
-            (folder / "inputs" / name).write_text(text)
-            staged.append(folder / "inputs" / name)
-        if after is not None:
-            assert after.state is not None, f"the cell before left no state: {after.said()}"
-            state = after.state
-        budget = budget_s(self.engine)
-        spec = RunSpec(
-            runtime="python", script=script.encode(), inputs=tuple(staged), engine=self.engine, args=args,
-            cell=True, state=state, limits=replace(Limits(wall_timeout_s=budget, cpu_time_s=budget), **limits),
-        )  # fmt: skip
-
-        def attempt(n: int) -> RunResult:
-            (folder / f"out-{n}").mkdir()
-            return self.supervisor.run(spec, output_dir=folder / f"out-{n}")
-
-        result, retried = retrying(self.supervisor, attempt, budget=True)
-        assert_nothing_left(self.supervisor, result)
-        return Cell(result, folder / f"out-{len(retried)}")
-
-
-@pytest.fixture
-def cells(supervisor: Supervisor, engine: str, tmp_path: Path) -> Cells:
-    return Cells(supervisor, engine, tmp_path)
-
-
 def crafted_state(path: Path, pickles: dict[str, bytes], modules: dict[str, str] | None = None) -> Path:
-    """A state file in the cell program's format (its docstring), from pickles made here."""
-    names = [{"name": name, "pickle": len(data), "buffers": []} for name, data in pickles.items()]
-    header = json.dumps({"names": names, "modules": modules or {}}).encode()
-    path.write_bytes(b"CORDON-STATE 1\n" + len(header).to_bytes(8, "little") + header + b"".join(pickles.values()))
+    """A state file in the cell program's format (cordon_state's docstring), from pickles made here
+    (each memoizes nothing another refers to, so their memo slots need not line up)."""
+    entries = [{"name": name, "pickle": len(data), "buffers": []} for name, data in pickles.items()]
+    header = json.dumps({"entries": entries, "modules": modules or {}, "kernel": {}}).encode()
+    path.write_bytes(b"CORDON-STATE 2\n" + len(header).to_bytes(8, "little") + header + b"".join(pickles.values()))
     return path
 
 
@@ -153,7 +69,7 @@ def test_a_data_frame_last_is_displayed_as_a_table_of_values_not_as_html(cells: 
     cell = cells(script)
     assert cell.result.outcome is Outcome.SUCCEEDED, cell.said()
     frame, described = cell.displays
-    assert set(frame) == set(described) == {"text/plain", TABLE}
+    assert set(frame) == set(described) == {"text/plain", "text/html", TABLE}  # IPython's, and Cordon's table
     assert frame[TABLE] == {
         "columns": ["a", "b", "c"],
         "index": ["0", "1", "2"],
@@ -180,7 +96,7 @@ def test_display_shows_an_html_repr_and_a_png_repr_kept_as_a_session_file(cells:
     cell = cells(script)
     assert cell.result.outcome is Outcome.SUCCEEDED, cell.said()
     bold, dot = cell.displays
-    assert bold["text/html"] == "<b>bold</b>" and bold["text/plain"].startswith("<__main__.Bold object at ")
+    assert bold["text/html"] == "<b>bold</b>" and bold["text/plain"].startswith("<__main__.Bold at 0x")  # IPython's
     assert dot["image/png"] == {"file": "display-2.png"}
     assert cell.session_file("display-2.png") == PNG
     assert "display-2.png" in {f.name for f in cell.result.session}
@@ -253,25 +169,27 @@ def test_a_value_that_cannot_be_pickled_is_not_carried_and_says_why(cells: Cells
     assert [v["name"] for v in cell.manifest["variables"]] == ["Stubborn", "ok"]
 
 
-def test_a_failing_cell_leaves_no_state_and_records_its_error_without_the_cell_programs_frames(cells: Cells) -> None:
-    cell = cells("x = 1\ndef boom():\n    raise ValueError('no good')\nboom()\n")
+def test_a_failing_cell_keeps_what_it_bound_and_records_its_error_in_cell_terms(cells: Cells) -> None:
+    cell = cells("x = 1\ndef boom():\n    raise ValueError('no good')\nboom()\ny = 2\n")
     assert (cell.result.outcome, cell.result.exit_code) == (Outcome.FAILED, 1), cell.said()
-    assert cell.state is None
     error = cell.manifest["error"]
-    assert (error["ename"], error["evalue"]) == ("ValueError", "no good")
-    assert error["traceback"][0] == "Traceback (most recent call last):"
-    assert error["traceback"][1].endswith('main.py", line 4, in <module>')
-    assert error["traceback"][-1] == "ValueError: no good"
-    stderr = cell.result.stderr.decode()
-    assert stderr == "\n".join(error["traceback"]) + "\n" and "cell.py" not in stderr
-    assert (cell.manifest["variables"], cell.manifest["state"]) == ([], None)
+    assert (error["ename"], error["evalue"], error["line"]) == ("ValueError", "no good", 4)
+    plain = [ANSI.sub("", line) for line in error["traceback"]]
+    assert "Cell In [1], line 4" in plain[2] and "Cell In [1], line 3, in boom()" in "".join(plain)
+    assert plain[-1] == "ValueError: no good"
+    stderr = ANSI.sub("", cell.result.stderr.decode())
+    assert stderr == "\n".join(plain) + "\n" and "cordon" not in stderr and "main.py" not in stderr
+    assert [v["name"] for v in cell.manifest["variables"]] == ["x", "boom"]  # bound before the error; y never
+    after = cells("print(x, boom.__name__, 'y' in dir())\n", after=cell)
+    assert after.result.stdout == b"1 boom False\n", after.said()
 
 
-def test_a_syntax_error_is_reported_as_python_reports_it(cells: Cells) -> None:
+def test_a_syntax_error_is_reported_as_ipython_reports_it(cells: Cells) -> None:
     cell = cells("x = (\n")
     assert (cell.result.outcome, cell.result.exit_code) == (Outcome.FAILED, 1), cell.said()
-    assert cell.result.stderr.decode().endswith("    x = (\n        ^\nSyntaxError: '(' was never closed\n")
-    assert cell.manifest["error"]["ename"] == "SyntaxError" and cell.state is None
+    stderr = ANSI.sub("", cell.result.stderr.decode())
+    assert stderr == "  Cell In [1], line 1\n    x = (\n         ^\nSyntaxError: incomplete input\n\n", stderr
+    assert (cell.manifest["error"]["ename"], cell.manifest["error"]["line"]) == ("SyntaxError", 1)
 
 
 def test_a_state_over_state_max_bytes_ends_output_limit_and_names_the_state(cells: Cells) -> None:
@@ -332,15 +250,15 @@ def test_a_malicious_snapshot_runs_only_inside_the_sandbox(cells: Cells, tmp_pat
     assert not marker.exists() and not marker.parent.exists()
 
 
-def test_a_cell_without_state_runs_its_script_like_plain_python(cells: Cells) -> None:
+def test_a_cell_without_state_runs_its_script_as_a_fresh_kernel_would(cells: Cells) -> None:
     script = (
         "import os, sys\n"
         "print('hello')\n"
-        "print(sys.argv[1:], __name__, sys.path[0] == os.path.dirname(__file__) == os.path.dirname(sys.argv[0]))\n"
+        "print(sys.argv[1:], __name__, sys.path[0] == os.getcwd() == '/tmp', '__file__' in dir())\n"
     )
     cell = cells(script, args=("a", "b"))
     assert cell.result.outcome is Outcome.SUCCEEDED, cell.said()
-    assert (cell.result.stdout, cell.result.stderr) == (b"hello\n['a', 'b'] __main__ True\n", b"")
+    assert (cell.result.stdout, cell.result.stderr) == (b"hello\n['a', 'b'] __main__ True False\n", b"")
     assert cell.manifest["restored"] is None and cell.displays == []
 
 

@@ -14,7 +14,7 @@ import pytest
 from runner.cells import MANIFEST_FILE, SESSION_DIR, STATE_FILE
 from runner.spec import Limits, Outcome, RunResult, RunSpec
 from runner.supervisor import Supervisor
-from tests.runner.test_cells import budget_s
+from tests.runner.cell_runs import budget_s
 from tests.runner.test_hostile import assert_nothing_left, retrying
 
 pytestmark = pytest.mark.images
@@ -145,12 +145,12 @@ def test_names_bound_to_one_object_are_still_one_object_in_the_next_cell(run: Ce
 
 
 def test_a_required_module_is_required_again_in_the_next_cell(run: Cells) -> None:
-    first = run("const path = require('path');\n")
+    first = run("const path = require('path');\npath\n")
     assert first.result.outcome is Outcome.SUCCEEDED, first.said()
-    assert (first.manifest["modules"], first.manifest["not_carried"]) == ({"path": "path"}, [])
-    second = run("console.log(path.join('a', 'b'))\n", after=first)
+    assert (first.manifest["modules"], first.manifest["not_carried"]) == ({"path": "path"}, [])  # and `_`
+    second = run("console.log(path.join('a', 'b'), _ === path)\n", after=first)
     assert second.result.outcome is Outcome.SUCCEEDED, second.said()
-    assert second.result.stdout == b"a/b\n"
+    assert second.result.stdout == b"a/b true\n"
 
 
 def test_a_name_that_cannot_be_restored_is_said_once_and_the_cell_runs_without_it(run: Cells) -> None:
@@ -165,23 +165,98 @@ def test_a_name_that_cannot_be_restored_is_said_once_and_the_cell_runs_without_i
     assert (restored["names"], [f["name"] for f in restored["failed"]]) == (1, ["helper"])
 
 
-def test_a_failing_cell_writes_no_state_and_records_its_error(run: Cells) -> None:
+def test_a_failing_cell_records_its_error_and_still_writes_its_state(run: Cells) -> None:
     cell = run("let n = 1;\nthrow new TypeError('not a number');\n")
     assert (cell.result.outcome, cell.result.exit_code) == (Outcome.FAILED, 1), cell.said()
-    assert cell.state is None
     error = cell.manifest["error"]
     assert (error["ename"], error["evalue"]) == ("TypeError", "not a number")
     assert error["traceback"] == ["TypeError: not a number", "    at /tmp/main.js:2:7"]
     # node's own report of it, without the cell program's frames below the script's
     assert b"TypeError: not a number\n    at /tmp/main.js:2:7\n" in cell.result.stderr
-    assert b"cell.js" not in cell.result.stderr and cell.manifest["state"] is None
+    assert b"cell.js" not in cell.result.stderr
+    assert cell.state is not None and cell.manifest["state"]["over_cap"] is False
+    assert _names(cell.manifest["variables"]) == ["n"]  # `_error` is carried, not listed
+
+
+def test_a_failed_cells_names_bound_before_the_throw_carry_and_error_is_the_error(run: Cells) -> None:
+    first = run("let n = 1;\nvar v = 'kept';\nthrow new TypeError('not a number');\nlet after = 2;\n")
+    assert first.result.outcome is Outcome.FAILED, first.said()
+    second = run(
+        "console.log(n, v, typeof after, _, _error instanceof TypeError, _error.message);\n"
+        "console.log(JSON.stringify(_error.stack))\n",
+        after=first,
+    )
+    assert second.result.outcome is Outcome.SUCCEEDED, second.said()
+    stack = json.dumps("TypeError: not a number\n    at /tmp/main.js:3:7")  # without vm's source line and caret
+    assert second.result.stdout == f"1 kept undefined undefined true not a number\n{stack}\n".encode()
+    assert second.result.stderr == b""
+    # a cell that succeeds leaves `_error` as it was, as the REPL does
+    third = run("_error.message\n", after=second)
+    assert third.manifest["displays"] == [{"data": {"text/plain": "'not a number'"}}], third.said()
 
 
 def test_an_uncaught_error_in_a_timer_callback_fails_the_cell(run: Cells) -> None:
-    cell = run("let n = 1;\nsetTimeout(() => { throw new RangeError('later') }, 10);\nundefined\n")
+    cell = run("let n = 1;\nsetTimeout(() => { throw new RangeError('later') }, 10);\n'done'\n")
     assert (cell.result.outcome, cell.result.exit_code) == (Outcome.FAILED, 1), cell.said()
-    assert cell.state is None
     assert (cell.manifest["error"]["ename"], cell.manifest["error"]["evalue"]) == ("RangeError", "later")
+    # the script's completion value was already `_` when the callback threw, as in the REPL
+    after = run("console.log(n, _, _error.name)\n", after=cell)
+    assert after.result.stdout == b"1 done RangeError\n", after.said()
+
+
+def test_underscore_is_the_completion_value_of_the_cell_before(run: Cells) -> None:
+    first = run("console.log(typeof _, typeof _error);\n6 * 7\n")
+    assert first.result.stdout == b"undefined undefined\n", first.said()  # a fresh REPL's
+    assert first.manifest["variables"] == [] and first.manifest["not_carried"] == []
+    second = run("console.log(_);\nconst o = {n: _};\no\n", after=first)
+    assert second.result.stdout == b"42\n", second.said()
+    assert second.manifest["displays"] == [{"data": {"text/plain": "{ n: 42 }", "application/json": {"n": 42}}}]
+    assert _names(second.manifest["variables"]) == ["o"]
+    third = run("console.log(_, _ === o);\nlet b = 1\n", after=second)
+    assert third.result.stdout == b"{ n: 42 } true\n", third.said()
+    fourth = run("console.log(_)\n", after=third)  # a declaration's completion value
+    assert (fourth.result.stdout, fourth.result.stderr) == (b"undefined\n", b""), fourth.said()
+
+
+def test_assigning_underscore_disables_it_with_nodes_message_and_it_carries_as_the_users(run: Cells) -> None:
+    first = run("console.log(_);\n_ = 5;\n_ = 6;\n1 + 1\n")
+    assert first.result.outcome is Outcome.SUCCEEDED, first.said()
+    assert (first.result.stdout, first.result.stderr) == (b"undefined\n", b"Expression assignment to _ now disabled.\n")
+    assert first.manifest["displays"] == [{"data": {"text/plain": "2"}}]  # shown, and `_` stays the user's
+    assert _names(first.manifest["variables"]) == ["_"]
+    second = run("console.log(_);\n_ += 1;\n'shown'\n", after=first)
+    assert (second.result.stdout, second.result.stderr) == (b"6\n", b""), second.said()
+    third = run("_\n", after=second)
+    assert third.manifest["displays"] == [{"data": {"text/plain": "7"}}], third.said()
+
+
+def test_an_assigned_error_name_is_not_replaced_by_the_next_error(run: Cells) -> None:
+    first = run("_error = 'mine';\nthrow new Error('not kept');\n")
+    assert first.result.outcome is Outcome.FAILED, first.said()
+    assert first.result.stderr.startswith(b"Expression assignment to _error now disabled.\n")
+    second = run("throw new Error('nor this one');\n", after=first)
+    assert second.result.outcome is Outcome.FAILED, second.said()
+    third = run("_error\n", after=second)
+    assert third.manifest["displays"] == [{"data": {"text/plain": "'mine'"}}], third.said()
+
+
+def test_a_completion_value_that_cannot_be_serialized_is_listed_as_not_carried(run: Cells) -> None:
+    first = run("const f = () => 1;\nSymbol('s')\n")
+    assert first.result.outcome is Outcome.SUCCEEDED, first.said()
+    assert first.manifest["displays"] == [{"data": {"text/plain": "Symbol(s)"}}]
+    assert first.manifest["not_carried"] == [
+        {"name": "f", "type": "function", "why": "function"},
+        {"name": "_", "type": "symbol", "why": "cannot be serialized: Symbol(s) could not be cloned."},
+    ]
+    second = run("console.log(typeof f, typeof _)\n", after=first)
+    assert second.result.stdout == b"undefined undefined\n", second.said()
+
+
+def test_a_name_starting_with_an_underscore_carries_as_in_nodes_repl(run: Cells) -> None:
+    first = run("let _x = 1;\nvar __y = 2;\n")
+    assert _names(first.manifest["variables"]) == ["__y", "_x"], first.said()
+    second = run("console.log(_x + __y)\n", after=first)
+    assert second.result.stdout == b"3\n", second.said()
 
 
 def test_a_state_over_state_max_bytes_ends_output_limit_and_is_not_kept(run: Cells) -> None:

@@ -194,12 +194,16 @@ def test_limits_written_at_hand_over_bind_the_run_not_the_class(supervisor: Supe
     assert big.peak_memory_bytes is not None and big.peak_memory_bytes > 450 * MIB
 
 
-def test_a_notebook_cell_gets_the_analyst_stack_already_imported(supervisor: Supervisor) -> None:
-    script = b"import sys\nprint(sorted(m for m in ('pandas', 'numpy', 'matplotlib.pyplot') if m in sys.modules))\n"
+def test_a_notebook_cell_gets_ipython_and_the_analyst_stack_already_imported(supervisor: Supervisor) -> None:
+    script = (
+        b"import sys\n"
+        b"print(sorted(m for m in ('pandas', 'numpy', 'matplotlib.pyplot', 'IPython') if m in sys.modules))\n"
+        b"print(type(get_ipython()).__name__, get_ipython().execution_count, len(In))\n"
+    )
     result = ready_run(supervisor, script, cell=True, limits=Limits(wall_timeout_s=60, cpu_time_s=60))
-    assert result.stdout.startswith(b"['matplotlib.pyplot', 'numpy', 'pandas']"), result.stdout
+    assert result.stdout == b"['IPython', 'matplotlib.pyplot', 'numpy', 'pandas']\nCellShell 1 2\n", result.stdout
     assert any(f.name == "state" for f in result.session)  # the cell program ran, and kept its names
-    assert "analyst" in result.evidence["ready_sandbox"]["class"]
+    assert "python/cell" in result.evidence["ready_sandbox"]["class"]
 
 
 def test_a_sandbox_that_fails_at_hand_over_is_removed_and_the_run_starts_cold(supervisor: Supervisor) -> None:

@@ -87,14 +87,23 @@ COLD_SELECT = (
 )
 # Notebook cells through microVMs, in the warm pass: state saved in one VM and restored in the
 # next (a data frame among it), what does not carry, a failed cell, the caps, a malicious
-# snapshot that runs only in its own VM; in both runtimes. Node ids (the files have more cases,
-# which the namespace engine runs in `make test`).
+# snapshot that runs only in its own VM; one kernel's behaviour through IPython in the guest (the
+# history and `_`, the random states, views, `!` under the guest's pseudo-terminal, tracebacks in
+# cell terms); in both runtimes. Node ids (the files have more cases, which the namespace engine
+# runs in `make test`).
 STATE_CASES = (
+    *(f"tests/runner/test_cells_kernel.py::{name}" for name in (
+        "test_the_display_hook_and_the_history_carry_from_cell_to_cell",
+        "test_the_global_random_states_carry_as_in_one_kernel",
+        "test_a_view_of_an_array_stays_a_view_in_the_next_cell",
+        "test_shell_commands_run_in_the_cells_sandbox_under_its_limits",
+        "test_tracebacks_name_the_cell_that_defined_the_code",
+    )),
     *(f"tests/runner/test_cells.py::{name}" for name in (
         "test_a_chain_of_cells_reads_a_csv_counts_it_and_prints_from_the_count",
         "test_functions_and_classes_a_cell_defines_work_in_the_next_and_see_its_names",
         "test_an_open_file_is_not_carried_and_the_other_names_still_are",
-        "test_a_failing_cell_leaves_no_state_and_records_its_error_without_the_cell_programs_frames",
+        "test_a_failing_cell_keeps_what_it_bound_and_records_its_error_in_cell_terms",
         "test_a_state_over_state_max_bytes_ends_output_limit_and_names_the_state",
         "test_restoring_a_state_bigger_than_the_memory_limit_ends_memory_limit_and_says_so",
         "test_a_malicious_snapshot_runs_only_inside_the_sandbox",

@@ -7,13 +7,17 @@
 // host copies out unread. Environment: CORDON_STATE_MAX_BYTES (the snapshot's cap) and, when there is
 // a state to start from, CORDON_CELL_STATE (its path, read-only). Session files, in /output/.cordon:
 //
-//   state      the snapshot, written at exit only when the exit status is 0:
+//   state      the snapshot, written at exit, also after an uncaught error or process.exit(n): node's
+//              REPL keeps what a failed line bound before it threw. Not written when the process is
+//              killed (a signal, out of memory). Its format:
 //                magic      "cordon-node-state 1\n" (20 bytes)
 //                blobs      each carried value through v8.serialize, back to back
 //                index      JSON {"node": "v18.20.4",
 //                                 "names": [[name, blob length], ...],  in blob order
 //                                 "same": {name: earlier name},          bound to the very same object
-//                                 "modules": {name: id}}                 require(id) again
+//                                 "modules": {name: id},                 require(id) again
+//                                 "assigned": ["_", "_error"]}           the user's own (see below);
+//                                                                        absent in older states: none
 //                length     the index's length in bytes, 4 bytes unsigned big-endian
 //              One blob per value, so a value that cannot be saved or restored costs only its own
 //              name; an object shared *inside* two values comes back as two copies. The index comes
@@ -23,6 +27,13 @@
 //   cell.json  the manifest (version 1), written last, also on failure: the python image's shape,
 //              which playground/displays.py reads
 //   restoring  present only while the state is restored, so running out of memory there says why
+//
+// As in node's REPL, `_` is the completion value of the last cell above that ran to its end
+// (undefined in the first cell and after a declaration) and `_error` the uncaught error that ended
+// the last cell that failed, until the user assigns one of them: node's message says so once, on
+// stderr, and from then on it is an ordinary name of theirs, in the cells below too (the index's
+// "assigned"). Until then, carried but not listed among the manifest's variables and modules; a
+// value that cannot be carried is listed as not carried, as any name's.
 //
 // The script runs with vm.runInThisContext as a classic script, so its top-level let, const and
 // class bindings live in the global lexical scope, where V8's inspector lists them and a later
@@ -44,7 +55,7 @@ const SetOf = Set;
 const WeakMapOf = WeakMap;
 const DataViewOf = DataView;
 const toText = String;
-const { defineProperty, getOwnPropertyNames, getPrototypeOf } = Object;
+const { defineProperty, entries, getOwnPropertyDescriptor, getOwnPropertyNames, getPrototypeOf } = Object;
 const { isArray } = Array;
 const { isView } = ArrayBuffer;
 const ObjectPrototype = Object.prototype;
@@ -65,7 +76,7 @@ const JSON_MAX_BYTES = 1 * MIB;
 // All displays together, so that cell.json stays well inside its cap of 8 MiB (runner.cells).
 const DISPLAYS_MAX_BYTES = 4 * MIB;
 const INSPECT_OPTIONS = { depth: 4, maxArrayLength: 100, breakLength: 100 };
-// What the script is given to look like a CommonJS module. Names starting with _ are private too.
+// What the script is given to look like a CommonJS module.
 const NOT_CARRIED_NAMES = new SetOf(["require", "module", "exports", "__filename", "__dirname", "display"]);
 
 const cell = {
@@ -78,6 +89,15 @@ const cell = {
   // one that v8.serialize refuses (its functions) is carried as that id instead.
   required: new WeakMapOf(),
 };
+
+// node's REPL's own names: the last completion value and the last uncaught error. A name the user
+// assigned is theirs (assigned), and no longer replaced.
+const repl = {
+  values: { __proto__: null, _: undefined, _error: undefined },
+  assigned: { __proto__: null, _: false, _error: false },
+  getters: { __proto__: null }, // each name's accessor, to tell whether it is still the REPL's
+};
+const REPL_NAMES = ["_", "_error"];
 
 // Loaded on first use: every cell pays for what it loads at start.
 let v8Module = null;
@@ -103,8 +123,9 @@ function main() {
   if (stateFile) {
     cell.restored = restoreState(stateFile, scriptModule.require);
   }
+  giveReplNames();
   proc.on("uncaughtExceptionMonitor", recordFatalError);
-  proc.on("exit", (code) => finish(code, builtins, stateCap));
+  proc.on("exit", () => finish(builtins, stateCap));
   runScript(script);
   scriptModule.loaded = true;
 }
@@ -163,8 +184,32 @@ function runScript(script) {
     source = source.slice(1); // as node's module loader does
   }
   const completion = vm.runInThisContext(source, { filename: script });
+  if (!repl.assigned._) {
+    repl.values._ = completion;
+  }
   if (completion !== undefined) {
     addDisplay(completion);
+  }
+}
+
+// As node's REPL defines them on its context: read from repl.values, and the first assignment says
+// that it turns the name into the user's own. Called after the state is restored, so a name the
+// user assigned in a cell above is an ordinary restored name instead.
+function giveReplNames() {
+  for (const name of REPL_NAMES) {
+    if (repl.assigned[name]) {
+      continue;
+    }
+    const get = () => repl.values[name];
+    const set = (value) => {
+      repl.values[name] = value;
+      if (!repl.assigned[name]) {
+        repl.assigned[name] = true;
+        fs.writeSync(2, `Expression assignment to ${name} now disabled.\n`);
+      }
+    };
+    repl.getters[name] = get;
+    defineProperty(globalObject, name, { get, set, configurable: true, enumerable: false });
   }
 }
 
@@ -206,6 +251,11 @@ function restoreFrom(fd, size, scriptRequire, failed) {
     fail("(state)", `the state file is damaged: ${oneLine(error.message)}`);
     return 0;
   }
+  for (const name of index.assigned || []) {
+    if (REPL_NAMES.includes(name)) {
+      repl.assigned[name] = true;
+    }
+  }
   const loaded = new MapOf();
   const load = (name, make) => {
     try {
@@ -232,7 +282,11 @@ function restoreFrom(fd, size, scriptRequire, failed) {
     });
   }
   for (const [name, value] of loaded) {
-    defineProperty(globalObject, name, { value, writable: true, configurable: true, enumerable: true });
+    if (isReplOwned(name)) {
+      repl.values[name] = value;
+    } else {
+      defineProperty(globalObject, name, { value, writable: true, configurable: true, enumerable: true });
+    }
   }
   return loaded.size;
 }
@@ -262,7 +316,12 @@ function isIndex(index) {
     && Object.values(object).every((value) => typeof value === "string");
   return index !== null && typeof index === "object" && isNames(index.same) && isNames(index.modules)
     && isArray(index.names) && index.names.every((entry) => isArray(entry) && typeof entry[0] === "string"
-      && Number.isSafeInteger(entry[1]) && entry[1] >= 0);
+      && Number.isSafeInteger(entry[1]) && entry[1] >= 0)
+    && (index.assigned === undefined || (isArray(index.assigned) && index.assigned.every(isString)));
+}
+
+function isString(value) {
+  return typeof value === "string";
 }
 
 function readAt(fd, position, length) {
@@ -353,6 +412,9 @@ function recordFatalError(thrown) {
   if (proc.listenerCount("uncaughtException") > 0 || proc.hasUncaughtExceptionCaptureCallback()) {
     return;
   }
+  if (!repl.assigned._error) {
+    repl.values._error = thrown;
+  }
   if (!isErrorLike(thrown)) {
     cell.error = { ename: typeName(thrown), evalue: inspected(thrown), traceback: [] };
     return;
@@ -394,6 +456,22 @@ function trySetStack(error, stack) {
   }
 }
 
+// node has printed it by the time the program exits: the next cell's `_error` is the error as the
+// REPL's is, without vm's decoration.
+function undecorateLastError() {
+  if (cell.error === null || repl.assigned._error) {
+    return; // not this cell's error
+  }
+  const thrown = repl.values._error;
+  try {
+    if (isErrorLike(thrown) && typeof thrown.stack === "string") {
+      trySetStack(thrown, undecorated(thrown.stack));
+    }
+  } catch {
+    // a getter that throws: carried as it is, or not at all
+  }
+}
+
 // vm puts the failing line of source and a caret above the stack of an error thrown at top level.
 function undecorated(stack) {
   return stack.replace(/^[^\n]*:\d+\n[^\n]*\n[ \t]*\^+[ \t]*\n\n/, "");
@@ -401,45 +479,64 @@ function undecorated(stack) {
 
 // --- exit ---------------------------------------------------------------------------------
 
-// Sync calls only: nothing queued from an exit listener ever runs.
-function finish(code, builtins, stateCap) {
+// Sync calls only: nothing queued from an exit listener ever runs. Whatever the exit status: a
+// failed cell's names go on, as a REPL's after a line that threw.
+function finish(builtins, stateCap) {
   try {
     fs.mkdirSync(SESSION_DIR, { recursive: true });
-    const kept = code === 0 ? saveState(scriptNames(builtins), stateCap) : dropState();
-    writeManifest(kept);
+    undecorateLastError();
+    writeManifest(listed(saveState(scriptNames(builtins), stateCap)));
   } catch (error) {
     say(`could not write the cell's session files: ${error.stack}`);
   }
 }
 
-function dropState() {
-  try {
-    fs.unlinkSync(STATE_PATH); // one the script wrote itself: a failed cell leaves none
-  } catch {
-    // there was none
-  }
-  return { variables: [], notCarried: [], modules: {}, state: null };
-}
-
 // The script's names and how to read each: new own properties of the global object (var, function,
-// a bare assignment, the names restored) and the global lexical scope's bindings (let, const, class).
+// a bare assignment, the names restored) and the global lexical scope's bindings (let, const, class);
+// last, the REPL's `_` and `_error` that are still its own, when they hold something.
 function scriptNames(builtins) {
   const readers = new MapOf();
+  const lexical = lexicalNames();
   for (const name of getOwnPropertyNames(globalObject)) {
     if (!builtins.has(name) && isCarried(name)) {
       readers.set(name, () => globalObject[name]);
     }
   }
-  for (const name of lexicalNames()) {
+  for (const name of lexical) {
     if (isCarried(name) && isBound(name)) {
       readers.set(name, () => vm.runInThisContext(name)); // it shadows a global property of that name
+    }
+  }
+  for (const name of REPL_NAMES) {
+    takeOverIfChanged(name, lexical);
+    if (isReplOwned(name)) {
+      readers.delete(name);
+      if (repl.values[name] !== undefined) {
+        readers.set(name, () => repl.values[name]);
+      }
     }
   }
   return readers;
 }
 
+// A REPL name the script declared (let, const, class), redefined or deleted without assigning it is
+// the user's too, though node says nothing then: the REPL no longer replaces what the script reads.
+function takeOverIfChanged(name, lexical) {
+  if (repl.assigned[name]) {
+    return;
+  }
+  const own = getOwnPropertyDescriptor(globalObject, name);
+  if (lexical.includes(name) || own === undefined || own.get !== repl.getters[name]) {
+    repl.assigned[name] = true;
+  }
+}
+
+function isReplOwned(name) {
+  return REPL_NAMES.includes(name) && !repl.assigned[name];
+}
+
 function isCarried(name) {
-  return !NOT_CARRIED_NAMES.has(name) && !name.startsWith("_");
+  return !NOT_CARRIED_NAMES.has(name);
 }
 
 function isBound(name) {
@@ -477,7 +574,8 @@ function lexicalNames() {
 
 function saveState(readers, cap) {
   const kept = { variables: [], notCarried: [], modules: {}, state: null };
-  const index = { node: proc.version, names: [], same: {}, modules: kept.modules };
+  const assigned = REPL_NAMES.filter((name) => repl.assigned[name]);
+  const index = { node: proc.version, names: [], same: {}, modules: kept.modules, assigned };
   const firstBound = new MapOf(); // object -> the variable of the first name bound to it
   const fd = fs.openSync(STATE_PATH, "w", 0o600);
   try {
@@ -504,6 +602,18 @@ function saveState(readers, cap) {
   } finally {
     fs.closeSync(fd);
   }
+}
+
+// The REPL's own `_` and `_error` are carried but are not the user's variables or modules; what
+// could not be carried of them is listed, though: the next cell's `_` is not what node's would be.
+function listed(kept) {
+  const modules = {};
+  for (const [name, id] of entries(kept.modules)) {
+    if (!isReplOwned(name)) {
+      modules[name] = id;
+    }
+  }
+  return { ...kept, variables: kept.variables.filter((variable) => !isReplOwned(variable.name)), modules };
 }
 
 function writeAll(fd, buffer, position) {

@@ -3,9 +3,10 @@ is known, waiting for the one run it will ever serve (runner.ready on the host).
 
     /usr/bin/python3 /usr/lib/cordon/ready.py STACK FD
 
-STACK is "bare" (nothing imported beyond the interpreter's own start) or "analyst" (numpy, pandas,
-matplotlib with pyplot and its font cache, cloudpickle: what a notebook cell imports; frozen out of
-the garbage collector's sight, gc.freeze()). FD is a
+STACK is "bare" (nothing imported beyond the interpreter's own start), "analyst" (numpy, pandas,
+matplotlib with pyplot and its font cache, cloudpickle: what a data script imports; frozen out of
+the garbage collector's sight, gc.freeze()) or "cell" (the analyst's, with IPython and the cell
+program's shell made: cordon_shell, for the notebook cell program). FD is a
 SOCK_SEQPACKET socket to the host. The protocol, one message each way:
 
     to the host     {"ready": true} once the stack is imported (or {"ready": false, "problem": ...})
@@ -37,6 +38,8 @@ def main() -> int:
     try:
         if stack == "analyst":
             _import_analyst_stack()
+        elif stack == "cell":
+            _make_cell_shell()
         elif stack != "bare":
             problem = f"unknown stack {stack!r}"
     except Exception as exc:  # the host says why the class cannot be made ready
@@ -89,7 +92,7 @@ def _import_analyst_stack() -> None:
     import numpy  # type: ignore[import-not-found, unused-ignore]  # noqa: F401
     import pandas  # type: ignore[import-untyped, import-not-found, unused-ignore]  # noqa: F401
 
-    matplotlib.use("Agg")
+    matplotlib.use(os.environ.get("MPLBACKEND", "Agg"))
     import matplotlib.pyplot  # type: ignore[import-not-found, unused-ignore]
     from matplotlib import font_manager  # type: ignore[import-not-found, unused-ignore]
 
@@ -101,6 +104,18 @@ def _import_analyst_stack() -> None:
     import gc
 
     gc.freeze()
+
+
+def _make_cell_shell() -> None:
+    """The cell program's shell, made before the run is known (about 300 ms of imports and shell):
+    the cell program finds it made (cordon_cell), with pyplot on the inline backend."""
+    import cordon_cell  # type: ignore[import-not-found, unused-ignore]  # noqa: F401 - imports cordon_shell
+    import cordon_shell  # type: ignore[import-not-found, unused-ignore]
+
+    shell = cordon_shell.make_shell()
+    os.environ["MPLBACKEND"] = cordon_shell.INLINE_BACKEND
+    _import_analyst_stack()
+    shell.enable_matplotlib("inline")
 
 
 def _reseed() -> None:
