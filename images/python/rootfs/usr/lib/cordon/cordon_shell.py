@@ -44,6 +44,7 @@ if "IPython" not in sys.modules:
         if _absent and sys.modules.get("jedi", False) is None:
             del sys.modules["jedi"]
 
+from IPython.core.compilerop import CachingCompiler  # noqa: E402
 from IPython.core.displayhook import DisplayHook  # noqa: E402
 from IPython.core.displaypub import DisplayPublisher  # noqa: E402
 from IPython.core.error import UsageError  # noqa: E402
@@ -174,9 +175,39 @@ class _LazyDB:
         self.__getattr__("__delitem__")(key)  # type: ignore[operator]
 
 
+class CellCompiler(CachingCompiler):
+    """Names a cell's code as ipykernel does, so a warning or a SyntaxError that names the cell's
+    file reads as in Jupyter: a file of the kernel's temp folder named by a hash of the cell."""
+
+    def get_code_name(self, raw_code: str, transformed_code: str, number: int) -> str:
+        return f"/tmp/ipykernel_{os.getpid()}/{_murmur2(raw_code)}.py"
+
+
+def _murmur2(text: str, seed: int = 0xC70F6907) -> int:
+    """MurmurHash2 (x86, 32 bit) of the text's UTF-8, with ipykernel's seed (ipykernel.compiler)."""
+    data = text.encode("utf-8")
+    m, length = 0x5BD1E995, len(data)
+    h = seed ^ length
+    end = length & ~3
+    for i in range(0, end, 4):
+        k = int.from_bytes(data[i : i + 4], "little")
+        k = (k * m) & 0xFFFFFFFF
+        k ^= k >> 24
+        k = (k * m) & 0xFFFFFFFF
+        h = ((h * m) & 0xFFFFFFFF) ^ k
+    tail = data[end:]
+    if tail:
+        h ^= int.from_bytes(tail, "little")
+        h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 13
+    h = (h * m) & 0xFFFFFFFF
+    return h ^ (h >> 15)
+
+
 class CellShell(InteractiveShell):
     displayhook_class = Type(CellDisplayHook)
     display_pub_class = Type(CellDisplayPublisher)
+    compiler_class = Type(CellCompiler)
 
     def __init__(self, **kwargs: object) -> None:
         import IPython.core.interactiveshell as module
