@@ -5,9 +5,9 @@ has one (top to bottom, like a script: not click order). A run that succeeded pa
 and so does one that failed on its own error, as a kernel keeps what a failed cell bound before the
 error (services.cells.state_complete says which states are whole); a cell that was stopped by a
 limit, never run or ran before the notebook's restart passes nothing down, so the cell below
-starts from the one before it. A change of runtime starts from nothing. A cell is stale when its code changed
-since its run, when what it would start from now is not what its run started from (a cell above
-ran again, or was restarted), or when the cell it starts from is itself stale.
+starts from the one before it. A change of runtime starts from nothing. A cell is stale when its
+code changed since its run, when what it would start from now is not what its run started from (a
+cell above ran again, or was restarted), or when the cell it starts from is itself stale.
 """
 
 from __future__ import annotations
@@ -130,6 +130,9 @@ def displayed_image(*, run: Run, index: int) -> dict[str, Any]:
     return display
 
 
+PYTHON_TRACEBACK = b"Traceback (most recent call last):"
+
+
 @dataclass
 class ExportBudget:
     """What a notebook's export may carry, all cells together, so its size is bounded."""
@@ -161,6 +164,8 @@ def run_outputs_for_export(*, user: Any, run_id: Any, budget: ExportBudget) -> t
     streams = {stream: _stream_text(run, stream, budget) for stream in ("stdout", "stderr")}
     if error and isinstance(error.get("at"), dict):
         streams["stderr"] = streams["stderr"][: error["at"]["stderr"]]
+    elif error and (end := streams["stderr"].rfind(PYTHON_TRACEBACK)) >= 0:
+        streams["stderr"] = streams["stderr"][:end]  # a run of the cell program before IPython
     cleared = manifest.get("cleared") or {"stdout": 0, "stderr": 0}
     done: dict[str, int] = dict(cleared)
     outputs: list[dict[str, Any]] = []

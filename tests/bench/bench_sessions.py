@@ -16,11 +16,8 @@
 
 from __future__ import annotations
 
-import json
 import tempfile
 import time
-import urllib.request
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -103,24 +100,6 @@ def _frame_rows(supervisor: Supervisor, label: str, rows: int, columns: int, tar
     ]
 
 
-def _upload(stack: Stack, name: str, data: bytes) -> Any:
-    boundary = uuid.uuid4().hex
-    body = (
-        (
-            f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{name}"\r\n'
-            "Content-Type: text/csv\r\n\r\n"
-        ).encode()
-        + data
-        + f"\r\n--{boundary}--\r\n".encode()
-    )
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{stack.port}/api/datasets", method="POST", data=body,
-        headers={"Authorization": f"Bearer {stack.token}", "Content-Type": f"multipart/form-data; boundary={boundary}"},
-    )  # fmt: skip
-    with urllib.request.urlopen(request, timeout=60) as response:  # noqa: S310 - our own http URL
-        return json.loads(response.read())
-
-
 def _cell(cell_id: str, source: str) -> dict[str, Any]:
     return {"id": cell_id, "kind": "code", "runtime": "python", "source": source}
 
@@ -141,7 +120,7 @@ def _api_rows(*, ready: bool) -> list[Row]:
     pace = PACE_S if ready else 0.0
     try:
         csv = "region,units\n" + "".join(f"r{i % 7},{i}\n" for i in range(5000))
-        dataset = _upload(stack, "sales.csv", csv.encode())
+        dataset = stack.post_file("/api/datasets", "sales.csv", csv.encode(), "text/csv")
         cells = [_cell("load", "import pandas as pd\ndf = pd.read_csv('/input/sales.csv')\nn = len(df)"),
                  _cell("next", "print(n + 1)")]  # fmt: skip
         notebook = stack.call("POST", "/api/notebooks", {"name": "bench", "cells": cells})

@@ -14,6 +14,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +106,22 @@ class Stack:
         request = urllib.request.Request(
             f"http://127.0.0.1:{self.port}{path}", method=method, data=json.dumps(body).encode() if body else None,
             headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
+        )  # fmt: skip
+        with urllib.request.urlopen(request, timeout=90) as response:  # noqa: S310 - our own http URL
+            return json.loads(response.read())
+
+    def post_file(self, path: str, name: str, data: bytes, content_type: str) -> Any:
+        """POST one file as the form field `file` (a dataset's upload, a notebook's import)."""
+        boundary = uuid.uuid4().hex
+        head = (
+            f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{name}"\r\n'
+            f"Content-Type: {content_type}\r\n\r\n"
+        )
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{self.port}{path}", method="POST",
+            data=head.encode() + data + f"\r\n--{boundary}--\r\n".encode(),
+            headers={"Authorization": f"Bearer {self.token}",
+                     "Content-Type": f"multipart/form-data; boundary={boundary}"},
         )  # fmt: skip
         with urllib.request.urlopen(request, timeout=90) as response:  # noqa: S310 - our own http URL
             return json.loads(response.read())

@@ -22,7 +22,6 @@ import json
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +61,10 @@ def run_with_cordon(references: Path) -> dict[str, Any]:
             again = json.loads((references / "again" / path.name).read_text())
             unsteady = set(differing_cells(theirs, again))  # Jupyter against Jupyter
             started = time.monotonic()
-            notebook = _with_limits(stack, _import(stack, path))
+            notebook = _with_limits(
+                stack,
+                stack.post_file("/api/notebooks/import", path.name, path.read_bytes(), "application/x-ipynb+json"),
+            )
             outcomes = []
             for number, cell in enumerate((c for c in notebook["cells"] if c["kind"] == "code"), 1):
                 run = stack.call("POST", f"/api/notebooks/{notebook['id']}/cells/{cell['id']}/run")
@@ -87,26 +89,6 @@ def _with_limits(stack: Any, notebook: Any) -> Any:
     cells = [{**cell, "limits": CELL_LIMITS} if cell["kind"] == "code" else cell for cell in notebook["cells"]]
     body = {"name": notebook["name"], "version": notebook["version"], "cells": cells}
     return stack.call("PUT", f"/api/notebooks/{notebook['id']}", body)
-
-
-def _import(stack: Any, path: Path) -> Any:
-    import urllib.request
-
-    boundary = uuid.uuid4().hex
-    body = (
-        (
-            f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{path.name}"\r\n'
-            "Content-Type: application/x-ipynb+json\r\n\r\n"
-        ).encode()
-        + path.read_bytes()
-        + f"\r\n--{boundary}--\r\n".encode()
-    )
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{stack.port}/api/notebooks/import", method="POST", data=body,
-        headers={"Authorization": f"Bearer {stack.token}", "Content-Type": f"multipart/form-data; boundary={boundary}"},
-    )  # fmt: skip
-    with urllib.request.urlopen(request, timeout=90) as response:  # noqa: S310 - our own http URL
-        return json.loads(response.read())
 
 
 def _export(stack: Any, notebook_id: str) -> Any:

@@ -134,9 +134,13 @@ def test_an_out_entry_that_cannot_carry_is_listed_like_a_name(cells: Cells) -> N
     assert second.result.stdout == b"False x\n"
 
 
-def test_the_history_counts_against_the_state_cap(cells: Cells) -> None:
-    cell = cells("b'x' * 100_000", state_max_bytes=64 * 1024)
-    assert cell.result.outcome is Outcome.OUTPUT_LIMIT and cell.manifest["state"]["over_cap"], cell.said()
+def test_the_history_counts_against_the_state_cap_and_goes_before_the_names(cells: Cells) -> None:
+    cell = ok(cells("kept = 1\nb'x' * 100_000", state_max_bytes=64 * 1024))
+    dropped = {item["name"]: item["why"] for item in cell.manifest["not_carried"]}
+    assert dropped.keys() >= {"Out[1]", "_"} and set(dropped.values()) == {"kept out: the state would pass its cap"}
+    assert not cell.manifest["state"]["over_cap"] and [v["name"] for v in cell.manifest["variables"]] == ["kept"]
+    named = cells("big = b'x' * 100_000\nbig", state_max_bytes=64 * 1024)  # a name holds it: over the cap
+    assert named.result.outcome is Outcome.OUTPUT_LIMIT and named.manifest["state"]["over_cap"], named.said()
 
 
 def test_a_name_the_notebook_defines_wins_over_the_display_builtin(cells: Cells) -> None:

@@ -57,11 +57,15 @@ DEFAULT_STATE_MAX_BYTES = 256 * MIB  # runner.spec.Limits' default, for a cell r
 # _i<n>: from In) and the outputs (_<n>: from Out).
 KERNEL_NAMES = re.compile(r"_i{1,3}|_i\d+|_\d+|_ih|_oh|_dh|In|Out")
 DISPLAYED = "the displayed results (_, __, ___)"
+RESULTS = ("out", "displayed", "under")  # what the display hook keeps (Out, `_`): dropped first
 # Files the cells write where they start (a kernel's working folder, kept by its disk): carried
 # as state, up to a share of the state's cap, so a cell reads what a cell above it wrote.
 SCRATCH = "/tmp"
 FILES = "the files in /tmp"
 FILES_MAX, FILES_MAX_BYTES = 256, 64 * MIB
+# In (and IPython's raw inputs) are carried whole up to this, the oldest emptied past it: the state's
+# header is JSON, which the next cell reads whole (at most cordon_state.HEADER_MAX_BYTES).
+HISTORY_MAX_BYTES = 16 * MIB
 # Caches the image's libraries make there (IPython's folder, matplotlib's font cache): made again
 # by the next cell, or already there in its ready sandbox.
 NOT_FILES = (".ipython", ".cache")
@@ -601,18 +605,20 @@ class Kernel:
         """Write the state (also after an error); the manifest's account of it."""
         self.cap = cap
         items, modules, not_carried, listed = self._items()
-        all_plain = all(type(value) in cordon_state.PLAIN_TYPES for _, _, value in items)
-        pickler = cordon_state.make_pickler_class(all_plain, _live_namespace(self.shell))
-        snapshot = cordon_state.snapshot([(name, value) for name, _, value in items], pickler)
-        kinds = {name: kind for name, kind, _ in items}
-        for entry in snapshot.entries:
-            if kinds[entry["name"]] != "user":
-                entry["kind"] = kinds[entry["name"]]
+        facts = self._kernel_facts()
+        snapshot, header, total = self._snapshot(items, modules, facts)
+        results = [(name, value) for name, kind, value in items if kind in RESULTS]
+        if total > cap and results:
+            # The results a kernel caches (Out, `_`) go first: a state without them still holds every
+            # name, where one over the cap holds nothing. A name bound to a result keeps it.
+            items = [item for item in items if item[1] not in RESULTS]
+            not_carried += [{"name": name, "type": _type_name(value), "why": "kept out: the state would pass its cap"}
+                            for name, value in results if name != DISPLAYED]  # fmt: skip
+            snapshot, header, total = self._snapshot(items, modules, facts)
         for name, why in snapshot.failed.items():
             value = next(v for n, _, v in items if n == name)
             not_carried.append({"name": name, "type": _type_name(value), "why": why})
-        header, blobs = cordon_state.header_and_blobs(snapshot, modules, self._kernel_facts())
-        total = snapshot.total_bytes(header)
+        blobs = snapshot.blobs
         if total > cap:
             # The host refuses a state over its cap and ends the run output_limit; a sparse file one
             # byte over says so without writing (or holding) the data.
@@ -626,6 +632,19 @@ class Kernel:
         carried = [{"name": f"{SCRATCH}/{path}", "bytes": len(data)} for path, (_, data) in files.items()]
         return {"variables": _variables(kept), "not_carried": not_carried, "modules": modules, "state": state,
                 "files": carried}  # fmt: skip
+
+    def _snapshot(
+        self, items: "list[tuple[str, str, object]]", modules: "dict[str, str]", facts: "Json"
+    ) -> "tuple[cordon_state.Snapshot, Json, int]":
+        all_plain = all(type(value) in cordon_state.PLAIN_TYPES for _, _, value in items)
+        pickler = cordon_state.make_pickler_class(all_plain, _live_namespace(self.shell))
+        snapshot = cordon_state.snapshot([(name, value) for name, _, value in items], pickler)
+        kinds = {name: kind for name, kind, _ in items}
+        for entry in snapshot.entries:
+            if kinds[entry["name"]] != "user":
+                entry["kind"] = kinds[entry["name"]]
+        header, _ = cordon_state.header_and_blobs(snapshot, modules, facts)
+        return snapshot, header, snapshot.total_bytes(header)
 
     def _items(self) -> "tuple[list[tuple[str, str, object]], dict[str, str], list[Json], list[tuple[str, object]]]":
         """What to carry: (name, kind, value) for the user's names, Out, the displayed results and
@@ -644,10 +663,16 @@ class Kernel:
             if why is not None:
                 not_carried.append({"name": name, "type": _type_name(value), "why": why})
                 continue
-            items.append((name, "user", value))
+            # `_`, `__` and `___` as the display hook set them are its results, not the user's names.
+            under = name in ("_", "__", "___") and getattr(shell.displayhook, name, None) is value
+            why = _why_not_in_out(value) if under else None
+            if why is not None:
+                not_carried.append({"name": name, "type": _type_name(value), "why": why})
+                continue
+            items.append((name, "under" if under else "user", value))
             if not name.startswith("_"):
                 listed.append((name, value))
-        named = {id(value) for _, _, value in items}  # carried anyway: free to share
+        named = {id(value) for _, kind, value in items if kind == "user"}  # carried anyway: free to share
         for number, value in sorted(shell.history_manager.output_hist.items()):
             why = None if id(value) in named else _why_not_carried(value) or _why_not_in_out(value)
             if why is None:
@@ -656,7 +681,7 @@ class Kernel:
                 not_carried.append({"name": f"Out[{number}]", "type": _type_name(value), "why": why})
         displayhook = shell.displayhook
         displayed = (displayhook._, displayhook.__, displayhook.___)
-        named |= {id(value) for _, _, value in items}
+        named |= {id(value) for _, kind, value in items if kind == "user"}
         if not any(id(v) not in named and (_why_not_carried(v) or _why_not_in_out(v)) for v in displayed):
             items.append((DISPLAYED, "displayed", displayed))
         files, too_big = _working_files(self.script, self.cap)
@@ -682,8 +707,8 @@ class Kernel:
         facts: Json = {
             "execution_count": shell.execution_count,
             "history": {
-                "parsed": list(manager.input_hist_parsed),
-                "raw": list(manager.input_hist_raw),
+                "parsed": _within(manager.input_hist_parsed, HISTORY_MAX_BYTES // 2),
+                "raw": _within(manager.input_hist_raw, HISTORY_MAX_BYTES // 2),
                 "unders": [manager._i00, manager._i, manager._ii, manager._iii],
                 "cells": cells,
             },
@@ -766,6 +791,17 @@ def _bytes(size: int) -> str:
             return f"{size:.0f} {unit}" if unit == "bytes" else f"{size:.1f} {unit}"
         size /= 1024  # type: ignore[assignment]
     return f"{size} bytes"
+
+
+def _within(inputs: "list[str]", budget: int) -> "list[str]":
+    """The inputs, the oldest emptied (their places kept: In[n] stays cell n's) past `budget` bytes."""
+    kept, size = list(inputs), 0
+    for n in range(len(kept) - 1, 0, -1):
+        size += len(kept[n].encode("utf-8", "surrogatepass"))
+        if size > budget:
+            kept[1 : n + 1] = [""] * n
+            break
+    return kept
 
 
 def _dunder(name: str) -> bool:
@@ -852,7 +888,7 @@ def _why_not_in_out(value: object) -> "str | None":
     if isinstance(value, kinds) or (
         type(value) in (list, tuple) and any(isinstance(item, kinds) for item in value[:8])  # type: ignore[index]
     ):
-        return "a plot's result: shown, not carried in Out"
+        return "a plot's result: shown, not carried (its figure would come back with it)"
     return None
 
 

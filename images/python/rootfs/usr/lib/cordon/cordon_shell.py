@@ -44,6 +44,7 @@ if "IPython" not in sys.modules:
         if _absent and sys.modules.get("jedi", False) is None:
             del sys.modules["jedi"]
 
+from cordon_state import short, text  # noqa: E402
 from IPython.core.compilerop import CachingCompiler  # noqa: E402
 from IPython.core.displayhook import DisplayHook  # noqa: E402
 from IPython.core.displaypub import DisplayPublisher  # noqa: E402
@@ -64,7 +65,6 @@ INLINE_BACKEND = "module://matplotlib_inline.backend_inline"
 PROFILE = "/tmp/.ipython/profile_default"  # HOME is /tmp in a sandbox: where IPython would make it
 TABLE_MIME = "application/vnd.cordon.table+json"
 TABLE_ROWS, TABLE_COLUMNS = 500, 50
-SHORT_CHARS = 200
 # GUI backends a notebook asks for that a sandbox has no window for: shown inline, as Jupyter's
 # default is, and said.
 GUI_AS_INLINE = frozenset(
@@ -231,16 +231,16 @@ class CellShell(InteractiveShell):
         """As ipykernel: the traceback (IPython's, with its colours) is the cell's error; it is
         also written to stderr, the run's log, where the run's page shows it."""
         flush_streams()
-        self.sink.error(etype.__name__, _text(evalue), list(stb), evalue)  # first: where stderr is now
-        text = self.InteractiveTB.stb2text(stb)
+        self.sink.error(etype.__name__, text(evalue), list(stb), evalue)  # first: where stderr is now
+        shown = self.InteractiveTB.stb2text(stb)
         try:
-            print(text, file=sys.stderr, flush=True)
+            print(shown, file=sys.stderr, flush=True)
         except UnicodeEncodeError:
-            print(text.encode("utf-8", "backslashreplace").decode(), file=sys.stderr, flush=True)
+            print(shown.encode("utf-8", "backslashreplace").decode(), file=sys.stderr, flush=True)
 
     def show_usage_error(self, exc: BaseException) -> None:
         flush_streams()
-        self.sink.error("UsageError", _text(exc), [], exc)
+        self.sink.error("UsageError", text(exc), [], exc)
         print(f"UsageError: {exc}", file=sys.stderr, flush=True)
 
     def system_piped(self, cmd: str) -> None:
@@ -288,16 +288,16 @@ def table(obj: object, rows: int = TABLE_ROWS) -> "Json | None":
         return None
     if isinstance(obj, pandas.DataFrame):
         head = obj.iloc[:rows, :TABLE_COLUMNS]
-        columns, dtypes = [_short(column) for column in head.columns], [str(dtype) for dtype in head.dtypes]
+        columns, dtypes = [short(column) for column in head.columns], [str(dtype) for dtype in head.dtypes]
         values: Any = head.itertuples(index=False, name=None)
     else:
         head = obj.iloc[:rows]
-        columns, dtypes = ["" if obj.name is None else _short(obj.name)], [str(obj.dtype)]
+        columns, dtypes = ["" if obj.name is None else short(obj.name)], [str(obj.dtype)]
         values = ((value,) for value in head)
     missing = (None, pandas.NaT, pandas.NA)
     return {
         "columns": columns,
-        "index": [_short(label) for label in head.index],
+        "index": [short(label) for label in head.index],
         "dtypes": dtypes,
         "rows": [[_json_value(value, missing) for value in row] for row in values],
         "total_rows": len(obj),
@@ -307,11 +307,11 @@ def table(obj: object, rows: int = TABLE_ROWS) -> "Json | None":
 
 def _json_value(value: object, missing: "tuple[object, ...]") -> object:
     """A table's cell: a missing value null, a number a number (a non-finite one its text), a
-    timestamp ISO 8601, anything else its text, at most SHORT_CHARS long."""
+    timestamp ISO 8601, anything else its text, at most 200 characters long (cordon_state.short)."""
     if any(value is nothing for nothing in missing):
         return None
     if isinstance(value, str):
-        return _short(value)
+        return short(value)
     if isinstance(value, float):  # numpy's float64 too
         if value != value:
             return None
@@ -320,14 +320,14 @@ def _json_value(value: object, missing: "tuple[object, ...]") -> object:
         return value
     if type(value).__module__ == "numpy" and hasattr(value, "item"):
         item = value.item()  # numpy's other scalars, as python's
-        return _json_value(item, missing) if type(item).__module__ != "numpy" else _short(item)
+        return _json_value(item, missing) if type(item).__module__ != "numpy" else short(item)
     isoformat = getattr(value, "isoformat", None)
     if callable(isoformat):
         try:
-            return _short(isoformat())
+            return short(isoformat())
         except Exception:  # noqa: S110 - shown as its text instead
             pass
-    return _short(value)
+    return short(value)
 
 
 # --- magics --------------------------------------------------------------------------------------
@@ -475,15 +475,3 @@ def _say(line: str) -> None:
         pass
 
 
-def _short(value: object) -> str:
-    said = _text(value)
-    return said if len(said) <= SHORT_CHARS else said[: SHORT_CHARS - 1] + "…"
-
-
-def _text(value: object) -> str:
-    if isinstance(value, str):
-        return value
-    try:
-        return str(value)
-    except Exception:
-        return object.__repr__(value)
