@@ -191,13 +191,20 @@ def load_recipe(name: str, recipes_dir: Path = RECIPES_DIR) -> Recipe:
     return recipe
 
 
+PYCACHE = "__pycache__"
+
+
 def _load_overlay(root: Path) -> tuple[OverlayFile, ...]:
     """The files under images/<name>/rootfs/, in a fixed order: regular files and directories only
-    (a link could point the build anywhere on the host)."""
+    (a link could point the build anywhere on the host). Bytecode a host's Python left beside the
+    sources (__pycache__/, which git ignores) is not the recipe's: the build compiles its own, so a
+    checkout where a tool imported an overlay module pins what a fresh clone builds."""
     if not root.is_dir():
         return ()
     files = []
     for path in walk(root):
+        if PYCACHE in path.relative_to(root).parts:
+            continue
         st = path.lstat()
         if stat.S_ISDIR(st.st_mode):
             continue

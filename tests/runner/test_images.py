@@ -184,6 +184,9 @@ def test_a_recipe_s_overlay_is_part_of_its_hash_and_holds_no_links(tmp_path: Pat
     recipe = load_recipe("img", recipes)
     assert recipe.prune == ("python3-pythran",)
     assert recipe.overlay == (OverlayFile("etc/hook.py", b"print(1)\n", False),)
+    (recipes / "img" / "rootfs" / "etc" / "__pycache__").mkdir()
+    (recipes / "img" / "rootfs" / "etc" / "__pycache__" / "hook.cpython-311.pyc").write_bytes(b"stray")
+    assert load_recipe("img", recipes) == recipe  # a host's bytecode is neither laid nor hashed
     (recipes / "img" / "rootfs" / "etc" / "hook.py").write_bytes(b"print(2)\n")
     assert load_recipe("img", recipes).sha256 != recipe.sha256
     (recipes / "img" / "rootfs" / "etc" / "passwd").symlink_to("/etc/passwd")

@@ -107,8 +107,9 @@ def _import_analyst_stack() -> None:
 
 
 def _make_cell_shell() -> None:
-    """The cell program's shell, made before the run is known (about 300 ms of imports and shell):
-    the cell program finds it made (cordon_cell), with pyplot on the inline backend."""
+    """The cell program's shell, made before the run is known (about 150 ms of IPython's imports
+    and the shell, beside the analyst stack's): the cell program finds it made (cordon_cell), with
+    pyplot on the inline backend."""
     import cordon_cell  # type: ignore[import-not-found, unused-ignore]  # noqa: F401 - imports cordon_shell
     import cordon_shell  # type: ignore[import-not-found, unused-ignore]
 
