@@ -473,5 +473,3 @@ def _say(line: str) -> None:
         print(f"cordon: {line}", file=sys.stderr, flush=True)
     except Exception:  # noqa: S110 - stderr closed: nowhere to say it
         pass
-
-
