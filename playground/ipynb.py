@@ -119,17 +119,20 @@ def ipynb_from_cells(
     cells: Sequence[Mapping[str, Any]],
     outputs_for: Callable[[str], tuple[int | None, list[dict[str, Any]]]],
     inputs: Sequence[Mapping[str, Any]] = (),
+    runtime: str | None = None,
 ) -> str:
     """The notebook as nbformat 4 JSON, written in a bounded child. Each cell mapping has kind,
     runtime, source and last_run_id (and may have an id); outputs_for(last_run_id) is that run's
     execution count and outputs as nbformat 4 output dicts (streams, displays, its result, figures,
-    its error). The notebook's own inputs go in its metadata."""
+    its error). The notebook's own inputs go in its metadata; its kernel is `runtime`'s (else the
+    first code cell's)."""
     shape = ("id", "kind", "runtime", "source")
     plain = []
     for cell in cells:
         count, outputs = _outputs(cell, outputs_for)
         plain.append({**{k: cell[k] for k in shape if k in cell}, "outputs": outputs, "execution_count": count})
-    payload = {"name": name, "cells": plain, "inputs": [{"name": i["name"], "id": str(i["id"])} for i in inputs]}
+    payload = {"name": name, "cells": plain, "inputs": [{"name": i["name"], "id": str(i["id"])} for i in inputs],
+               "runtime": runtime}  # fmt: skip
     try:
         return str(bounded.call("playground.ipynb:export_job", payload, BOUNDS))
     except bounded.HostWorkError as exc:
@@ -146,9 +149,11 @@ def _outputs(
     return outputs_for(str(run_id)) if run_id and cell["kind"] == "code" else (None, [])
 
 
-def export_job(*, name: str, cells: list[dict[str, Any]], inputs: list[dict[str, Any]] | None = None) -> str:
+def export_job(
+    *, name: str, cells: list[dict[str, Any]], inputs: list[dict[str, Any]] | None = None, runtime: str | None = None
+) -> str:
     """runner.bounded's job: the document ipynb_from_cells answers (each cell with its outputs)."""
-    runtime = next((cell["runtime"] for cell in cells if cell["kind"] == "code"), "python")
+    runtime = runtime or next((cell["runtime"] for cell in cells if cell["kind"] == "code"), "python")
     metadata: dict[str, Any] = {"title": name, **KERNELS.get(runtime, KERNELS["python"])}
     if inputs:
         metadata["cordon"] = {"inputs": inputs}

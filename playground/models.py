@@ -325,6 +325,8 @@ class Notebook(models.Model):
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="notebooks")
     name = models.CharField(max_length=100)
     cells = models.JSONField(default=list)
+    # The runtime a new code cell takes ("python" or "node"); each cell keeps its own.
+    runtime = models.CharField(max_length=16, default="python")
     cell_count = models.PositiveIntegerField(default=0)  # len(cells), kept with them: a list reads no cells
     version = models.PositiveIntegerField(default=1)
     # Raised by a cell's run or clear (which set a cell's last run, not a new version): a save that

@@ -80,6 +80,7 @@ Cells = Annotated[list[CellIn], Field(max_length=notebook_services.MAX_CELLS)]
 class NotebookCreateIn(BodyIn):
     name: NotebookName
     cells: Cells | None = None
+    runtime: RuntimeName | None = Field(None, description="what a new code cell takes; omitted: the first code cell's")
     dataset_ids: list[UUID] | None = Field(
         None, max_length=notebook_services.MAX_INPUTS, description="the notebook's own inputs (see PUT)"
     )
@@ -93,6 +94,7 @@ class NotebookPutIn(BodyIn):
         None, max_length=notebook_services.MAX_INPUTS,
         description="the notebook's own inputs (every code cell sees them under /input); omitted: unchanged",
     )  # fmt: skip
+    runtime: RuntimeName | None = Field(None, description="what a new code cell takes; omitted: unchanged")
 
 
 class InputFixOut(Schema):
@@ -153,6 +155,7 @@ class NotebookStateOut(Schema):
 class NotebookOut(Schema):
     id: UUID
     name: str
+    runtime: str = Field(description="what a new code cell takes (each cell keeps its own runtime)")
     version: int
     created_at: datetime
     updated_at: datetime
@@ -190,7 +193,7 @@ def notebook_create(request: HttpRequest, payload: NotebookCreateIn) -> Status[A
     cells = None if payload.cells is None else _cells(payload.cells)
     notebook = notebook_services.notebook_create(
         user=request.user,  # type: ignore[arg-type]
-        name=payload.name, cells=cells, dataset_ids=payload.dataset_ids,
+        name=payload.name, cells=cells, dataset_ids=payload.dataset_ids, runtime=payload.runtime,
     )  # fmt: skip
     return Status(201, notebook_selectors.notebook_view(notebook=notebook))
 
@@ -214,7 +217,7 @@ def notebook_put(request: HttpRequest, notebook_id: UUID, payload: NotebookPutIn
     """Replace the name and cells (the page's autosave). `last_run_id` is not changed by a save."""
     notebook = notebook_services.notebook_save(
         notebook=_notebook(request, notebook_id), name=payload.name, version=payload.version,
-        cells=_cells(payload.cells), dataset_ids=payload.dataset_ids,
+        cells=_cells(payload.cells), dataset_ids=payload.dataset_ids, runtime=payload.runtime,
     )  # fmt: skip
     return notebook_selectors.notebook_view(notebook=notebook)
 
@@ -280,7 +283,7 @@ def notebook_export(request: HttpRequest, notebook_id: UUID) -> HttpResponse:
     def outputs_for(run_id: str) -> tuple[int | None, list[dict[str, Any]]]:
         return cell_selectors.run_outputs_for_export(user=notebook.owner, run_id=run_id, budget=budget)
 
-    document = ipynb_from_cells(notebook.name, notebook.cells, outputs_for, notebook.inputs)
+    document = ipynb_from_cells(notebook.name, notebook.cells, outputs_for, notebook.inputs, notebook.runtime)
     response = HttpResponse(document, content_type="application/x-ipynb+json")
     response["Content-Disposition"] = content_disposition_header(True, f"{notebook.name}.ipynb") or "attachment"
     return response

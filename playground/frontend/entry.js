@@ -2,8 +2,10 @@
 // are plain text). Ctrl/Cmd-Enter calls onRun, Shift-Enter onRunNext; both win over basicSetup's
 // own bindings of those keys (insert a blank line, a newline). Tab and Shift-Tab indent and
 // dedent (Esc then Tab leaves the editor, CodeMirror's accessible convention); an indent is four
-// spaces in Python, two in JavaScript. markErrorLine marks the line a run's error names (the
-// line and its number, with a title saying why) until the code is edited.
+// spaces in Python, two in JavaScript. Esc calls onEscape (the notebook's command mode, whose cell
+// takes the focus, so Tab then moves on as CodeMirror's convention has it), once basicSetup's own
+// uses of Esc (closing a completion list or the search panel) have had it. markErrorLine marks the
+// line a run's error names (the line and its number, with a title saying why) until the code is edited.
 import { EditorView, basicSetup } from "codemirror";
 import { indentWithTab } from "@codemirror/commands";
 import { indentUnit } from "@codemirror/language";
@@ -55,7 +57,7 @@ export function markErrorLine(view, line, title = "") {
   view.dispatch({ effects: setErrorLine.of(Number.isInteger(line) ? { line, title } : null) });
 }
 
-export function create(parent, { doc, language: name, label, onRun, onRunNext, onChange }) {
+export function create(parent, { doc, language: name, label, onRun, onRunNext, onEscape, onChange }) {
   const keys = Prec.highest(keymap.of([
     { key: "Mod-Enter", run: () => { if (onRun) onRun(); return Boolean(onRun); } },
     { key: "Shift-Enter", run: () => { if (onRunNext) onRunNext(); return Boolean(onRunNext); } },
@@ -66,6 +68,7 @@ export function create(parent, { doc, language: name, label, onRun, onRunNext, o
     extensions: [
       keys,
       basicSetup,
+      keymap.of([{ key: "Escape", run: () => { if (onEscape) onEscape(); return Boolean(onEscape); } }]),
       errorLine,
       keymap.of([indentWithTab]),
       ...language(name),

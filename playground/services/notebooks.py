@@ -8,13 +8,16 @@ a bounded child (playground.markdown.render_bounded), so that reading a notebook
 (a new sanitiser comes with a migration that renders the stored cells again). An input is a reference
 {"kind": "dataset"|"output", "id", "name"} that keeps the name it was made with, so one whose
 target is gone shows what it was. `last_run_id` is the server's: a cell's run sets it, clear
-empties it, a save never changes it (a save racing a run cannot undo the run's record).
+empties it, a save never changes it (a save racing a run cannot undo the run's record), with one
+exception: a cell deleted and then brought back by the page's undo (same id) takes its last run
+again, when that run is this notebook's run of that cell.
 """
 
 from __future__ import annotations
 
 import base64
 import secrets
+import uuid
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -33,7 +36,7 @@ from playground.ipynb import MAX_CELLS, cells_from_ipynb, cells_from_script
 from playground.limits import limits_from_record
 from playground.markdown import SOURCE_MAX_BYTES as MARKDOWN_MAX_BYTES
 from playground.markdown import render_bounded
-from playground.models import ACTIVE_STATES, Dataset, Notebook, Run, RunOutputFile
+from playground.models import ACTIVE_STATES, Dataset, Notebook, Run, RunCell, RunOutputFile
 from playground.selectors.cells import notebook_chain
 from playground.selectors.notebooks import input_key, inputs_found
 from playground.services import runs as run_services
@@ -53,19 +56,31 @@ KINDS = ("code", "markdown")
 
 
 def notebook_create(
-    *, user: User, name: str, cells: list[dict[str, Any]] | None = None, dataset_ids: list[Any] | None = None
+    *,
+    user: User,
+    name: str,
+    cells: list[dict[str, Any]] | None = None,
+    dataset_ids: list[Any] | None = None,
+    runtime: str | None = None,
 ) -> Notebook:
-    cells = cells if cells is not None else [_starter_cell()]
+    """A new notebook; its runtime (what a new code cell takes) is `runtime`, else its first code
+    cell's, else python."""
+    if runtime is not None:
+        runtime = _clean_runtime(runtime)
+    cells = cells if cells is not None else [_starter_cell(runtime or "python")]
     _check_markdown_total(cells)
     # Checked and rendered before the transaction: on SQLite its lock is the whole database's.
     clean = _clean_cells(user, cells, stored=[], html=_rendered(cells, stored=[]))
+    runtime = runtime or next((c["runtime"] for c in clean if c["kind"] == "code"), "python")
     inputs = _notebook_inputs(user, dataset_ids, []) if dataset_ids else []
     name = _clean_name(name)
     with transaction.atomic():
         User.objects.select_for_update().get(pk=user.pk)  # the count and the insert cannot race
         if Notebook.objects.filter(owner=user).count() >= MAX_NOTEBOOKS:
             raise ServiceError("too_many_notebooks", f"at most {MAX_NOTEBOOKS} notebooks; delete one first", status=409)
-        return Notebook.objects.create(owner=user, name=name, cells=clean, cell_count=len(clean), inputs=inputs)
+        return Notebook.objects.create(
+            owner=user, name=name, cells=clean, cell_count=len(clean), inputs=inputs, runtime=runtime
+        )
 
 
 def notebook_default(*, user: User) -> Notebook:
@@ -77,16 +92,24 @@ def notebook_default(*, user: User) -> Notebook:
 
 
 def notebook_save(
-    *, notebook: Notebook, name: str, version: int, cells: list[dict[str, Any]], dataset_ids: list[Any] | None = None
+    *,
+    notebook: Notebook,
+    name: str,
+    version: int,
+    cells: list[dict[str, Any]],
+    dataset_ids: list[Any] | None = None,
+    runtime: str | None = None,
 ) -> Notebook:
     """Replace the name and cells, if `version` is still the stored one. The cells are checked and
     their markdown rendered against the cells stored now, then written by one conditional UPDATE,
     outside any transaction: on SQLite a transaction's lock is the whole database's, and one held
     over two hundred cells' checks, a render or the encoding of megabytes of JSON held up every
     other run's writes. A cell's run or clear in between (`runs_version`) is merged in again.
-    `dataset_ids`, when given, are the notebook's own inputs (every code cell sees them)."""
+    `dataset_ids`, when given, are the notebook's own inputs (every code cell sees them); `runtime`,
+    when given, what a new code cell takes."""
     html: dict[tuple[str, str], str] = {}
     name = _clean_name(name)
+    runtime = _clean_runtime(runtime) if runtime is not None else None
     _check_markdown_total(cells)
     for _ in range(SAVE_TRIES):
         stored = Notebook.objects.filter(id=notebook.id).values("cells", "version", "runs_version", "inputs").first()
@@ -95,13 +118,14 @@ def notebook_save(
         if stored["version"] != version:
             raise _conflict(stored["version"], version)
         html = _rendered(cells, stored=stored["cells"], known=html)
-        clean = _clean_cells(notebook.owner, cells, stored=stored["cells"], html=html)
+        clean = _clean_cells(notebook.owner, cells, stored=stored["cells"], html=html, notebook=notebook)
         inputs = (
             stored["inputs"] if dataset_ids is None else _notebook_inputs(notebook.owner, dataset_ids, stored["inputs"])
         )
+        fields: dict[str, Any] = {"runtime": runtime} if runtime is not None else {}
         changed = Notebook.objects.filter(id=notebook.id, version=version, runs_version=stored["runs_version"]).update(
             cells=clean, cell_count=len(clean), name=name, version=version + 1, updated_at=timezone.now(),
-            inputs=inputs,
+            inputs=inputs, **fields,
         )  # fmt: skip
         if changed:
             notebook.refresh_from_db()
@@ -130,7 +154,7 @@ def notebook_delete(*, notebook: Notebook) -> None:
 def notebook_duplicate(*, notebook: Notebook) -> Notebook:
     """A copy with the same cells and the same last runs (shown until the copy's cells run)."""
     with transaction.atomic():
-        copy = notebook_create(user=notebook.owner, name=_copy_name(notebook.name), cells=[])
+        copy = notebook_create(user=notebook.owner, name=_copy_name(notebook.name), cells=[], runtime=notebook.runtime)
         current = _locked(notebook)
         copy.cells, copy.inputs = current.cells, current.inputs
         copy.cell_count = len(copy.cells)
@@ -156,14 +180,15 @@ def notebook_import(*, user: User, upload: UploadedFile) -> Notebook:
         )
     data = upload.read()
     if suffix == ".ipynb":
-        _, imported = cells_from_ipynb(data)
+        runtime, imported = cells_from_ipynb(data)
     else:
-        _, imported = cells_from_script(name, data)
+        runtime, imported = cells_from_script(name, data)
     cells: list[dict[str, Any]] = [
         {**cell, "id": f"c{index + 1}", "inputs": [], "limits": {}} for index, cell in enumerate(imported)
     ]
     outputs: dict[str, list[dict[str, Any]]] = {cell["id"]: cell.pop("outputs") for cell in cells if "outputs" in cell}
-    notebook = notebook_create(user=user, name=PurePosixPath(name).stem[:100] or "Imported", cells=cells)
+    name = PurePosixPath(name).stem[:100] or "Imported"
+    notebook = notebook_create(user=user, name=name, cells=cells, runtime=runtime)
     if outputs:  # shown under their cells until those run; images stored like a run's
         for cell in notebook.cells:
             cell["imported"] = [_imported_output(output) for output in outputs.get(cell["id"], [])]
@@ -241,8 +266,17 @@ def cell_clear(*, notebook: Notebook, cell_id: str) -> Notebook:
 # --- cells ---------------------------------------------------------------------------------
 
 
-def _starter_cell() -> dict[str, Any]:
-    return {"id": "c1", "kind": "code", "runtime": "python", "source": "print('hello')", "inputs": [], "limits": {}}
+STARTERS = {"python": "print('hello')", "node": "console.log('hello')"}
+
+
+def _starter_cell(runtime: str) -> dict[str, Any]:
+    return {"id": "c1", "kind": "code", "runtime": runtime, "source": STARTERS[runtime], "inputs": [], "limits": {}}
+
+
+def _clean_runtime(runtime: str) -> str:
+    if runtime not in RUNTIMES:
+        raise ServiceError("unknown_runtime", "runtime must be python or node", field="runtime", status=422)
+    return runtime
 
 
 def _clean_name(name: str) -> str:
@@ -283,7 +317,12 @@ def _check_markdown_total(cells: list[dict[str, Any]]) -> None:
 
 
 def _clean_cells(
-    user: User, cells: list[dict[str, Any]], *, stored: list[dict[str, Any]], html: dict[tuple[str, str], str]
+    user: User,
+    cells: list[dict[str, Any]],
+    *,
+    stored: list[dict[str, Any]],
+    html: dict[tuple[str, str], str],
+    notebook: Notebook | None = None,
 ) -> list[dict[str, Any]]:
     """Check every cell; nothing half-valid is stored. References already stored are kept as
     they are (a broken one stays, shown as broken); a new one must name the user's own dataset or
@@ -294,6 +333,8 @@ def _clean_cells(
     if len(ids) != len(set(ids)):
         raise ServiceError("duplicate_cell_id", "two cells have the same id", field="cells", status=422)
     last_runs = {cell["id"]: cell.get("last_run_id") for cell in stored}
+    if notebook is not None:
+        last_runs.update(_undeleted_runs(notebook, cells, last_runs))
     imported = {cell["id"]: cell["imported"] for cell in stored if cell.get("imported")}
     known = {input_key(ref): ref for cell in stored for ref in cell.get("inputs", [])}
     clean = [_clean_cell(user, index, cell, last_runs.get(cell["id"]), known) for index, cell in enumerate(cells)]
@@ -305,6 +346,25 @@ def _clean_cells(
     for cell in markdown:
         cell["html"] = html[(str(cell["id"]), cell["source"])]
     return clean
+
+
+def _undeleted_runs(notebook: Notebook, cells: list[dict[str, Any]], stored: dict[str, str | None]) -> dict[str, str]:
+    """The last runs of cells a save brings back (an id the stored cells lack, with the last_run_id
+    the page kept): each only if the run is this notebook's run of that very cell (RunCell says)."""
+    asked = {}
+    for cell in cells:
+        cell_id = str(cell.get("id", ""))
+        try:
+            run_id = str(uuid.UUID(str(cell.get("last_run_id"))))
+        except ValueError:
+            continue
+        if cell_id not in stored and cell.get("kind", "code") == "code":
+            asked[run_id] = cell_id
+    if not asked:
+        return {}
+    found = RunCell.objects.filter(run_id__in=list(asked)[:MAX_CELLS], notebook=notebook)
+    return {cell_id: str(run_id) for run_id, cell_id in found.values_list("run_id", "cell_id")
+            if asked.get(str(run_id)) == cell_id}  # fmt: skip
 
 
 def _rendered(

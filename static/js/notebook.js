@@ -3,6 +3,10 @@
 // read; each code cell shows its last run, live or finished, from the server's record, and where its
 // state comes from (the chain of state: which cell's run it starts from, whether it is stale). The
 // notebook's own inputs and its variables (what a new cell at the end would start with) sit above.
+// Jupyter's two modes: typing in a cell's editor, and (after Esc) command mode, where the selected
+// cell takes single keys (a/b add, dd deletes with undo, m/y change kind, o hides the output...;
+// COMMAND_KEYS lists them and the page shows that list on h). A new code cell takes the notebook's
+// runtime, chosen in the toolbar; a cell of another runtime says so.
 // CordonEditor: the CodeMirror bundle (static/vendor/codemirror.js), a classic script loaded before.
 
 // LIMITS: the limits a cell offers
@@ -28,8 +32,15 @@ let leaving = false;  // set once the user chose to leave: no "unsaved changes" 
 let notebookInputs = [];  // the notebook's own inputs: every code cell sees them under /input
 let inputEdits = 0;  // changes to notebookInputs made here (a save's answer replaces them only if none since)
 let sequence = null;  // the Run all / Run from here going on, if any: one at a time
+let runtime = "python";  // the notebook's: what a new code cell takes
+let selected = null;  // the cell command mode acts on (the one last focused)
+let firstD = -Infinity;  // when the first d of a "dd" was pressed (performance.now())
+const DD_MS = 800;
+const deleted = [];  // cells deleted here, newest last, for z (undo): {cell, index}
+const UNDO_KEPT = 20;
+const RUNTIME_WORDS = Object.fromEntries(TYPES);
 
-function message(text) { document.getElementById("message").textContent = text; }
+function message(text, ...actions) { document.getElementById("message").replaceChildren(text, ...actions); }
 function saveStatus(text) { document.getElementById("save-status").textContent = text; }
 
 function newId() {
@@ -64,7 +75,7 @@ async function flush({ keepalive = false } = {}) {
 // keepalive: the page is being hidden (maybe closed), so the save should outlive it; browsers
 // take such a request only up to 64 KiB.
 async function put(keepalive) {
-  const body = { name, version, cells: cells.map((cell) => cell.payload()),
+  const body = { name, version, runtime, cells: cells.map((cell) => cell.payload()),
     dataset_ids: notebookInputs.map((ref) => ref.id) };
   const small = new TextEncoder().encode(JSON.stringify(body)).length < 60000;
   const asked = chainAsked();
@@ -219,7 +230,9 @@ class Cell {
     this.starting = false;
     this.active = false;
     this.marks = { run: null, running: false };  // what showRun shows, kept for a rebuild of the cell
-    this.node = el("section", { class: "cell", "data-cell-id": this.data.id });
+    this.collapsed = false;  // its output hidden (o in command mode; this page only)
+    this.node = el("section", { class: "cell", "data-cell-id": this.data.id, tabindex: "-1" });
+    this.node.addEventListener("focusin", () => select(this, { focus: false }));
     this.viewRoot = el("div", { class: "run-view" });
     this.view = new RunView(this.viewRoot, {
       onOutputs: (output) => useInNextCell(this, output),
@@ -270,6 +283,7 @@ class Cell {
   showRun(run, { running = false } = {}) {
     this.marks = { run, running };
     if (!this.isCode) return;
+    this.collapseButton.hidden = !(run || running);  // nothing to hide yet
     const count = run && run.cell ? run.cell.execution_count : null;
     this.countLabel.textContent = running ? "In [*]" : Number.isInteger(count) ? `In [${count}]` : "";
     this.countLabel.title = running ? "running" : Number.isInteger(count)
@@ -293,7 +307,9 @@ class Cell {
     this.numberLabel = el("span", { class: "cell-number" }, "");
     this.countLabel = this.isCode ? el("span", { class: "execution-count" }, "") : null;
     this.staleBadge = el("span", { class: "stale-badge", hidden: true }, "stale");
-    const bar = el("div", { class: "cell-bar" }, this.numberLabel, this.countLabel, this.staleBadge, type);
+    this.runtimeBadge = el("span", { class: "runtime-badge", hidden: true }, "");
+    const bar = el("div", { class: "cell-bar" }, this.numberLabel, this.countLabel, this.staleBadge, type,
+      this.runtimeBadge);
     if (this.isCode) {
       this.runButton = el("button", { type: "button", class: "run", "aria-label": "run this cell",
         title: "Run (Ctrl/Cmd+Enter; Shift+Enter runs and moves on)", onclick: () => runCell(this) }, "Run");
@@ -315,8 +331,9 @@ class Cell {
     if (this.isCode) {
       this.clearButton = el("button", { type: "button", class: "clear", "aria-label": "clear this cell's output",
         onclick: () => clearCell(this) }, "Clear");
-      bar.append(this.clearButton);
-    } else this.clearButton = null;
+      this.collapseButton = el("button", { type: "button", class: "collapse", onclick: () => this.toggleOutput() }, "");
+      bar.append(this.collapseButton, this.clearButton);
+    } else { this.clearButton = null; this.collapseButton = null; }
     bar.append(el("button", { type: "button", class: "delete icon", "aria-label": "delete this cell", title: "delete",
       onclick: () => deleteCell(this) }, "✕"));
 
@@ -329,12 +346,15 @@ class Cell {
       if (siteEgress.length || this.data.egress.length) parts.push(this.networkBox());
       this.chainLine = el("p", { class: "chain small muted" });
       this.importedBox = el("div", { class: "imported" });
-      parts.push(this.chainLine, this.importedBox, this.viewRoot);
+      this.collapsedNote = el("button", { type: "button", class: "collapsed-note link",
+        onclick: () => this.toggleOutput() }, "output hidden: show it");
+      parts.push(this.chainLine, this.importedBox, this.viewRoot, this.collapsedNote);
     } else {
       this.markdownView = el("div", { class: "markdown-view", tabindex: "0", "aria-label": "rendered markdown",
         title: "double-click to edit" });
       this.markdownView.addEventListener("dblclick", () => this.edit());
       this.markdownView.addEventListener("keydown", (event) => {
+        if (event.key === "Escape") { event.preventDefault(); select(this); return; }
         if (event.key !== "Enter") return;
         event.preventDefault();
         if (event.shiftKey) focusNext(this); else this.edit();
@@ -347,8 +367,34 @@ class Cell {
     if (this.isCode) { this.renderInputs(); this.renderImported(); }
     else if (this.editing) this.edit(false); else this.showMarkdown();
     this.renderChain();
+    this.renderRuntime();
+    this.renderCollapsed();
     this.renumber();
     this.updateButtons();
+  }
+
+  // A code cell whose runtime is not the notebook's says which it is, beside its type.
+  renderRuntime() {
+    const other = this.isCode && this.data.runtime !== runtime;
+    this.runtimeBadge.hidden = !other;
+    this.runtimeBadge.textContent = other ? `${RUNTIME_WORDS[this.data.runtime]} cell` : "";
+    this.runtimeBadge.title = other ? `this cell runs ${RUNTIME_WORDS[this.data.runtime]}; the notebook's new cells `
+      + `are ${RUNTIME_WORDS[runtime]}` : "";
+    this.node.classList.toggle("other-runtime", other);
+  }
+
+  toggleOutput() {
+    this.collapsed = !this.collapsed;
+    this.renderCollapsed();
+  }
+
+  renderCollapsed() {
+    if (!this.isCode) return;
+    this.viewRoot.classList.toggle("collapsed", this.collapsed);
+    this.collapsedNote.hidden = !this.collapsed;
+    this.collapseButton.textContent = this.collapsed ? "Show output" : "Hide output";
+    this.collapseButton.setAttribute("aria-label", `${this.collapsed ? "show" : "hide"} this cell's output`);
+    this.collapseButton.setAttribute("aria-expanded", String(!this.collapsed));
   }
 
   makeEditor() {
@@ -363,6 +409,7 @@ class Cell {
         if (this.isCode) runCell(this); else this.render();
         focusNext(this);
       },
+      onEscape: () => select(this),
       onChange: (source) => { this.data.source = source; changed(); },
     });
   }
@@ -407,9 +454,14 @@ class Cell {
     if (value === "markdown") this.data.kind = "markdown";
     else { this.data.kind = "code"; this.data.runtime = value; }
     this.editing = this.data.kind === "markdown";
-    if (!this.isCode) { this.view.reset(); this.marks = { run: null, running: false }; }
+    if (!this.isCode) { this.view.reset(); this.marks = { run: null, running: false }; this.collapsed = false; }
     this.build();
     changed();
+  }
+
+  // Enter in command mode: into the editor (a rendered markdown cell shows its source).
+  enterEditor() {
+    if (this.data.kind === "markdown" && !this.editing) this.edit(); else this.editor.focus();
   }
 
   renumber() {
@@ -678,7 +730,7 @@ function renumberAll() {
 }
 
 function insertCell(index, data) {
-  const cell = new Cell({ id: newId(), kind: "code", runtime: "python", source: "", inputs: [], limits: {}, ...data });
+  const cell = new Cell({ id: newId(), kind: "code", runtime, source: "", inputs: [], limits: {}, ...data });
   cells.splice(index, 0, cell);
   cellList.insertBefore(cell.node, cellList.children[index] || null);
   renumberAll();
@@ -686,15 +738,10 @@ function insertCell(index, data) {
   return cell;
 }
 
-// A new code cell takes the runtime of the code cell before it.
-function runtimeBefore(index) {
-  for (let i = index - 1; i >= 0; i -= 1) if (cells[i].isCode) return cells[i].data.runtime;
-  return "python";
-}
-
+// A new code cell takes the notebook's runtime (not the cell above's).
 function addCell(kind) {
   const index = cells.length;
-  const cell = insertCell(index, { kind, runtime: runtimeBefore(index) });
+  const cell = insertCell(index, { kind, runtime });
   if (kind === "markdown") cell.edit();
   cell.focus();
   return cell;
@@ -702,7 +749,7 @@ function addCell(kind) {
 
 function focusNext(cell) {
   const index = cells.indexOf(cell);
-  const next = cells[index + 1] || insertCell(index + 1, { kind: "code", runtime: runtimeBefore(index + 1) });
+  const next = cells[index + 1] || insertCell(index + 1, { kind: "code", runtime });
   next.focus();
 }
 
@@ -718,19 +765,137 @@ function moveCell(cell, step) {
   (step < 0 ? cell.upButton : cell.downButton).focus();
 }
 
-function deleteCell(cell) {
+// A deleted cell is kept on the page (its editor, its run's view) until UNDO_KEPT newer deletions
+// push it out: z in command mode, or the message's Undo, brings it back where it was; a save then
+// gives it its last run again (the server checks that run is this notebook's run of that cell).
+function deleteCell(cell, { ask = true } = {}) {
   const worth = cell.data.source.trim() || cell.data.last_run_id;
-  if (worth && !confirm(`Delete cell ${cell.number}? Its runs stay under Runs.`)) return;
+  if (ask && worth && !confirm(`Delete cell ${cell.number}? Its runs stay under Runs.`)) return;
   const index = cells.indexOf(cell);
-  cell.view.reset();
-  cell.editor.destroy();
   cells.splice(index, 1);
   cell.node.remove();
+  if (selected === cell) selected = null;
+  deleted.push({ cell, index });
+  while (deleted.length > UNDO_KEPT) {
+    const { cell: gone } = deleted.shift();
+    gone.view.reset();
+    gone.editor.destroy();
+  }
   renumberAll();
   changed();
-  message(`cell ${index + 1} deleted`);
+  message(`cell ${index + 1} deleted `, el("button", { type: "button", class: "undo", onclick: undoDelete },
+    "Undo"), el("span", { class: "muted" }, " (z in command mode)"));
   const near = cells[index] || cells[index - 1];
-  if (near) near.focus();
+  if (near) { if (ask) near.focus(); else select(near); }
+}
+
+function undoDelete() {
+  const last = deleted.pop();
+  if (!last) { message("nothing deleted to bring back"); return; }
+  const index = Math.min(last.index, cells.length);
+  cells.splice(index, 0, last.cell);
+  cellList.insertBefore(last.cell.node, cellList.children[index] || null);
+  renumberAll();
+  changed();
+  message(`cell ${index + 1} is back`);
+  select(last.cell);
+}
+
+// --- command mode -------------------------------------------------------------------------------
+
+const COMMAND_KEYS = [
+  ["Esc", "leave the editor: command mode (the cell stays selected)"],
+  ["Enter", "edit the selected cell"],
+  ["↑ / k, ↓ / j", "select the cell above, below"],
+  ["a / b", "add a code cell above, below"],
+  ["d d", "delete the cell (z brings it back)"],
+  ["z", "undo the last deletion"],
+  ["m / y", "make it a markdown cell, a code cell"],
+  ["o", "hide or show its output"],
+  ["Shift+Enter", "run it and select the next"],
+  ["Ctrl/Cmd+Enter", "run it"],
+  ["h", "show or hide this list"],
+];
+
+// Selects `cell` (the one command mode acts on); with focus, command mode: the cell itself has the
+// focus, not its editor.
+function select(cell, { focus = true } = {}) {
+  if (selected && selected !== cell) selected.node.classList.remove("selected");
+  selected = cell;
+  cell.node.classList.add("selected");
+  if (focus) {
+    cell.node.focus({ preventScroll: true });
+    cell.node.scrollIntoView({ block: "nearest" });
+  }
+}
+
+function selectStep(cell, step) {
+  const next = cells[cells.indexOf(cell) + step];
+  if (next) select(next);
+}
+
+function addNear(cell, step) {
+  const index = cells.indexOf(cell) + (step > 0 ? 1 : 0);
+  select(insertCell(index, { kind: "code", runtime }));
+}
+
+function makeKind(cell, kind) {
+  const want = kind === "markdown" ? "markdown" : cell.isCode ? cell.data.runtime : runtime;
+  if ((cell.isCode ? cell.data.runtime : "markdown") !== want) cell.setType(want);
+  select(cell);
+}
+
+function toggleKeys() {
+  const help = document.getElementById("keys");
+  help.open = !help.open;
+  if (help.open) help.scrollIntoView({ block: "nearest" });
+}
+
+// Keys on a selected cell (the cell itself focused: not its editor, an input or a button).
+function commandKey(event) {
+  const cell = cells.find((c) => c.node === event.target);
+  if (!cell || event.altKey) return;
+  const mod = event.ctrlKey || event.metaKey;
+  const key = event.key;
+  let done = true;
+  if (key === "Enter" && (event.shiftKey || mod)) {
+    if (cell.isCode) runCell(cell); else cell.render();
+    if (event.shiftKey) {
+      const next = cells[cells.indexOf(cell) + 1];
+      if (next) select(next); else focusNext(cell);
+    }
+  } else if (mod || (event.shiftKey && key.length !== 1)) done = false;
+  else if (key === "Enter") cell.enterEditor();
+  else if (key === "ArrowUp" || key === "k") selectStep(cell, -1);
+  else if (key === "ArrowDown" || key === "j") selectStep(cell, 1);
+  else if (key === "a") addNear(cell, -1);
+  else if (key === "b") addNear(cell, 1);
+  else if (key === "d") {
+    const now = performance.now();
+    if (now - firstD < DD_MS) { firstD = -Infinity; deleteCell(cell, { ask: false }); } else firstD = now;
+  } else if (key === "z") undoDelete();
+  else if (key === "m") makeKind(cell, "markdown");
+  else if (key === "y") makeKind(cell, "code");
+  else if (key === "o" && cell.isCode) cell.toggleOutput();
+  else if (key === "h") toggleKeys();
+  else done = false;
+  if (key !== "d") firstD = -Infinity;
+  if (done) event.preventDefault();
+}
+
+function setUpCommandMode() {
+  cellList.addEventListener("keydown", commandKey);
+  document.getElementById("keys-list").replaceChildren(...COMMAND_KEYS.flatMap(([keys, what]) =>
+    [el("dt", {}, el("kbd", {}, keys)), el("dd", {}, what)]));
+}
+
+function setUpRuntime(select) {
+  select.value = runtime;
+  select.addEventListener("change", () => {
+    runtime = select.value;
+    for (const cell of cells) cell.renderRuntime();
+    changed();
+  });
 }
 
 async function clearCell(cell) {
@@ -747,7 +912,7 @@ async function clearCell(cell) {
 }
 
 // "Use in next cell": the output becomes an input of the next code cell (a new one, with this
-// cell's runtime, when there is none); that cell keeps its own runtime.
+// cell's runtime: it reads what this cell wrote, when there is none); that cell keeps its own runtime.
 function useInNextCell(cell, output) {
   const index = cells.indexOf(cell);
   let next = cells[index + 1];
@@ -964,6 +1129,7 @@ async function start() {
   limitInfo = Object.fromEntries(described.map((limit) => [limit.name, limit]));
   name = notebook.name;
   version = notebook.version;
+  runtime = notebook.runtime;
   renderList(notebooks);
   const nameInput = document.getElementById("notebook-name");
   nameInput.value = name;
@@ -997,6 +1163,8 @@ async function start() {
   const picker = document.getElementById("import-file");
   picker.addEventListener("change", () => { importFile(picker.files[0]); picker.value = ""; });
   setUpDrop();
+  setUpCommandMode();
+  setUpRuntime(document.getElementById("notebook-runtime"));
   root.dataset.ready = "true";
   saveStatus("all changes saved");
 }

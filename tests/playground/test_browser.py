@@ -186,7 +186,7 @@ def test_analyst_keeps_two_notebooks_with_markdown_tables_and_chained_outputs_ac
     preview.get_by_role("button", name="sort by age").click()  # again: the other way
     expect(preview.locator("tbody tr").first).to_contain_text("grace")
 
-    # Cell 2 takes the runtime of the cell before it; made JavaScript, it keeps that when chained into.
+    # Cell 2 takes the notebook's runtime; made JavaScript, it keeps that when chained into.
     page.click("#add-code")
     second = _cell(page, 1)
     expect(second.locator("select.cell-type")).to_have_value("python")

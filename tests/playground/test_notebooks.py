@@ -443,3 +443,95 @@ def test_an_imported_notebook_or_script_with_a_nul_character_is_refused_naming_t
     script = SimpleUploadedFile("s.py", b"print(1)\0\n")
     assert "NUL" in json_error(client.post("/api/notebooks/import", {"file": script}), 422)["message"]
     assert not Notebook.objects.exists()
+
+
+# --- the notebook's runtime, and a deleted cell brought back --------------------------------------
+
+
+def test_a_notebook_has_a_runtime_for_its_new_cells_set_at_creation_saved_imported_and_exported(
+    redis_server: Any,
+) -> None:
+    client = api(UserFactory())
+    assert create(client)["runtime"] == "python"
+    node = client.post("/api/notebooks", json.dumps({"name": "js", "runtime": "node"}), content_type="application/json")
+    assert node.status_code == 201, node.content
+    made = node.json()
+    assert made["runtime"] == "node" and [c["runtime"] for c in made["cells"]] == ["node"]  # its starter cell too
+    assert "console.log" in made["cells"][0]["source"]
+    mixed = create(client, "mixed", [{"id": "m", "kind": "markdown", "runtime": "python", "source": "# x"},
+                                     code_cell("c1", "1", runtime="node")])  # fmt: skip
+    assert mixed["runtime"] == "node"  # its first code cell's
+
+    # A save may change it (omitted: unchanged); each cell keeps its own runtime.
+    saved = save(client, mixed, mixed["cells"], runtime="python").json()
+    assert saved["runtime"] == "python" and saved["cells"][1]["runtime"] == "node"
+    again = save(client, saved, saved["cells"]).json()
+    assert again["runtime"] == "python"
+    bad = json_error(save(client, again, again["cells"], runtime="ruby"), 422)
+    assert "runtime" in json.dumps(bad)
+    copy = client.post(f"/api/notebooks/{made['id']}/duplicate").json()
+    assert copy["runtime"] == "node"
+
+    # The export's kernel is the notebook's runtime; an import takes the kernel's (a script its own).
+    exported = client.get(f"/api/notebooks/{again['id']}/ipynb").content
+    assert nbformat.reads(exported.decode(), as_version=4).metadata["kernelspec"]["language"] == "python"
+    back = client.post("/api/notebooks/import", {"file": SimpleUploadedFile("mixed.ipynb", exported)}).json()
+    assert back["runtime"] == "python" and [c["runtime"] for c in back["cells"]] == ["python", "node"]
+    script = client.post("/api/notebooks/import", {"file": SimpleUploadedFile("s.js", b"console.log(1)\n")}).json()
+    assert script["runtime"] == "node"
+
+
+def test_the_migration_gives_an_existing_notebook_its_first_code_cells_runtime(redis_server: Any) -> None:
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+
+    before, after = [("playground", "0023_operations_metrics_and_purges")], [("playground", "0024_notebook_runtime")]
+    executor = MigrationExecutor(connection)
+    executor.migrate(before)
+    old = executor.loader.project_state(before).apps
+    user = old.get_model("auth", "User").objects.create(username="old-timer")
+    notebooks = old.get_model("playground", "Notebook").objects
+    js = notebooks.create(owner=user, name="js", cells=[{"id": "m", "kind": "markdown", "runtime": "python"},
+                                                        {"id": "c", "kind": "code", "runtime": "node"}])  # fmt: skip
+    empty = notebooks.create(owner=user, name="empty", cells=[])
+    executor = MigrationExecutor(connection)
+    executor.migrate(after)
+    try:
+        moved = executor.loader.project_state(after).apps.get_model("playground", "Notebook").objects
+        runtimes = {n.name: n.runtime for n in moved.filter(id__in=[js.id, empty.id])}
+    finally:
+        executor = MigrationExecutor(connection)
+        executor.migrate(executor.loader.graph.leaf_nodes())
+    assert runtimes == {"js": "node", "empty": "python"}
+
+
+def test_a_deleted_cell_brought_back_by_the_page_takes_its_own_last_run_again_and_nothing_else(
+    redis_server: Any,
+) -> None:
+    owner = UserFactory()
+    client = api(owner)
+    notebook = create(client, cells=[code_cell("c1", "1"), code_cell("c2", "2")])
+    other = create(client, "other", cells=[code_cell("c2", "2")])
+    runs = {}
+    for book, cell in ((notebook, "c1"), (notebook, "c2"), (other, "c2")):
+        ran = client.post(f"/api/notebooks/{book['id']}/cells/{cell}/run")
+        assert ran.status_code == 201, ran.content
+        runs[(book["id"], cell)] = ran.json()["id"]
+    stored = client.get(f"/api/notebooks/{notebook['id']}").json()
+    c1, c2 = stored["cells"]
+
+    # Deleted (saved without it), then brought back with the last run the page kept: it is its own.
+    without = save(client, stored, [c1]).json()
+    assert [c["id"] for c in without["cells"]] == ["c1"]
+    back = save(client, without, [c1, c2]).json()
+    assert back["cells"][1]["last_run_id"] == runs[(notebook["id"], "c2")]
+
+    # Never a run of another notebook's cell, nor of another cell of this one, nor a new cell's claim.
+    without = save(client, back, [c1]).json()
+    stolen = {**c2, "last_run_id": runs[(other["id"], "c2")]}
+    swapped = {**c2, "last_run_id": runs[(notebook["id"], "c1")]}
+    for claim in (stolen, swapped, {**c2, "id": "c3"}):
+        answer = save(client, without, [c1, claim]).json()
+        assert answer["cells"][1]["last_run_id"] is None, claim
+        without = save(client, answer, [c1]).json()
+    assert Run.objects.filter(id__in=runs.values()).count() == 3
