@@ -8,7 +8,11 @@ class takes it over: the run's limits are written to its cgroups and areas, its 
 its script written, and the program handed over through the socket; only then does the deadline
 start. From there the run is supervised, torn down and audited as any other. A ready sandbox
 serves exactly one run (the audit says so, check by check), and its replacement is made in the
-background, off every run's critical path.
+background, off every run's critical path, once no run of the process is under way, at the lowest
+CPU weight (MAKER_CPU_WEIGHT: it takes only CPU no run wants; a run that waits for it raises it to
+its own). Made beside a notebook's running cells instead, one per cell, it was measured a loss on a
+2-core host (12 cells back to back: 5 to 12 of them handed a ready sandbox, p50 546-694 ms, against
+487 ms all cold): making a cell's sandbox (all its imports) costs more than a cold cell.
 
 Why it is as isolated as a cold one: it is the same sandbox, made by the same code (the engine's
 prepare and start), merely earlier; the interpreter in it was started fresh by the image, not
@@ -65,8 +69,14 @@ MEMORY_MARGIN_BYTES = 32 * 1024 * 1024
 NO_ROOM_BACKOFF_S = 1.0  # after admission had no room for a ready sandbox, before it is asked again
 WAITERS_CHECK_S = 0.05  # how often a pool holding idle sandboxes looks for runs waiting for room
 # A replacement is made once this process has had no run for this long: runs that come back to back
-# (a queue being drained) gain nothing from one, whose making would only take CPU from them.
-IDLE_BEFORE_MAKE_S = 0.05
+# (a queue being drained, a notebook's Run all: the next cell is posted ~0.1 s after one ends) gain
+# nothing from one, whose making would only take CPU from them, and would wait for it: measured,
+# 12 cells back to back over a frame's state took p50 709 ms at 0.05 s here (11 of them waiting for
+# a ~0.7 s make), 487 ms at 0.4 s (cold, as with no ready sandboxes); a cell a second still finds one.
+IDLE_BEFORE_MAKE_S = 0.4
+# A waiting sandbox's share of a busy CPU (cgroup v2's least): it is made with what no run wants,
+# and the run that takes it gets its own weight at hand-over.
+MAKER_CPU_WEIGHT = 1
 SO_SNDBUFFORCE = getattr(socket, "SO_SNDBUFFORCE", 32)  # root may pass net.core.wmem_max
 HAND_OVER_BUFFER_BYTES = 4 << 20  # one hand-over message: the run's argv and environment
 STATUS_DIR = "ready"  # under the host state directory: one file per process with a pool, for doctor
@@ -242,6 +252,8 @@ class ReadyPool:
         self.runs_now = 0  # runs of this process under way (ready or cold): no sandbox is made then
         self.no_room_until = 0.0  # admission had no room for a sandbox: not asked again before this
         self.no_room: set[ReadyClass] = set()  # classes lacking a sandbox that admission had no room for, lately
+        self.being_made: dict[ReadyClass, tuple[Engine, RunContext]] = {}  # made now, its cgroups there
+        self.hurried: dict[ReadyClass, int] = {}  # the CPU weight a run waiting for one of these asked
         self.thread = threading.Thread(target=self._loop, name="cordon-ready-pool", daemon=True)
         self.thread.start()
 
@@ -256,6 +268,8 @@ class ReadyPool:
         deadline = time.monotonic() + self.settings.wait_s
         with self.changed:
             self._want(cls)
+            if cls not in self.idle and cls in self.making:
+                self._hurry(cls, spec.cpu_weight)
             while cls not in self.idle and cls in self.making and time.monotonic() < deadline:
                 self.changed.wait(max(0.0, deadline - time.monotonic()))
             ready = self.idle.get(cls)
@@ -369,6 +383,24 @@ class ReadyPool:
             if stale is not None:
                 threading.Thread(target=self._discard, args=(stale,), daemon=True).start()
         self.changed.notify_all()
+
+    def _hurry(self, cls: ReadyClass, cpu_weight: int) -> None:
+        """(lock held) A run waits for the sandbox of `cls` being made: it is made with the run's
+        CPU weight from now on (never a run held up by a maker only idle CPU feeds)."""
+        self.hurried[cls] = max(cpu_weight, self.hurried.get(cls, MAKER_CPU_WEIGHT))
+        made = self.being_made.get(cls)
+        if made is not None:
+            self._weigh(cls, *made)
+
+    def _weigh(self, cls: ReadyClass, engine: Engine, ctx: RunContext) -> None:
+        """(lock held) The weight a waiting run asked for, written to the sandbox being made."""
+        weight = self.hurried.get(cls)
+        if weight is None:
+            return
+        try:
+            engine.set_cpu_weight(ctx, weight)
+        except OSError as exc:  # it is made at the lowest weight still: slower, never wrong
+            log.warning("ready sandboxes: %s could not be given weight %d: %s", cls.label, weight, exc)
 
     def _loop(self) -> None:
         while True:
@@ -513,7 +545,7 @@ class ReadyPool:
         if reservation is None:
             lock.release()
             return None
-        spec = RunSpec(runtime=cls.runtime, script=b"", limits=room, engine=cls.engine)
+        spec = RunSpec(runtime=cls.runtime, script=b"", limits=room, engine=cls.engine, cpu_weight=MAKER_CPU_WEIGHT)
         ctx: RunContext | None = None
         host, sandbox = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
@@ -526,6 +558,9 @@ class ReadyPool:
             ctx = supervisor.context(spec, sandbox_id, reservation.slot, image, engine)
             ctx.argv, ctx.ready_end = ready_argv(cls), sandbox
             engine.prepare(ctx)
+            with self.changed:  # its cgroups are there: a run that waits for it may raise its weight
+                self.being_made[cls] = (engine, ctx)
+                self._weigh(cls, engine, ctx)
             ctx.process = engine.start(ctx)
             sandbox.close()
             ctx.ready_end = None
@@ -536,14 +571,21 @@ class ReadyPool:
         except BaseException:
             sandbox.close()
             host.close()
+            self._made(cls)
             if ctx is not None:
                 supervisor.teardown_sandbox(engine, ctx, sandbox_id)
             else:
                 supervisor.admission.release(sandbox_id)
             lock.release()
             raise
+        self._made(cls)
         return Ready(sandbox_id, cls, engine, ctx, host, lock, time.monotonic(), time.monotonic() - started,
                      memory_now, memory)  # fmt: skip
+
+    def _made(self, cls: ReadyClass) -> None:
+        with self.changed:
+            self.being_made.pop(cls, None)
+            self.hurried.pop(cls, None)
 
     def _discard(self, ready: Ready) -> None:
         """Tear down a sandbox no run took; a failed audit is counted as a failure of its class."""

@@ -330,6 +330,11 @@ class Engine(ABC):
         engine's `fixed` part needs; None when that is gone (no sandbox of it can be made)."""
         return room
 
+    def set_cpu_weight(self, ctx: RunContext, cpu_weight: int) -> None:
+        """A sandbox's share of a busy CPU from now on (a ready sandbox being made, at the lowest,
+        is raised to a run's once that run waits for it). Raises OSError."""
+        return None  # an engine with no cgroups of its own has no share to set
+
     def hand_over(self, ctx: RunContext, host: socket.socket) -> None:
         """Give a ready sandbox (made with `ctx.ready_end`) its run: the run's limits, then the
         program, through `host`. Raises HandOverError if the sandbox cannot take it."""

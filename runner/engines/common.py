@@ -200,6 +200,9 @@ class CgroupEngine(Engine, Generic[StateT]):
         state.control_fd = control_read
         return process
 
+    def set_cpu_weight(self, ctx: RunContext, cpu_weight: int) -> None:
+        self.state(ctx).cgroup.set_cpu_weight(cpu_weight)
+
     def bind_run_limits(self, ctx: RunContext) -> None:
         """At a ready sandbox's hand-over: the run's own limits written to its cgroups and areas,
         which from now on bind (a class's room is not the run's). Raises HandOverError."""

@@ -120,6 +120,13 @@ class RunCgroup:
             _write(self.v1["cpu"] / "cpu.cfs_quota_us", quota)
             _write(self.v1["cpu"] / "cpu.shares", max(2, cpu_weight * 1024 // 100))  # v1's default 1024 is 100
 
+    def set_cpu_weight(self, cpu_weight: int) -> None:
+        """The CPU share alone (a ready sandbox being made, which a run now waits for, is raised)."""
+        if self.layout.version == 2:
+            _write(self._v2_leaf / "cpu.weight", cpu_weight)
+        elif "cpu" in self.v1:
+            _write(self.v1["cpu"] / "cpu.shares", max(2, cpu_weight * 1024 // 100))
+
     def _enable_v2_controllers(self) -> None:
         parent = self.layout.root / self.parent
         wanted = {"memory", "pids", "cpu"}

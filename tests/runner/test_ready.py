@@ -10,10 +10,12 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -22,7 +24,7 @@ from runner.engines.common import CgroupState
 from runner.host import hostfs
 from runner.host.admission import Admission, Capacity
 from runner.host.cgroups import CgroupLayout
-from runner.ready import Ready, ReadyClass, ReadyPool, ReadyReused, ReadySettings, ready_class
+from runner.ready import MAKER_CPU_WEIGHT, Ready, ReadyClass, ReadyPool, ReadyReused, ReadySettings, ready_class
 from runner.spec import MIB, Limits, Outcome, RunResult, RunSpec
 from runner.supervisor import Supervisor
 from tests.conftest import child_env
@@ -377,3 +379,74 @@ def test_idle_sandboxes_give_their_room_to_a_run_that_waits_for_it(supervisor: S
     finally:
         marker.unlink()
     assert wait_ready(supervisor, cls, timeout_s=15).id != ready.id  # made again once nobody waits
+
+
+# --- a notebook's cells, one after another ----------------------------------------------------------
+
+CELL_LIMITS = Limits(wall_timeout_s=60, cpu_time_s=60)
+
+
+def cpu_weight(ready: Ready) -> int:
+    """The ready sandbox's own cgroup's CPU weight, read on the host: cgroup v2's cpu.weight, or on
+    v1 the weight its cpu.shares stands for (runner.host.cgroups writes weight * 1024 // 100)."""
+    cgroup = cast(Any, ready.engine).state(ready.ctx).cgroup
+    if cgroup.layout.version == 2:
+        return int((cgroup.dirs[0] / "cpu.weight").read_text())
+    shares = int((cgroup.v1["cpu"] / "cpu.shares").read_text())
+    return 1 if shares <= 10 else shares * 100 // 1024
+
+
+def test_a_waiting_sandbox_has_the_lowest_cpu_weight_and_its_run_gets_its_own_at_hand_over(
+    supervisor: Supervisor,
+) -> None:
+    spec = RunSpec(runtime="python", script=b"", engine="namespace", cell=True, limits=CELL_LIMITS)
+    cls = class_of(supervisor, spec)
+    first = wait_ready(supervisor, cls)
+    assert cpu_weight(first) == MAKER_CPU_WEIGHT  # waiting: only CPU no run wants was its
+    the_pool = pool(supervisor)
+    results: list[RunResult] = []
+    sleeper = threading.Thread(target=lambda: results.append(
+        supervisor.run(replace(spec, script=b"import time\ntime.sleep(3)\nprint('slept')"))))  # fmt: skip
+    sleeper.start()
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and first.id not in the_pool.in_use and sleeper.is_alive():
+            time.sleep(0.02)
+        assert first.id in the_pool.in_use, the_pool.status()
+        deadline = time.monotonic() + 10  # handed over (its limits written) just after it is taken
+        while time.monotonic() < deadline and cpu_weight(first) != spec.cpu_weight:
+            time.sleep(0.02)
+        assert cpu_weight(first) == spec.cpu_weight
+    finally:
+        sleeper.join()
+    [slept] = results
+    assert said_text(slept) == "slept\n" and slept.evidence["ready_sandbox"]["id"] == first.id
+
+
+def test_a_run_that_waits_for_a_sandbox_being_made_raises_its_cpu_weight_to_its_own(supervisor: Supervisor) -> None:
+    """A pool of its own, beside the module's: while its first sandbox of a class is being made, a
+    run asks for it (as claim() does); from then on it is made with the run's weight."""
+    own = ReadyPool(supervisor, ReadySettings(enabled=True, room_mib=384))
+    try:
+        cls = class_of(supervisor, RunSpec(runtime="python", script=b"", cell=True, limits=CELL_LIMITS))
+        with own.changed:
+            own._want(cls)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with own.changed:
+                if cls in own.being_made:
+                    own._hurry(cls, 100)
+                    break
+            time.sleep(0.002)
+        else:
+            raise AssertionError(f"no sandbox of {cls.label} was being made: {own.status()}")
+        ready = own.wait_ready(cls, 60)
+        assert ready is not None, own.status()
+        assert cpu_weight(ready) == 100 and not own.hurried and not own.being_made
+    finally:
+        own.close()
+
+
+def said_text(result: RunResult) -> str:
+    assert result.outcome is Outcome.SUCCEEDED, (result.reason, result.stderr[-2000:])
+    return result.stdout.decode()
