@@ -130,6 +130,7 @@ def test_a_running_runs_log_comes_from_redis_and_a_finished_ones_from_storage(wo
     assert client.get(f"/api/runs/{run_id}/log?stream=stdout").json()["data"] == "first\nsecond\n"
 
 
+@pytest.mark.usefixtures("no_worker")  # no reaper but the test's (the shared worker's host loop reaps too)
 def test_the_reaper_stores_a_lost_runs_log_from_redis(redis_server: Any) -> None:
     user: Any = UserFactory()
     past = timezone.now() - timedelta(seconds=5)

@@ -108,6 +108,7 @@ def test_a_run_through_the_namespace_engine_has_a_receipt_the_offline_verifier_a
                             "ok: 1 receipt hold, and so do their runs"])  # fmt: skip
 
 
+@pytest.mark.usefixtures("no_worker")  # no reaper but the test's (the shared worker's host loop reaps too)
 def test_every_way_a_run_ends_adds_a_receipt_to_the_hosts_chain_in_order(redis_server: Any) -> None:
     user: Any = UserFactory()
     ran = _finished(user)
