@@ -44,6 +44,9 @@ MAX_NOT_CARRIED = 500
 MAX_FILES = 256  # the cell program's own cap on the files it carries
 VARIABLE_TABLES = 20
 NAME_MAX_CHARS = 200
+# What the editor completes after a carried name (the cell program's caps, held here too).
+COMPLETION_TYPES, COMPLETION_ATTRIBUTES, COMPLETION_NAME_CHARS, COMPLETION_TEXT_CHARS = 100, 500, 100, 300
+ATTRIBUTE_KINDS = ("attribute", "property", "method", "class", "column", "key")
 CLEAN_JOB = "playground.displays:clean_manifest"
 CLEAN_INLINE_BYTES = 64 * 1024
 CLEAN_BOUNDS = bounded.Bounds(cpu_s=10, wall_s=20.0, memory_mib=1024, input_max_bytes=24 << 20,
@@ -96,6 +99,7 @@ def clean_manifest(*, text: str) -> dict[str, Any]:
         "execution_count": _count_or_none(data.get("execution_count")),
         "cleared": _at(data.get("cleared")),
         "files": [_file(item) for item in _list(data.get("files"))[:MAX_FILES] if isinstance(item, dict)],
+        "completion": _completion(data.get("completion")),
     }
     return {"displays": displays, "manifest": manifest}
 
@@ -210,6 +214,37 @@ def _variables(items: list[Any]) -> list[dict[str, Any]]:
             tables += 1
         out.append(variable)
     return out
+
+
+def _completion(value: Any) -> dict[str, Any]:
+    """What the editor completes after a carried name (the cell program's _completion): names and
+    signatures, each capped, the kinds among a known few; never shown as the run's output."""
+    value = value if isinstance(value, dict) else {}
+    names: dict[str, Any] = {}
+    for name, entry in list(_dict(value.get("names")).items())[:MAX_VARIABLES]:
+        if not _fits(name, NAME_MAX_CHARS):
+            continue
+        entry = _dict(entry)
+        names[name] = {
+            "attributes": _attributes(entry.get("attributes")),
+            **{key: _text(entry[key], COMPLETION_TEXT_CHARS) for key in ("signature", "doc") if key in entry},
+        }
+    types = list(_dict(value.get("types")).items())[:COMPLETION_TYPES]
+    return {"names": names, "types": {key: _attributes(kept) for key, kept in types if _fits(key, 2 * NAME_MAX_CHARS)}}
+
+
+def _attributes(value: Any) -> list[list[str]]:
+    pairs = (item for item in _list(value)[:COMPLETION_ATTRIBUTES] if isinstance(item, list) and len(item) == 2)
+    return [[name, kind] for name, kind in pairs if _fits(name, COMPLETION_NAME_CHARS) and kind in ATTRIBUTE_KINDS]
+
+
+def _fits(name: Any, limit: int) -> bool:
+    """A name kept whole or not at all: one cut short would complete to something that is not there."""
+    return isinstance(name, str) and 0 < len(name) <= limit and "\0" not in name
+
+
+def _dict(value: Any) -> dict[Any, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 def _file(item: dict[str, Any]) -> dict[str, Any]:

@@ -42,6 +42,7 @@ from playground.limits import (
 )
 from playground.models import Notebook
 from playground.selectors import cells as cell_selectors
+from playground.selectors import completion as completion_selectors
 from playground.selectors import notebooks as notebook_selectors
 from playground.services import notebooks as notebook_services
 
@@ -241,6 +242,45 @@ def notebook_cell_run(request: HttpRequest, notebook_id: UUID, cell_id: CellId) 
     """Run a code cell as it is stored (save first) and record the run as the cell's last."""
     run = notebook_services.cell_run(notebook=_notebook(request, notebook_id), cell_id=cell_id)
     return Status(201, run_out(run))
+
+
+class CompleteIn(BodyIn):
+    cell_id: CellId
+    code: Annotated[str, Field(max_length=notebook_services.MAX_SOURCE_BYTES)] = Field(
+        description="the cell's text as the editor has it (saved or not)"
+    )
+    cursor: Annotated[int, Field(ge=0, le=notebook_services.MAX_SOURCE_BYTES)] = Field(
+        description="the cursor's place in code, in characters"
+    )
+
+
+class MatchOut(Schema):
+    text: str
+    kind: str = Field(description="variable, function, class, module, method, property, attribute, column, key, "
+                                  "param or keyword")  # fmt: skip
+    signature: str | None = None
+    doc: str | None = Field(None, description="the first line of its documentation")
+
+
+class CallOut(Schema):
+    name: str
+    signature: str
+    doc: str | None = None
+
+
+class CompleteOut(Schema):
+    matches: list[MatchOut]
+    replace: int = Field(description="how many characters before the cursor a match replaces")
+    call: CallOut | None = Field(None, description="the callable whose parentheses the cursor is in")
+
+
+@api.post("/notebooks/{notebook_id}/complete", response=answers({200: CompleteOut}, 404, 422), tags=["notebooks"])
+def notebook_complete(request: HttpRequest, notebook_id: UUID, payload: CompleteIn) -> dict[str, Any]:
+    """What the editor offers at the cursor: the names the cell would start with and their
+    attributes (a frame's columns, a dict's keys), the image's modules and their members with
+    signatures, and the names the cell's code above the cursor binds. Never runs anything."""
+    return completion_selectors.notebook_complete(notebook=_notebook(request, notebook_id), cell_id=payload.cell_id,
+                                                  code=payload.code, cursor=payload.cursor)  # fmt: skip
 
 
 @api.get(

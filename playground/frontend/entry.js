@@ -6,7 +6,14 @@
 // takes the focus, so Tab then moves on as CodeMirror's convention has it), once basicSetup's own
 // uses of Esc (closing a completion list or the search panel) have had it. markErrorLine marks the
 // line a run's error names (the line and its number, with a title saying why) until the code is edited.
+// Completion: Tab after a name (or a dot, a bracket's quote) and Ctrl-Space ask `complete(code,
+// cursor)` (the server's answer: matches, how many characters they replace, the call the cursor is
+// in), showing each match's signature beside it and its doc line in the info panel; completion
+// while typing stays the language's own (local names), with no request. Typing `(` after a name
+// calls onCall with the server's call (its signature), or null.
 import { EditorView, basicSetup } from "codemirror";
+import { acceptCompletion, autocompletion, completeFromList, completionStatus, startCompletion }
+  from "@codemirror/autocomplete";
 import { indentWithTab } from "@codemirror/commands";
 import { indentUnit } from "@codemirror/language";
 import { Decoration, GutterMarker, gutterLineClass, keymap } from "@codemirror/view";
@@ -57,17 +64,77 @@ export function markErrorLine(view, line, title = "") {
   view.dispatch({ effects: setErrorLine.of(Number.isInteger(line) ? { line, title } : null) });
 }
 
-export function create(parent, { doc, language: name, label, onRun, onRunNext, onEscape, onChange }) {
+// CodeMirror's option types, by the server's kinds of match.
+const OPTION_TYPES = { module: "namespace", column: "property", key: "text", attribute: "property", param: "variable" };
+
+// Characters before `pos` as the server counts them (code points), and back.
+function codePoints(text) { return [...text].length; }
+function unitsBefore(text, pos, points) {
+  const before = [...text.slice(0, pos)];
+  return before.slice(before.length - points).join("").length;
+}
+
+// Asked (Tab, Ctrl-Space): the server's matches; while typing: the language's own sources.
+function completionSource(complete) {
+  return async (context) => {
+    if (context.explicit && complete) {
+      const code = context.state.doc.toString();
+      const answer = await complete(code, codePoints(code.slice(0, context.pos)));
+      if (context.aborted) return null;
+      if (answer && answer.matches.length) {
+        return {
+          from: context.pos - unitsBefore(code, context.pos, answer.replace),
+          // The server's order (a frame's columns before its methods), which CodeMirror keeps by boost.
+          options: answer.matches.map((match, index) => ({ label: match.text,
+            type: OPTION_TYPES[match.kind] || match.kind, boost: 99 - Math.min(index, 198),
+            detail: match.signature || undefined, info: match.doc || undefined })),
+          validFor: /^[\w]*$/,
+        };
+      }
+    }
+    for (const source of context.state.languageDataAt("autocomplete", context.pos)) {
+      const result = await (typeof source === "function" ? source : completeFromList(source))(context);
+      if (result) return result;
+    }
+    return null;
+  };
+}
+
+// Tab completes after a name, a dot or a key's opening quote, and indents elsewhere.
+function tabCompletes(view) {
+  const { from, empty } = view.state.selection.main;
+  if (!empty) return false;
+  const before = view.state.sliceDoc(Math.max(0, from - 1), from);
+  return /[\w.'"]/.test(before);
+}
+
+export function create(parent, { doc, language: name, label, onRun, onRunNext, onEscape, onChange, complete, onCall }) {
   const keys = Prec.highest(keymap.of([
     { key: "Mod-Enter", run: () => { if (onRun) onRun(); return Boolean(onRun); } },
     { key: "Shift-Enter", run: () => { if (onRunNext) onRunNext(); return Boolean(onRunNext); } },
+    { key: "Tab", run: (view) => {
+      if (completionStatus(view.state) === "active") return acceptCompletion(view);
+      return complete && tabCompletes(view) ? startCompletion(view) : false;
+    } },
   ]));
+  // `(` typed after a name: the call's signature, asked once.
+  const calls = EditorView.updateListener.of((update) => {
+    if (!onCall || !complete || !update.docChanged) return;
+    let typed = "";
+    update.changes.iterChanges((fromA, toA, fromB, toB, inserted) => { typed = inserted.toString(); });
+    if (typed !== "(" && typed !== "()") { if (typed.includes(")")) onCall(null); return; }
+    const code = update.state.doc.toString();
+    const pos = update.state.selection.main.head;
+    complete(code, codePoints(code.slice(0, pos))).then((answer) => onCall(answer ? answer.call : null));
+  });
   return new EditorView({
     doc,
     parent,
     extensions: [
       keys,
       basicSetup,
+      autocompletion({ override: [completionSource(complete)] }),
+      calls,
       keymap.of([{ key: "Escape", run: () => { if (onEscape) onEscape(); return Boolean(onEscape); } }]),
       errorLine,
       keymap.of([indentWithTab]),

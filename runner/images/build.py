@@ -8,6 +8,7 @@ import io
 import json
 import os
 import platform
+import shutil
 import stat
 import subprocess
 import tarfile
@@ -181,6 +182,31 @@ def byte_compile_overlay(recipe: Recipe, tree: Path, log_path: Path) -> None:
     if proc.returncode != 0:
         tail = log_path.read_text(errors="replace")[-2000:]
         raise ImageError(f"{recipe.name}: byte-compiling the overlay failed with status {proc.returncode}:\n{tail}")
+
+
+# An image whose overlay has this program gets, at build, the index its editor completes module
+# members from (playground.completion): written inside the tree, so under the image's digest.
+INDEX_PROGRAM = "usr/lib/cordon/cordon_index.py"
+INDEX_FILE = "usr/lib/cordon/completion.json"
+
+
+def index_modules(recipe: Recipe, tree: Path, log_path: Path) -> bool:
+    """Run the overlay's INDEX_PROGRAM with the image's own python3 in the tree, writing INDEX_FILE;
+    False when the recipe has none. Deterministic: a fixed hash seed, no bytecode written, and the
+    scratch files its imports make (matplotlib's font cache) removed with /tmp's contents."""
+    if not any(f.path == INDEX_PROGRAM for f in recipe.overlay):
+        return False
+    argv = ["chroot", str(tree), "/usr/bin/python3", "-s", "-B", f"/{INDEX_PROGRAM}", f"/{INDEX_FILE}"]
+    env = {"PATH": GUEST_PATH, "PYTHONHASHSEED": "0", "HOME": "/nonexistent", "MPLCONFIGDIR": "/tmp/matplotlib"}
+    with open(log_path, "wb") as log:
+        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env)
+    scratch = tree / "tmp"
+    for path in scratch.iterdir() if scratch.is_dir() else ():
+        shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+    if proc.returncode != 0 or not (tree / INDEX_FILE).is_file():
+        tail = log_path.read_text(errors="replace")[-2000:]
+        raise ImageError(f"{recipe.name}: indexing the modules failed with status {proc.returncode}:\n{tail}")
+    return True
 
 
 def package_manifest(tree: Path) -> tuple[str, ...]:

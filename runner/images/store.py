@@ -15,8 +15,10 @@ from pathlib import Path
 
 from runner.config import PIN_PATH, RECIPES_DIR, Paths
 from runner.images.build import (
+    INDEX_FILE,
     byte_compile_overlay,
     finish_tree,
+    index_modules,
     lay_overlay,
     mmdebstrap,
     package_manifest,
@@ -213,6 +215,8 @@ class ImageStore:
             replace_host_files(tree)
             lay_overlay(recipe, tree)
             byte_compile_overlay(recipe, tree, work / "compile.log")
+            if index_modules(recipe, tree, work / "index.log"):
+                log(f"{recipe.name}: indexed its modules for completion ({(tree / INDEX_FILE).stat().st_size} bytes)")
             finish_tree(tree, recipe.source_date_epoch)
             archive_tmp = work / "image.tar"
             digest = write_archive(recipe, tree, work, archive_tmp)

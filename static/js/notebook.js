@@ -340,6 +340,8 @@ class Cell {
     this.editorBox = el("div", { class: "editor" });
     const parts = [bar, this.editorBox];
     if (this.isCode) {
+      this.callLine = el("p", { class: "call-signature small", role: "status", hidden: true });
+      parts.push(this.callLine);
       this.inputsBox = el("div", { class: "inputs", role: "group", "aria-label": "inputs" });
       parts.push(this.inputsBox, this.limitsBox());
       // A cell kept from when the site allowed more still shows its policy, so it can be emptied.
@@ -409,9 +411,20 @@ class Cell {
         if (this.isCode) runCell(this); else this.render();
         focusNext(this);
       },
-      onEscape: () => select(this),
+      onEscape: () => { this.showCall(null); select(this); },
       onChange: (source) => { this.data.source = source; changed(); },
+      complete: this.isCode ? (code, cursor) => complete(this, code, cursor) : null,
+      onCall: (call) => this.showCall(call),
     });
+    this.editor.contentDOM.addEventListener("blur", () => this.showCall(null));
+  }
+
+  // The signature of the call the cursor is in, under the editor (Jupyter's Shift-Tab, on `(`).
+  showCall(call) {
+    if (!this.callLine) return;
+    this.callLine.hidden = !call;
+    if (!call) return;
+    this.callLine.replaceChildren(el("code", {}, `${call.name}${call.signature}`), call.doc ? ` — ${call.doc}` : "");
   }
 
   limitsBox() {
@@ -932,6 +945,18 @@ function useInNextCell(cell, output) {
 
 // Saves, then runs the cell as stored; resolves with the run's record when it ends, or with
 // {outcome: null, reason} when it did not start.
+// What the editor offers at the cursor (POST /complete: the state the cell would start from, the
+// image's modules, the code above): null when the notebook is not on the server yet or the answer
+// does not come, so the editor falls back to its own local names.
+async function complete(cell, code, cursor) {
+  if (!notebookId) return null;
+  try {
+    return await api("POST", `/notebooks/${notebookId}/complete`, { cell_id: cell.data.id, code, cursor });
+  } catch {
+    return null;
+  }
+}
+
 async function runCell(cell) {
   if (!cell.isCode) return { outcome: null, reason: "a markdown cell does not run" };
   if (cell.active || cell.starting) return { outcome: null, reason: "it is already running" };

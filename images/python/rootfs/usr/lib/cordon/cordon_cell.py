@@ -83,6 +83,10 @@ TEXT_MAX_BYTES = 1 * MIB
 TRACEBACK_MAX_BYTES = 256 * KIB
 VARIABLE_TABLE_ROWS, VARIABLE_TABLES, VARIABLE_TABLES_MAX_BYTES = 50, 20, 1 * MIB
 IMAGE_EXTENSIONS = {"image/png": "png", "image/jpeg": "jpeg", "image/svg+xml": "svg"}
+# What the editor completes after a carried name (names, never values): the first 300 names, 100
+# types, 500 attributes each, a name of at most 100 characters, a signature or doc line of 300.
+COMPLETION_NAMES, COMPLETION_TYPES, COMPLETION_ATTRIBUTES, COMPLETION_NAME_CHARS = 300, 100, 500, 100
+COMPLETION_TEXT_CHARS = 300
 
 
 def main(argv: "list[str]") -> object:
@@ -631,7 +635,7 @@ class Kernel:
         files: Any = next((value for name, _, value in items if name == FILES and name not in snapshot.failed), {})
         carried = [{"name": f"{SCRATCH}/{path}", "bytes": len(data)} for path, (_, data) in files.items()]
         return {"variables": _variables(kept), "not_carried": not_carried, "modules": modules, "state": state,
-                "files": carried}  # fmt: skip
+                "files": carried, "completion": _completion(kept)}  # fmt: skip
 
     def _snapshot(
         self, items: "list[tuple[str, str, object]]", modules: "dict[str, str]", facts: "Json"
@@ -1102,15 +1106,98 @@ def _memory(value: object) -> "int | None":
         return None
 
 
+# --- completion ----------------------------------------------------------------------------------
+
+
+def _completion(kept: "list[tuple[str, object]]") -> "Json":
+    """What the editor may complete after a carried name, read without running the cell again:
+    {"names": {name: {"attributes": [[attribute, kind]], "signature"?, "doc"?}}, "types": {"module.
+    qualname": [[attribute, kind]]}}. A name's own attributes are a frame's columns, a dict's string
+    keys, an instance's attributes; its type's are read from the class (inspect.getattr_static, so
+    no property runs). Names and signatures only, never a value."""
+    import inspect
+
+    names: dict[str, Json] = {}
+    types: dict[str, list[list[str]]] = {}
+    for name, value in kept[:COMPLETION_NAMES]:
+        kind = type(value)
+        key = f"{getattr(kind, '__module__', '')}.{_type_name(value)}"
+        if key not in types and len(types) < COMPLETION_TYPES and not key.startswith("builtins."):
+            types[key] = _class_attributes(inspect, kind)  # the image's index has the builtins
+        entry: Json = {"attributes": _own_attributes(value)}
+        if callable(value):
+            entry.update(_signature(inspect, value))
+        names[name] = entry
+    return {"names": names, "types": types}
+
+
+def _class_attributes(inspect: "Any", kind: type) -> "list[list[str]]":
+    out = []
+    try:
+        listed = dir(kind)
+    except Exception:
+        return []
+    for name in listed:
+        if not isinstance(name, str) or _dunder(name) or len(name) > COMPLETION_NAME_CHARS:
+            continue
+        try:
+            found = inspect.getattr_static(kind, name)
+        except Exception:  # noqa: S112 - a class whose __dir__ names what it does not have
+            continue
+        if isinstance(found, property):
+            out.append([name, "property"])
+        elif isinstance(found, (staticmethod, classmethod)) or callable(found):
+            out.append([name, "class" if isinstance(found, type) else "method"])
+        else:
+            out.append([name, "attribute"])
+        if len(out) >= COMPLETION_ATTRIBUTES:
+            break
+    return out
+
+
+def _own_attributes(value: object) -> "list[list[str]]":
+    """A frame's columns, a dict's string keys, an instance's attributes (its __dict__'s keys)."""
+    import itertools
+
+    pandas = sys.modules.get("pandas")
+    keys: list[object] = []
+    kind = "attribute"
+    try:
+        if pandas is not None and isinstance(value, pandas.DataFrame):
+            keys, kind = list(value.columns[:COMPLETION_ATTRIBUTES]), "column"
+        elif isinstance(value, dict):
+            keys, kind = list(itertools.islice(value, COMPLETION_ATTRIBUTES)), "key"
+        elif not isinstance(value, type) and isinstance(getattr(value, "__dict__", None), dict):
+            keys = list(itertools.islice(value.__dict__, COMPLETION_ATTRIBUTES))
+    except Exception:
+        return []
+    return [[key, kind] for key in keys if isinstance(key, str) and len(key) <= COMPLETION_NAME_CHARS]
+
+
+def _signature(inspect: "Any", value: object) -> "Json":
+    out: Json = {}
+    try:
+        out["signature"] = str(inspect.signature(value))[:COMPLETION_TEXT_CHARS]  # type: ignore[arg-type]
+    except Exception:  # noqa: S110 - a builtin without one, or a class whose __signature__ fails
+        pass
+    doc = getattr(value, "__doc__", None)
+    if isinstance(doc, str) and doc.strip():
+        out["doc"] = doc.strip().splitlines()[0][:COMPLETION_TEXT_CHARS]
+    return out
+
+
 def _write_manifest(session: Session, manifest: "Json") -> None:
-    """cell.json, within its cap: the variables' tables go first, then (with a great many names)
-    the lists of names, which are counted instead."""
+    """cell.json, within its cap: the variables' tables go first, then what the editor completes,
+    then (with a great many names) the lists of names, which are counted instead."""
     import json
 
     data = json.dumps(manifest).encode()
     if len(data) > MANIFEST_MAX_BYTES:
         for variable in manifest["variables"]:
             variable["table"] = None
+        data = json.dumps(manifest).encode()
+    if len(data) > MANIFEST_MAX_BYTES:
+        manifest["completion"] = {"names": {}, "types": {}}
         data = json.dumps(manifest).encode()
     if len(data) > MANIFEST_MAX_BYTES:
         manifest["variables_dropped"] = len(manifest["variables"]) + len(manifest["not_carried"])
