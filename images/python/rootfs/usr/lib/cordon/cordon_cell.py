@@ -1177,7 +1177,7 @@ def _own_attributes(value: object) -> "list[list[str]]":
 def _signature(inspect: "Any", value: object) -> "Json":
     out: Json = {}
     try:
-        out["signature"] = str(inspect.signature(value))[:COMPLETION_TEXT_CHARS]  # type: ignore[arg-type]
+        out["signature"] = str(inspect.signature(value))[:COMPLETION_TEXT_CHARS]
     except Exception:  # noqa: S110 - a builtin without one, or a class whose __signature__ fails
         pass
     doc = getattr(value, "__doc__", None)

@@ -18,6 +18,9 @@ import pkgutil
 import re
 import sys
 import warnings
+from typing import Any
+
+Row = list[Any]
 
 MODULES = (
     "builtins", "math", "cmath", "random", "statistics", "os", "os.path", "sys", "json", "re", "collections",
@@ -41,7 +44,9 @@ ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 def main(out: str) -> int:
     warnings.simplefilter("ignore")
-    modules, classes, pending = {}, {}, {}
+    modules: dict[str, list[Row]] = {}
+    classes: dict[str, list[Row]] = {}
+    pending: dict[str, type] = {}
     for name in MODULES:
         try:
             module = importlib.import_module(name)
@@ -51,7 +56,8 @@ def main(out: str) -> int:
         modules[name] = [_member(module, member, pending) for member in _public(module)][:MEMBERS_MAX]
     for key in sorted(pending)[:CLASSES_MAX]:
         classes[key] = _attributes(pending[key])
-    importable = sorted({m.name for m in pkgutil.iter_modules() if not m.name.startswith("_")}
+    # sys.path[0] is this program's folder (Cordon's own cell modules): not a cell's to import.
+    importable = sorted({m.name for m in pkgutil.iter_modules(sys.path[1:]) if not m.name.startswith("_")}
                         | {n for n in sys.builtin_module_names if not n.startswith("_")})  # fmt: skip
     data = {"modules": modules, "classes": classes, "importable": importable}
     with open(out, "w", encoding="utf-8") as handle:
@@ -60,14 +66,14 @@ def main(out: str) -> int:
     return 0
 
 
-def _public(module):
+def _public(module: Any) -> list[str]:
     names = getattr(module, "__all__", None)
     if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
         names = [n for n in dir(module) if not n.startswith("_")]
     return sorted(set(n for n in names if hasattr(module, n)))
 
 
-def _member(module, name, pending):
+def _member(module: Any, name: str, pending: dict[str, type]) -> Row:
     value = getattr(module, name)
     if inspect.ismodule(value):
         return [name, "module", "", _doc(value), value.__name__]
@@ -80,8 +86,8 @@ def _member(module, name, pending):
     return [name, "variable", "", ""]
 
 
-def _attributes(kind):
-    out = []
+def _attributes(kind: type) -> list[Row]:
+    out: list[Row] = []
     for name in sorted(dir(kind)):
         if name.startswith("__") or not isinstance(name, str):
             continue
@@ -104,7 +110,7 @@ def _attributes(kind):
     return out
 
 
-def _signature_doc(name, value, bound=False):
+def _signature_doc(name: str, value: Any, bound: bool = False) -> tuple[str, str]:
     """(signature, doc line): inspect's signature, else the one the docstring opens with, in which
     case the doc line is the next one."""
     doc = inspect.getdoc(value) if _has_doc(value) else None
@@ -124,7 +130,7 @@ def _signature_doc(name, value, bound=False):
     return ADDRESS.sub("", signature)[:TEXT_MAX], first[:TEXT_MAX]
 
 
-def _opening_signature(name, lines):
+def _opening_signature(name: str, lines: list[str]) -> tuple[str, list[str]]:
     """The signature a docstring opens with, over as many lines as its parentheses take (at most
     five), and the lines after it."""
     text, depth = "", 0
@@ -136,14 +142,14 @@ def _opening_signature(name, lines):
     return "", lines
 
 
-def _has_doc(value):
+def _has_doc(value: Any) -> bool:
     try:
         return isinstance(value.__doc__, str)
     except Exception:
         return False
 
 
-def _doc(value):
+def _doc(value: Any) -> str:
     text = value.__doc__ if _has_doc(value) else ""
     first = next((line.strip() for line in text.splitlines() if line.strip()), "")
     return first[:TEXT_MAX]
