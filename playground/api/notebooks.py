@@ -246,7 +246,7 @@ def notebook_cell_run(request: HttpRequest, notebook_id: UUID, cell_id: CellId) 
 
 class CompleteIn(BodyIn):
     cell_id: CellId
-    code: Annotated[str, Field(max_length=notebook_services.MAX_SOURCE_BYTES)] = Field(
+    code: Annotated[Text, Field(max_length=notebook_services.MAX_SOURCE_BYTES)] = Field(
         description="the cell's text as the editor has it (saved or not)"
     )
     cursor: Annotated[int, Field(ge=0, le=notebook_services.MAX_SOURCE_BYTES)] = Field(
