@@ -53,13 +53,24 @@ def ready_checks(supervisor: Supervisor) -> list[Check]:
     for pool in pools:
         for cls in pool["classes"]:
             detail = (
-                f"process {pool['pid']}: {cls['ready']} ready, {cls['in_use']} in use, {cls['failures']} failures "
-                f"in a row, {cls['memory_bytes'] // (1024 * 1024)} MiB held, {cls.get('reserved_mib', 0)} MiB "
-                f"reserved in admission; made {pool['made']}, claimed "
-                f"{pool['claimed']}, fell back cold {pool['fell_back']}"
-            ) + ("; none made lately: admission had no room for one" if cls.get("no_room") else "")
+                (
+                    f"process {pool['pid']}: {cls['ready']} ready, {cls['in_use']} in use, {cls['failures']} failures "
+                    f"in a row, {cls['memory_bytes'] // (1024 * 1024)} MiB held, {cls.get('reserved_mib', 0)} MiB "
+                    f"reserved in admission; made {pool['made']}, claimed "
+                    f"{pool['claimed']}, fell back cold {pool['fell_back']}"
+                )
+                + ("; none made lately: admission had no room for one" if cls.get("no_room") else "")
+                + _lately(cls)
+            )
             checks.append(Check(f"ready {cls['class']}", not cls["stopped"], cls["stopped"] or detail))
     return checks
+
+
+def _lately(cls: dict[str, Any]) -> str:
+    """What a class's making and runs took lately (a run waits for a making only if that is sooner)."""
+    names = (("make_s", "making one"), ("ready_run_s", "a ready run"), ("cold_run_s", "a cold run"))
+    took = [f"{what} {cls[key]:g} s" for key, what in names if cls.get(key) is not None]
+    return f"; lately: {', '.join(took)}" if took else ""
 
 
 def _cgroups() -> Check:

@@ -10,9 +10,11 @@ start. From there the run is supervised, torn down and audited as any other. A r
 serves exactly one run (the audit says so, check by check), and its replacement is made in the
 background, off every run's critical path, once no run of the process is under way, at the lowest
 CPU weight (MAKER_CPU_WEIGHT: it takes only CPU no run wants; a run that waits for it raises it to
-its own). Made beside a notebook's running cells instead, one per cell, it was measured a loss on a
-2-core host (12 cells back to back: 5 to 12 of them handed a ready sandbox, p50 546-694 ms, against
-487 ms all cold): making a cell's sandbox (all its imports) costs more than a cold cell.
+its own). A run waits for one being made only when that is sooner than starting cold
+(_worth_waiting, from what making one and the class's runs took lately). Made beside a notebook's
+running cells instead, one per cell, it was measured a loss on a 2-core host (12 cells back to
+back: p50 546-694 ms, against 487 ms all cold that day): making a cell's sandbox (all its imports)
+costs more than a cold cell.
 
 Why it is as isolated as a cold one: it is the same sandbox, made by the same code (the engine's
 prepare and start), merely earlier; the interpreter in it was started fresh by the image, not
@@ -68,12 +70,19 @@ ANALYST_WORDS = (b"pandas", b"matplotlib")
 MEMORY_MARGIN_BYTES = 32 * 1024 * 1024
 NO_ROOM_BACKOFF_S = 1.0  # after admission had no room for a ready sandbox, before it is asked again
 WAITERS_CHECK_S = 0.05  # how often a pool holding idle sandboxes looks for runs waiting for room
-# A replacement is made once this process has had no run for this long: runs that come back to back
-# (a queue being drained, a notebook's Run all: the next cell is posted ~0.1 s after one ends) gain
-# nothing from one, whose making would only take CPU from them, and would wait for it: measured,
-# 12 cells back to back over a frame's state took p50 709 ms at 0.05 s here (11 of them waiting for
-# a ~0.7 s make), 487 ms at 0.4 s (cold, as with no ready sandboxes); a cell a second still finds one.
-IDLE_BEFORE_MAKE_S = 0.4
+# A replacement is made once this process has had no run for this long (a run's end, then its
+# caller's next request). A run that finds its class's sandbox being made waits for it only if what
+# is left of the making is shorter than what a ready sandbox saves it (ReadyPool._worth_waiting).
+# Measured here with a notebook's Run all (12 cells back to back over a frame's state, the next
+# posted ~0.1 s after one ends; a cell's sandbox takes ~0.7-0.9 s to make and saves ~0.3 s), two
+# rounds each, p50: ready sandboxes off 722/700 ms; this 651/636 ms (6 of 12 ready: a cell that
+# does not wait starts cold, the next finds the sandbox made meanwhile) and a cell a second 175/167
+# ms; every making waited for, 938 ms; making stopped (cgroup freezer) while a cold cell ran,
+# 702/701 ms (3 of 12); a cell's class made only after 0.4 s without a run, 692/690 ms, and a cell a
+# second 347/374 ms (it came before its making was done). A hello's sandbox takes ~0.05 s to make.
+IDLE_BEFORE_MAKE_S = 0.05
+# How a class's runs went, kept as a moving average: a new measure counts for this much.
+SMOOTHING = 0.3
 # A waiting sandbox's share of a busy CPU (cgroup v2's least): it is made with what no run wants,
 # and the run that takes it gets its own weight at hand-over.
 MAKER_CPU_WEIGHT = 1
@@ -238,7 +247,10 @@ class ReadyPool:
         self.supervisor = supervisor
         self.settings = settings
         self.idle: dict[ReadyClass, Ready] = {}
-        self.making: set[ReadyClass] = set()
+        self.making: dict[ReadyClass, float] = {}  # being made, since (time.monotonic())
+        self.make_s: dict[ReadyClass, float] = {}  # how long making one takes, lately
+        self.took_s: dict[tuple[ReadyClass, str], float] = {}  # a run's time, by class and start, lately
+        self.asking: dict[str, tuple[ReadyClass, float]] = {}  # a run under way: its class, time it waited
         self.wanted: OrderedDict[ReadyClass, float] = OrderedDict()  # the classes met, oldest first
         self.in_use: dict[str, Ready] = {}
         self.failures: dict[ReadyClass, int] = {}
@@ -265,13 +277,18 @@ class ReadyPool:
         cls, why = ready_class(spec, image, engine)
         if cls is None:
             return None, why
-        deadline = time.monotonic() + self.settings.wait_s
+        asked = time.monotonic()
+        deadline = asked + self.settings.wait_s
         with self.changed:
             self._want(cls)
+            self.asking[run_id] = (cls, 0.0)
             if cls not in self.idle and cls in self.making:
+                if not self._worth_waiting(cls):
+                    return None, "its class's sandbox is being made, and starting cold is sooner"
                 self._hurry(cls, spec.cpu_weight)
             while cls not in self.idle and cls in self.making and time.monotonic() < deadline:
                 self.changed.wait(max(0.0, deadline - time.monotonic()))
+            self.asking[run_id] = (cls, time.monotonic() - asked)
             ready = self.idle.get(cls)
             if ready is None:
                 return None, self.stopped.get(cls) or "no ready sandbox of its class yet"
@@ -327,11 +344,16 @@ class ReadyPool:
         with self.changed:
             self.runs_now += 1
 
-    def run_ends(self) -> None:
-        """It ended: replacements are made once the process has been idle a moment."""
+    def run_ends(self, run_id: str = "", start: str = "", took_s: float | None = None) -> None:
+        """It ended (`start` "ready" or "cold", after `took_s`): replacements are made once the
+        process has been idle a moment."""
         with self.changed:
             self.runs_now -= 1
             self.last_run_end = time.monotonic()
+            claimed = self.asking.pop(run_id, None)
+            if claimed is not None and start and took_s is not None:
+                cls, waited_s = claimed  # a ready run's wait for its sandbox is the making's, not the run's
+                _smooth(self.took_s, (cls, start), took_s - waited_s if start == "ready" else took_s)
             self.changed.notify_all()
 
     def drain(self) -> int:
@@ -384,6 +406,21 @@ class ReadyPool:
                 threading.Thread(target=self._discard, args=(stale,), daemon=True).start()
         self.changed.notify_all()
 
+    def _saves_s(self, cls: ReadyClass) -> float | None:
+        """(lock held) What a ready sandbox saves a run of `cls`, lately: cold runs' time less
+        ready runs' (None until both were measured)."""
+        cold_s, ready_s = self.took_s.get((cls, "cold")), self.took_s.get((cls, "ready"))
+        return None if cold_s is None or ready_s is None else cold_s - ready_s
+
+    def _worth_waiting(self, cls: ReadyClass) -> bool:
+        """(lock held) Whether a run of `cls` that finds its sandbox being made should wait for it:
+        unless what is left of the making (as long as it took lately) is longer than what it saves.
+        Nothing measured yet: wait."""
+        made_s, saves_s = self.make_s.get(cls), self._saves_s(cls)
+        if made_s is None or saves_s is None:
+            return True
+        return made_s - (time.monotonic() - self.making[cls]) <= saves_s
+
     def _hurry(self, cls: ReadyClass, cpu_weight: int) -> None:
         """(lock held) A run waits for the sandbox of `cls` being made: it is made with the run's
         CPU weight from now on (never a run held up by a maker only idle CPU feeds)."""
@@ -419,7 +456,7 @@ class ReadyPool:
                     kind, cls = todo
                     stale = self.idle.pop(cls) if kind in ("recycle", "yield") else None
                     if stale is None:
-                        self.making.add(cls)
+                        self.making[cls] = time.monotonic()
             if todo is None:  # only the published status was behind (a claim, a run's end)
                 self._publish()
                 continue
@@ -429,7 +466,7 @@ class ReadyPool:
                 log.exception("ready sandboxes: %s of %s failed", kind, cls.label)
                 with self.changed:
                     self._failed(cls, "an unexpected error in the pool (see the worker's log)")
-                    self.making.discard(cls)
+                    self.making.pop(cls, None)
             self._publish()
 
     def _step(self, cls: ReadyClass, stale: Ready | None) -> None:
@@ -449,7 +486,9 @@ class ReadyPool:
             if ready is None:  # no room now: asked again after a pause, not in a loop
                 self.no_room_until = time.monotonic() + NO_ROOM_BACKOFF_S
         with self.changed:
-            self.making.discard(cls)
+            self.making.pop(cls, None)
+            if ready is not None:
+                _smooth(self.make_s, cls, ready.make_s)
             keep = ready is not None and cls in self.wanted and not self.closed
             if ready is not None and keep:
                 self.idle[cls] = ready
@@ -616,6 +655,10 @@ class ReadyPool:
                     "reserved_mib": ready.reserved_mib if ready else 0,
                     "stopped": self.stopped.get(cls, ""),
                     "no_room": cls in self.no_room and ready is None,
+                    # lately: how long one takes to make, and a run of the class from each start
+                    "make_s": _rounded(self.make_s.get(cls)),
+                    "ready_run_s": _rounded(self.took_s.get((cls, "ready"))),
+                    "cold_run_s": _rounded(self.took_s.get((cls, "cold"))),
                 })  # fmt: skip
             return {"pid": os.getpid(), "classes": sorted(classes, key=lambda c: c["class"]), **self.counts}
 
@@ -633,6 +676,16 @@ class ReadyPool:
 
 
 os.register_at_fork(after_in_child=ReadyPool._forget_inherited)
+
+
+def _smooth(averages: dict[Any, float], key: Any, value: float) -> None:
+    """`averages[key]` moved towards `value` (SMOOTHING), or set to it the first time."""
+    old = averages.get(key)
+    averages[key] = value if old is None else old + SMOOTHING * (value - old)
+
+
+def _rounded(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds, 3)
 
 
 def status_files(host_state_dir: Path) -> list[dict[str, Any]]:

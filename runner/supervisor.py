@@ -321,7 +321,7 @@ class Supervisor:
             if ready is not None and pool is not None:
                 result.cleanup.append(pool.finished(ready, run_id, fell_back=fell_back))
             if pool is not None:
-                pool.run_ends()
+                pool.run_ends(run_id, result.sandbox_start or "", time.monotonic() - started)
             lock.release()
         if closed_egress is not None:
             result.egress = closed_egress.proxy.summary()

@@ -6,6 +6,7 @@ used once, replaced by a cold start when it cannot take its run, and swept after
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -20,11 +21,21 @@ from typing import Any, cast
 import pytest
 
 from runner.config import paths_from_env
+from runner.doctor import ready_checks
 from runner.engines.common import CgroupState
 from runner.host import hostfs
 from runner.host.admission import Admission, Capacity
 from runner.host.cgroups import CgroupLayout
-from runner.ready import MAKER_CPU_WEIGHT, Ready, ReadyClass, ReadyPool, ReadyReused, ReadySettings, ready_class
+from runner.ready import (
+    MAKER_CPU_WEIGHT,
+    SMOOTHING,
+    Ready,
+    ReadyClass,
+    ReadyPool,
+    ReadyReused,
+    ReadySettings,
+    ready_class,
+)
 from runner.spec import MIB, Limits, Outcome, RunResult, RunSpec
 from runner.supervisor import Supervisor
 from tests.conftest import child_env
@@ -450,3 +461,54 @@ def test_a_run_that_waits_for_a_sandbox_being_made_raises_its_cpu_weight_to_its_
 def said_text(result: RunResult) -> str:
     assert result.outcome is Outcome.SUCCEEDED, (result.reason, result.stderr[-2000:])
     return result.stdout.decode()
+
+
+def test_a_run_starts_cold_rather_than_wait_for_a_making_longer_than_what_a_ready_sandbox_saves(
+    supervisor: Supervisor,
+) -> None:
+    """A pool of its own whose cell class's making took 30 s lately, and saved a run 0.2 s: a run that
+    finds one being made does not wait for it (a notebook's Run all: its next cell starts cold, the
+    one after finds it made), and the making goes on at its lowest weight."""
+    own = ReadyPool(supervisor, ReadySettings(enabled=True, room_mib=384, wait_s=30.0))
+    try:
+        spec = RunSpec(runtime="python", script=b"print(1)", engine="namespace", cell=True, limits=CELL_LIMITS)
+        cls = class_of(supervisor, spec)
+        with own.changed:
+            own.make_s[cls] = 30.0
+            own.took_s[(cls, "cold")], own.took_s[(cls, "ready")] = 0.3, 0.1
+            own._want(cls)
+        deadline = time.monotonic() + 30
+        while cls not in own.making and time.monotonic() < deadline:
+            time.sleep(0.002)
+        assert cls in own.making, own.status()
+        own.run_begins()
+        asked = time.monotonic()
+        ready, why = own.claim(supervisor.engines["namespace"], spec, supervisor.images.resolve("python"), "r1")
+        answered_s = time.monotonic() - asked
+        own.run_ends("r1", "cold", 0.5)
+        assert ready is None and why == "its class's sandbox is being made, and starting cold is sooner"
+        assert answered_s < 1.0 and cls not in own.hurried
+        assert own.took_s[(cls, "cold")] == pytest.approx(0.3 + SMOOTHING * (0.5 - 0.3))  # a moving average
+        made = own.wait_ready(cls, 60)  # made all the same, for the run after
+        assert made is not None and cpu_weight(made) == MAKER_CPU_WEIGHT, own.status()
+        assert own.make_s[cls] < 30.0  # its real making moved the average down
+    finally:
+        own.close()
+
+
+def test_the_pool_learns_what_making_a_class_takes_and_what_its_runs_take(supervisor: Supervisor) -> None:
+    """What _worth_waiting weighs comes from runs: a ready run's time (without its wait for the
+    making) and a making's, shown by status() for doctor."""
+    script = b"print('learned')"
+    cls = class_of(supervisor, RunSpec(runtime="python", script=script, engine="namespace"))
+    the_pool = pool(supervisor)
+    before = the_pool.took_s.get((cls, "ready"))
+    result = ready_run(supervisor, script)
+    took = the_pool.took_s[(cls, "ready")]
+    measured = took if before is None else before + (took - before) / SMOOTHING  # this run's, from the average
+    assert 0 < measured <= result.timings["total_s"] + 0.001 and 0 < the_pool.make_s[cls] < 60
+    [shown] = [c for c in the_pool.status()["classes"] if c["class"] == cls.label]
+    assert shown["ready_run_s"] == round(took, 3) and shown["make_s"] == round(the_pool.make_s[cls], 3)
+    the_pool._publish()
+    [line] = [c for c in ready_checks(supervisor) if c.name == f"ready {cls.label}" and str(os.getpid()) in c.detail]
+    assert f"lately: making one {shown['make_s']:g} s, a ready run {shown['ready_run_s']:g} s" in line.detail
