@@ -252,6 +252,11 @@ class CompleteIn(BodyIn):
     cursor: Annotated[int, Field(ge=0, le=notebook_services.MAX_SOURCE_BYTES)] = Field(
         description="the cursor's place in code, in characters"
     )
+    above_cell_id: CellId | None = Field(
+        None,
+        description="the cell above it on the page: for a cell the notebook does not hold yet (added, not "
+        "saved), the state that cell leaves is the one completed from (without it, the notebook's last)",
+    )
 
 
 class MatchOut(Schema):
@@ -280,7 +285,8 @@ def notebook_complete(request: HttpRequest, notebook_id: UUID, payload: Complete
     attributes (a frame's columns, a dict's keys), the image's modules and their members with
     signatures, and the names the cell's code above the cursor binds. Never runs anything."""
     return completion_selectors.notebook_complete(notebook=_notebook(request, notebook_id), cell_id=payload.cell_id,
-                                                  code=payload.code, cursor=payload.cursor)  # fmt: skip
+                                                  code=payload.code, cursor=payload.cursor,
+                                                  above_cell_id=payload.above_cell_id)  # fmt: skip
 
 
 @api.get(

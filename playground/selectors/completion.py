@@ -13,7 +13,7 @@ from typing import Any
 
 from playground.completion import Index, State, complete
 from playground.models import Notebook
-from playground.selectors.cells import notebook_chain
+from playground.selectors.cells import CellChain, Source, notebook_chain
 from runner.config import paths_from_env
 from runner.images import ImageError, ImageStore
 
@@ -24,19 +24,33 @@ INDEX_PATH = "usr/lib/cordon/completion.json"
 INDEX_MAX_BYTES = 64 << 20
 
 
-def notebook_complete(*, notebook: Notebook, cell_id: str, code: str, cursor: int) -> dict[str, Any]:
+def notebook_complete(
+    *, notebook: Notebook, cell_id: str, code: str, cursor: int, above_cell_id: str | None = None
+) -> dict[str, Any]:
     """The matches at `cursor` of `code` (the cell's text as the editor has it, saved or not) in
-    cell `cell_id`; a cell the notebook does not hold yet (just added) starts where a new cell at
-    the end would."""
+    cell `cell_id`; a cell the notebook does not hold yet (just added) starts where a cell below
+    `above_cell_id` would, or without it where a new cell at the end would."""
     chain, last = notebook_chain(notebook=notebook)
     cell = next((c for c in notebook.cells if c["id"] == cell_id), None)
-    source = chain[cell_id].starts_from if cell_id in chain else last
+    source = chain[cell_id].starts_from if cell_id in chain else _below(notebook, chain, above_cell_id, last)
     runtime = cell["runtime"] if cell is not None and cell["kind"] == "code" else notebook.runtime
     record = source.run.cell if source is not None else None
     state = State.from_manifest(record.manifest if record is not None else {})
     if source is not None and source.run.runtime != runtime:
         state = State()  # a change of runtime starts from nothing
     return complete(code=code, cursor=cursor, runtime=runtime, state=state, index=image_index(runtime))
+
+
+def _below(
+    notebook: Notebook, chain: dict[str, CellChain], above_cell_id: str | None, last: Source | None
+) -> Source | None:
+    """The state a cell just below `above_cell_id` starts from: the next code cell's (one runs
+    after it as the new cell would), or the notebook's last after the last code cell."""
+    ids = [c["id"] for c in notebook.cells]
+    if above_cell_id not in ids:
+        return last
+    below = ids[ids.index(above_cell_id) + 1 :]
+    return next((chain[i].starts_from for i in below if i in chain), last)
 
 
 def image_index(name: str) -> Index | None:

@@ -943,20 +943,23 @@ function useInNextCell(cell, output) {
 
 // --- running --------------------------------------------------------------------------------
 
-// Saves, then runs the cell as stored; resolves with the run's record when it ends, or with
-// {outcome: null, reason} when it did not start.
 // What the editor offers at the cursor (POST /complete: the state the cell would start from, the
 // image's modules, the code above): null when the notebook is not on the server yet or the answer
-// does not come, so the editor falls back to its own local names.
+// does not come, so the editor falls back to its own local names. The cell above is named too: a
+// cell added and not saved yet starts from what that one leaves.
 async function complete(cell, code, cursor) {
   if (!notebookId) return null;
+  const above = cells[cells.indexOf(cell) - 1];
+  const body = { cell_id: cell.data.id, code, cursor, ...(above ? { above_cell_id: above.data.id } : {}) };
   try {
-    return await api("POST", `/notebooks/${notebookId}/complete`, { cell_id: cell.data.id, code, cursor });
+    return await api("POST", `/notebooks/${notebookId}/complete`, body);
   } catch {
     return null;
   }
 }
 
+// Saves, then runs the cell as stored; resolves with the run's record when it ends, or with
+// {outcome: null, reason} when it did not start.
 async function runCell(cell) {
   if (!cell.isCode) return { outcome: null, reason: "a markdown cell does not run" };
   if (cell.active || cell.starting) return { outcome: null, reason: "it is already running" };

@@ -160,16 +160,26 @@ def test_a_run_cell_records_what_the_next_cell_completes_and_another_user_never_
         "import pandas as pd, numpy as np\nsales = pd.DataFrame({'price': [1, 2], 'units': [3, 4]})\n"
         "conf = {'alpha': 1, 'beta': 2}\ndef scale(x, factor=2):\n    'Scale x.'\n    return x * factor"
     )
-    notebook = create(owner, cells=[code_cell("a", source), code_cell("b", "")])
-    (first,) = run_all(owner, {**notebook, "cells": notebook["cells"][:1]})
-    assert first["outcome"] == "succeeded"
+    notebook = create(owner, cells=[code_cell("a", source), code_cell("b", ""), code_cell("c", "extra = 1")])
+    first, last = run_all(owner, {**notebook, "cells": [notebook["cells"][0], notebook["cells"][2]]})
+    assert first["outcome"] == last["outcome"] == "succeeded"
     url = f"/api/notebooks/{notebook['id']}/complete"
 
-    def ask(client: Client, code: str) -> dict[str, Any]:
-        body = {"cell_id": "b", "code": code, "cursor": len(code)}
+    def ask(client: Client, code: str, cell_id: str = "b", **more: str) -> dict[str, Any]:
+        body = {"cell_id": cell_id, "code": code, "cursor": len(code), **more}
         answered = client.post(url, body, content_type="application/json")
         assert answered.status_code == 200, answered.content
         return dict(answered.json())
+
+    def names(answer: dict[str, Any]) -> list[str]:
+        return [m["text"] for m in answer["matches"]]
+
+    # A cell starts from the state the cells above it leave: b from a's, not c's; a cell added and
+    # not saved yet from the state of the cell above it on the page, or the notebook's last.
+    assert "extra" not in names(ask(owner, "ext")) and "sales" in names(ask(owner, "sal"))
+    assert "extra" not in names(ask(owner, "ext", "new", above_cell_id="a"))
+    assert names(ask(owner, "sales.", "new", above_cell_id="b"))[:2] == ["price", "units"]
+    assert "extra" in names(ask(owner, "ext", "new", above_cell_id="c")) and "extra" in names(ask(owner, "ext", "new"))
 
     matches = ask(owner, "sales.")["matches"]
     assert [m["text"] for m in matches[:2]] == ["price", "units"]
@@ -179,7 +189,7 @@ def test_a_run_cell_records_what_the_next_cell_completes_and_another_user_never_
     assert ask(owner, "scale(")["call"] == {"name": "scale", "signature": "(x, factor=2)", "doc": "Scale x."}
     array = next(m for m in ask(owner, "np.arr")["matches"] if m["text"] == "array")
     assert array["signature"].startswith("(object")
-    assert Run.objects.count() == 1  # completion ran nothing
+    assert Run.objects.count() == 2  # completion ran nothing
 
     stranger = api(UserFactory())
     mine = create(stranger, cells=[code_cell("b", "")])
