@@ -249,7 +249,7 @@ class CompleteIn(BodyIn):
     code: Annotated[Text, Field(max_length=notebook_services.MAX_SOURCE_BYTES)] = Field(
         description="the cell's text as the editor has it (saved or not)"
     )
-    cursor: Annotated[int, Field(ge=0, le=notebook_services.MAX_SOURCE_BYTES)] = Field(
+    cursor: Annotated[Int, Field(ge=0, le=notebook_services.MAX_SOURCE_BYTES)] = Field(
         description="the cursor's place in code, in characters"
     )
     above_cell_id: CellId | None = Field(

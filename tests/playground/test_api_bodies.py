@@ -9,11 +9,11 @@ import json
 import re
 import uuid
 from collections.abc import Iterator
-from typing import Any, get_args
+from typing import Annotated, Any, get_args, get_origin
 
 import pytest
 from django.test import Client
-from pydantic import BaseModel
+from pydantic import BaseModel, Strict
 
 import playground.urls  # noqa: F401  (it adds the classroom's router to the API)
 from playground.bodies import BodyIn
@@ -64,6 +64,40 @@ def test_every_object_a_json_body_holds_is_read_as_a_json_object() -> None:
                             for found in _models_within(field.annotation, seen):
                                 assert issubclass(found, BodyIn), f"{found.__qualname__} is not a bodies.BodyIn"
     assert len(seen) >= 14, seen
+
+
+def _body_models() -> set[type[BaseModel]]:
+    seen: set[type] = set()
+    for _, router in ninja_api._routers:
+        for view in router.path_operations.values():
+            for operation in view.operations:
+                for model in operation.models:
+                    if model.__ninja_param_source__ == "body":
+                        for field in model.model_fields.values():
+                            list(_models_within(field.annotation, seen))
+    return seen
+
+
+def _lax(annotation: Any, metadata: list[Any]) -> bool:
+    """Whether a whole number, number or boolean within `annotation` is read in pydantic's lax mode."""
+    if get_origin(annotation) is Annotated:
+        base, *more = get_args(annotation)
+        return _lax(base, [*metadata, *more])
+    if annotation in (int, float, bool):
+        return not any(isinstance(m, Strict) and m.strict for m in metadata)
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return False  # walked as a model of its own
+    return any(_lax(argument, []) for argument in get_args(annotation))
+
+
+def test_every_number_and_boolean_a_json_body_holds_is_read_strictly() -> None:
+    """bodies.Int, Number and Bool, never int, float or bool: lax mode reads false as 0 and "3" as 3
+    (the fuzzer found a completion's cursor taking false)."""
+    models = _body_models()
+    lax = [f"{model.__qualname__}.{name}" for model in models for name, field in model.model_fields.items()
+           if _lax(field.annotation, list(field.metadata))]  # fmt: skip
+    assert not lax, lax
+    assert len(models) >= 14, models
 
 
 def test_the_document_lists_the_json_body_operations_this_test_walks() -> None:

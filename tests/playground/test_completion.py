@@ -132,7 +132,9 @@ def test_the_endpoint_checks_its_body_and_answers_only_for_the_owners_notebook()
     )
     bad = [{"cell_id": "a", "code": "x"}, {"cell_id": "a", "code": "x", "cursor": -1},
            {"cell_id": "a b", "code": "x", "cursor": 0}, {"cell_id": "a", "code": "x" * (2 << 20), "cursor": 0},
-           {"cell_id": "a", "code": "x", "cursor": 10 << 20}, {"cell_id": "a", "code": 5, "cursor": 0}]  # fmt: skip
+           {"cell_id": "a", "code": "x", "cursor": 10 << 20}, {"cell_id": "a", "code": 5, "cursor": 0},
+           {"cell_id": "a", "code": "x", "cursor": False}, {"cell_id": "a", "code": "x", "cursor": "1"},
+           {"cell_id": "a", "code": "x", "cursor": 1, "above_cell_id": 3}]  # fmt: skip
     for body in bad:
         assert owner.post(url, body, content_type="application/json").status_code == 422, body
     assert not Run.objects.exists()  # nothing ran
