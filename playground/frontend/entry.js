@@ -108,6 +108,17 @@ function tabCompletes(view) {
   return /[\w.'"]/.test(before);
 }
 
+// Whether a line's text up to the cursor leaves a call's parenthesis open (the signature shown
+// under the editor stays while it does: typing the arguments, not after `)` or a new text).
+function inCall(before) {
+  let depth = 0;
+  for (const ch of before) {
+    if (ch === "(") depth += 1;
+    else if (ch === ")") depth = Math.max(0, depth - 1);
+  }
+  return depth > 0;
+}
+
 export function create(parent, { doc, language: name, label, onRun, onRunNext, onEscape, onChange, complete, onCall }) {
   const keys = Prec.highest(keymap.of([
     { key: "Mod-Enter", run: () => { if (onRun) onRun(); return Boolean(onRun); } },
@@ -122,9 +133,13 @@ export function create(parent, { doc, language: name, label, onRun, onRunNext, o
     if (!onCall || !complete || !update.docChanged) return;
     let typed = "";
     update.changes.iterChanges((fromA, toA, fromB, toB, inserted) => { typed = inserted.toString(); });
-    if (typed !== "(" && typed !== "()") { if (typed.includes(")")) onCall(null); return; }
     const code = update.state.doc.toString();
     const pos = update.state.selection.main.head;
+    if (typed !== "(" && typed !== "()") {
+      const line = update.state.doc.lineAt(pos);
+      if (!inCall(line.text.slice(0, pos - line.from))) onCall(null);
+      return;
+    }
     complete(code, codePoints(code.slice(0, pos))).then((answer) => onCall(answer ? answer.call : null));
   });
   return new EditorView({

@@ -61,9 +61,16 @@ def test_df_dot_tab_lists_the_columns_then_methods_and_a_paren_shows_the_signatu
     expect(call).to_contain_text("df.head(n")
     expect(call).to_contain_text("Return the first")
     page.screenshot(path=shots / "completion-call-1280.png", full_page=True)
+    page.keyboard.type("3")  # the arguments: the signature stays while the call is open
+    expect(call).to_be_visible()
+    page.keyboard.type(")")
+    expect(call).to_be_hidden()
+    page.keyboard.type("\ndf.head(")  # a call on a new line
+    expect(call).to_be_visible()
 
     # Tab at the start of a line indents (test_completion.py holds that completing runs nothing).
     _type_code(page, below, "x = 1")
+    expect(call).to_be_hidden()  # a new text, with no call open
     page.keyboard.press("Home")
     page.keyboard.press("Tab")
     expect(below.locator(".cm-content")).to_have_text("    x = 1")
