@@ -219,7 +219,7 @@ def _variables(items: list[Any]) -> list[dict[str, Any]]:
 def _completion(value: Any) -> dict[str, Any]:
     """What the editor completes after a carried name (the cell program's _completion): names and
     signatures, each capped, the kinds among a known few; never shown as the run's output."""
-    value = value if isinstance(value, dict) else {}
+    value = _dict(value)
     names: dict[str, Any] = {}
     for name, entry in list(_dict(value.get("names")).items())[:MAX_VARIABLES]:
         if not _fits(name, NAME_MAX_CHARS):
@@ -253,7 +253,7 @@ def _file(item: dict[str, Any]) -> dict[str, Any]:
 
 
 def _not_carried(item: Any) -> dict[str, str]:
-    item = item if isinstance(item, dict) else {}
+    item = _dict(item)
     return {key: _text(item.get(key), 300) for key in ("name", "type", "why")}
 
 

@@ -15,12 +15,10 @@ from playground.completion import Index, State, complete
 from playground.models import Notebook
 from playground.selectors.cells import CellChain, Source, notebook_chain
 from runner.config import paths_from_env
-from runner.images import ImageError, ImageStore
+from runner.images import INDEX_FILE, ImageError, ImageStore
 
 log = logging.getLogger(__name__)
 
-# Where the image's build writes its index (runner.images.build.index_modules), under its digest.
-INDEX_PATH = "usr/lib/cordon/completion.json"
 INDEX_MAX_BYTES = 64 << 20
 
 
@@ -60,7 +58,7 @@ def image_index(name: str) -> Index | None:
         ref = ImageStore(paths_from_env()).resolve(name)
     except ImageError:
         return None
-    return _index(ref.digest, ref.rootfs / INDEX_PATH)
+    return _index(ref.digest, ref.rootfs / INDEX_FILE)  # written by the build, under the image's digest
 
 
 @lru_cache(maxsize=4)

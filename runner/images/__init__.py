@@ -17,6 +17,7 @@ Four modules: `recipes` (recipes, lock files, the types), `build`, `verify`, and
 ImageStore that builds, finds and verifies). What the rest of Cordon uses is named here.
 """
 
+from runner.images.build import INDEX_FILE
 from runner.images.recipes import (
     BuildResult,
     BuiltImage,
@@ -32,6 +33,6 @@ from runner.images.recipes import (
 from runner.images.store import ImageStore
 
 __all__ = [
-    "BuildResult", "BuiltImage", "ImageError", "ImageRef", "ImageStore", "LockEntry", "OverlayFile", "Recipe",
-    "load_recipe", "read_lock", "recipe_names",
+    "INDEX_FILE", "BuildResult", "BuiltImage", "ImageError", "ImageRef", "ImageStore", "LockEntry", "OverlayFile",
+    "Recipe", "load_recipe", "read_lock", "recipe_names",
 ]  # fmt: skip
