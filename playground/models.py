@@ -10,6 +10,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import models
+from django.utils import timezone
 
 from runner.spec import Outcome, Phase
 
@@ -205,7 +206,9 @@ class RunEvent(models.Model):
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
     state = models.CharField(max_length=16)
-    at = models.DateTimeField(auto_now_add=True)
+    # When it happened: a worker writes a run's phases in one transaction after the fact
+    # (services/execution.py), each with the time the supervisor announced it.
+    at = models.DateTimeField(default=timezone.now, editable=False)
     detail = models.JSONField(default=dict, blank=True)
 
     class Meta:

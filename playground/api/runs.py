@@ -133,6 +133,10 @@ def _run_detail(request: HttpRequest, run_id: UUID) -> dict[str, Any]:
     return run_out(run, detail=True)
 
 
+def _run_state(request: HttpRequest, run_id: UUID) -> str:
+    return run_selectors.run_state_for_viewer(user=request.user, run_id=run_id)  # type: ignore[arg-type]
+
+
 async def _until_finished(request: HttpRequest, run_id: UUID, timeout_s: float) -> dict[str, Any]:
     """The run's record once it says the run has finished, or after `timeout_s`."""
     loop = asyncio.get_running_loop()
@@ -142,16 +146,23 @@ async def _until_finished(request: HttpRequest, run_id: UUID, timeout_s: float) 
     if layer is not None:
         await layer.group_add(group, channel)  # before the row is read: an end published after it is heard
     try:
+        heard = False
         while True:
-            out = await sync_to_async(_run_detail)(request, run_id)  # 404 for a run the user may not see
+            # The state alone until the run has finished, its whole record once; after its final
+            # message, the record at once (a retried run's says it is queued again: wait on).
+            out = await sync_to_async(_run_detail)(request, run_id) if heard else None
+            # 404 for a run the user may not see
+            state = out["state"] if out is not None else await sync_to_async(_run_state)(request, run_id)
             left = deadline - loop.time()
-            if out["state"] not in ACTIVE_STATES or left <= 0:
-                return out
-            heard = _final_heard(layer, channel) if layer is not None else asyncio.sleep(WAIT_RECHECK_S)
+            if state not in ACTIVE_STATES or left <= 0:
+                return out if out is not None else await sync_to_async(_run_detail)(request, run_id)
+            waiting = _final_heard(layer, channel) if layer is not None else asyncio.sleep(WAIT_RECHECK_S)
             try:
-                await asyncio.wait_for(heard, timeout=min(left, WAIT_RECHECK_S))
+                await asyncio.wait_for(waiting, timeout=min(left, WAIT_RECHECK_S))
             except TimeoutError:
-                pass
+                heard = False
+            else:
+                heard = layer is not None
     finally:
         if layer is not None:
             await layer.group_discard(group, channel)

@@ -81,6 +81,14 @@ def run_get_for_viewer(*, user: User, run_id: Any) -> Run:
     return run
 
 
+def run_state_for_viewer(*, user: User, run_id: Any) -> str:
+    """The run's state alone (one small read), for whoever may read the run; 404 for anyone else."""
+    state = runs_readable_by(user).filter(id=run_id).values_list("state", flat=True).first()
+    if state is None:
+        raise Http404("no such run")
+    return state
+
+
 def output_get_for_viewer(*, user: User, run_id: Any, name: str) -> RunOutputFile:
     """A stored output file, for whoever may read its run (runs_readable_by); 404 for anyone else."""
     outputs = RunOutputFile.objects.filter(run__in=runs_readable_by(user))

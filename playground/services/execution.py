@@ -10,10 +10,11 @@ import secrets
 import shutil
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from datetime import datetime
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.core.files.storage import default_storage
@@ -42,6 +43,9 @@ HEARTBEAT_S = 3.0
 FINISH_RETRY_S = 120.0
 DATABASE_AWAY = (OperationalError, InterfaceError)
 CANCEL_POLL_S = 0.25
+# How long after a phase's announcement its row is written, at most (a round of the supervisor's
+# loop later); its live message goes at once.
+PHASE_WRITE_S = 0.25
 # A run's stored resource samples: [[t_s, cpu_s, memory_bytes, file_bytes], ...] (Run.samples),
 # memory_bytes being the program's own and file_bytes what its files in /tmp and /output hold.
 Samples = list[list[float | None]]
@@ -82,7 +86,9 @@ def _run_claimed(*, run: Run, events: RunEvents, work: Path) -> Run:
                     run_id=run.id.hex[:16], keep_output=False,
                 )  # fmt: skip
         final = _until_stored(
-            lambda: run_finish(run=run, result=result, exported=work / "export", samples=events.samples.rows)
+            lambda: run_finish(
+                run=run, result=result, exported=work / "export", samples=events.samples.rows, phases=events.phases
+            )
         )
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -242,13 +248,25 @@ def run_claim(*, run_id: str, worker: str) -> Run | None:
     return run
 
 
-def run_advance(*, run: Run, state: RunState, detail: dict[str, Any] | None = None) -> bool:
-    """Record a phase the supervisor announced, if a worker still holds the run (a conditional
-    update: a run the reaper finished meanwhile stays finished)."""
-    with transaction.atomic():  # the state and its event row commit together
-        changed = Run.objects.filter(id=run.id, state__in=WORKER_STATES).exclude(state=state).update(state=state)
+class PhaseRow(NamedTuple):
+    """A phase the supervisor announced, and when: its row is written with the next ones."""
+
+    state: RunState
+    detail: dict[str, Any]
+    at: datetime
+
+
+def run_advance(*, run: Run, phases: Sequence[PhaseRow]) -> bool:
+    """Record phases the supervisor announced, in one transaction, if a worker still holds the run
+    (a conditional update: a run the reaper finished meanwhile stays finished). The run's row
+    takes the last one's state."""
+    if not phases:
+        return False
+    with transaction.atomic():  # the state and its event rows commit together
+        changed = Run.objects.filter(id=run.id, state__in=WORKER_STATES).update(state=phases[-1].state)
         if changed:
-            record_event(run=run, state=state, detail=detail)
+            for phase in phases:
+                record_event(run=run, state=phase.state, detail=phase.detail, at=phase.at)
     return bool(changed)
 
 
@@ -261,9 +279,12 @@ def run_heartbeat(*, run: Run, samples: Samples | None = None) -> bool:
     return Run.objects.filter(id=run.id, cancel_requested=True).exists()
 
 
-def run_finish(*, run: Run, result: RunResult, exported: Path | None, samples: Samples) -> Run:
+def run_finish(
+    *, run: Run, result: RunResult, exported: Path | None, samples: Samples, phases: Sequence[PhaseRow] = ()
+) -> Run:
     """The one place a RunResult becomes rows: the run's final record, its cleanup checks and its
-    output files (only if a worker still holds it: the reaper may have finished it)."""
+    output files, and the rows of `phases` not written yet (only if a worker still holds it: the
+    reaper may have finished it)."""
     outcome = result.outcome
     values: dict[str, Any] = {
         "state": RunState.FINISHED,
@@ -304,6 +325,8 @@ def run_finish(*, run: Run, result: RunResult, exported: Path | None, samples: S
         if not Run.objects.filter(id=run.id, state__in=WORKER_STATES).update(**values):
             log_release(run_id=run.id)
             return Run.objects.get(id=run.id)
+        for phase in phases:
+            record_event(run=run, state=phase.state, detail=phase.detail, at=phase.at)
         CleanupCheck.objects.bulk_create(
             [CleanupCheck(run=run, name=c.name, ok=c.ok, detail=c.detail[:1000]) for c in result.cleanup]
         )
@@ -352,14 +375,18 @@ class SampleRows:
 
 class RunEvents:
     """The supervisor's events of one run, as they come: chunks to the stored log and, batched,
-    to the live group; phases to state rows and live `state` messages; samples kept for the
-    record. It also answers the supervisor's `cancelled` question (asked every round) from the
-    run's row, renewing the lease as it goes, and sends a batch whose time has come."""
+    to the live group; phases to live `state` messages at once and to state rows PHASE_WRITE_S
+    later, several in one transaction (a short run's phases are written with its end: four
+    transactions fewer between a hello's start and its end); samples kept for the record. It also
+    answers the supervisor's `cancelled` question (asked every round) from the run's row, renewing
+    the lease as it goes, and sends a batch whose time has come."""
 
     def __init__(self, *, run: Run, live: LivePublisher, clock: Callable[[], float] = time.monotonic) -> None:
         self.run, self.live, self.clock = run, live, clock
         self.batcher = ChunkBatcher(clock=clock)
         self.samples = SampleRows()
+        self.phases: list[PhaseRow] = []  # announced, their rows not written yet
+        self.phases_due = 0.0
         self.cancel = False
         self.next_heartbeat = 0.0
         self.next_cancel_poll = 0.0
@@ -373,17 +400,26 @@ class RunEvents:
             self.live.send_all(self.batcher.flush())
             state = RunState.of(Phase(event["state"]))
             detail = {k: v for k, v in event.items() if k not in ("type", "state")}
-            if self._tolerant(lambda: run_advance(run=self.run, state=state, detail=detail), False):
-                self.live.send(state_message(state, at=time.time()))
+            if not self.phases:
+                self.phases_due = self.clock() + PHASE_WRITE_S
+            self.phases.append(PhaseRow(state, detail, timezone.now()))
+            self.live.send(state_message(state, at=time.time()))
         elif kind == "sample":
             self.samples.add([event["t"], event["cpu_s"], event["memory_bytes"], event["file_bytes"]])
         elif kind == "final":
             self.live.send_all(self.batcher.flush(final=True))
         self._maybe_heartbeat()
 
+    def write_phases(self) -> None:
+        """The rows of the phases announced so far (the run's row takes the last one's state)."""
+        phases, self.phases = self.phases, []
+        self._tolerant(lambda: run_advance(run=self.run, phases=phases), False)
+
     def cancelled(self) -> bool:
         self.live.send_all(self.batcher.due())
         now = self.clock()
+        if self.phases and now >= self.phases_due:
+            self.write_phases()
         if not self.cancel and now >= self.next_cancel_poll:
             self.next_cancel_poll = now + CANCEL_POLL_S
             asked = Run.objects.filter(id=self.run.id, cancel_requested=True).exists

@@ -6,7 +6,7 @@ plus a RunEvent row; the worker's side of a run is services/execution.py."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -309,9 +309,9 @@ def reject_unserved(*, older_than_s: float | None = None) -> int:
     return rejected
 
 
-def record_event(*, run: Run, state: str, detail: dict[str, Any] | None = None) -> RunEvent:
+def record_event(*, run: Run, state: str, detail: dict[str, Any] | None = None, at: datetime | None = None) -> RunEvent:
     """The audit row of a state change (or of a request about the run, e.g. cancel_requested),
-    and its log line (playground.observe)."""
-    row = RunEvent.objects.create(run=run, state=state, detail=detail or {})
+    and its log line (playground.observe). `at`: when it happened, if that was before now."""
+    row = RunEvent.objects.create(run=run, state=state, detail=detail or {}, at=at or timezone.now())
     run_event(run, state, row.detail)
     return row

@@ -77,11 +77,43 @@ def test_a_claimed_run_is_admitted_only_when_the_supervisor_says_its_host_has_ro
     live = RecordingPublisher(run.id)
     events = RunEvents(run=claimed, live=live)
     events({"type": "state", "state": "admitted", "slot": 3})
+    events.write_phases()
     run.refresh_from_db()
     assert run.state == RunState.ADMITTED
     admitted = RunEvent.objects.get(run=run, state="admitted")
     assert admitted.detail == {"slot": 3}
     assert [(m["type"], m.get("state")) for m in live.sent] == [("state", "admitted")]
+
+
+def test_a_phase_is_sent_live_at_once_and_its_row_written_at_the_first_round_past_the_delay(
+    redis_server: Any,
+) -> None:
+    run = _queued_run()
+    claimed = run_claim(run_id=str(run.id), worker="here")
+    assert claimed is not None
+    now = [100.0]
+    live = RecordingPublisher(run.id)
+    events = RunEvents(run=claimed, live=live, clock=lambda: now[0])
+    events.next_heartbeat = events.next_cancel_poll = 1e9  # this test's rounds ask the row nothing else
+    before = timezone.now()
+    events({"type": "state", "state": "admitted", "slot": 0})
+    events({"type": "state", "state": "starting"})
+    assert [m.get("state") for m in live.sent] == ["admitted", "starting"]
+    now[0] += execution.PHASE_WRITE_S / 2
+    events.cancelled()
+    run.refresh_from_db()
+    assert (run.state, _states(run)) == (RunState.CLAIMED, ["claimed"])  # not yet: one transaction for both
+    now[0] += execution.PHASE_WRITE_S
+    events.cancelled()
+    run.refresh_from_db()
+    assert (run.state, _states(run)) == (RunState.STARTING, ["claimed", "admitted", "starting"])
+    written = RunEvent.objects.get(run=run, state="admitted").at
+    assert before <= written <= RunEvent.objects.get(run=run, state="starting").at  # when announced
+    events({"type": "state", "state": "running"})
+    result = RunResult(outcome=Outcome.SUCCEEDED, run_id="r", exit_code=0, cleanup=[CleanupCheck("staging", True, "")])
+    final = run_finish(run=claimed, result=result, exported=None, samples=[], phases=events.phases)
+    assert (final.state, _states(run)) == (RunState.FINISHED, ["claimed", "admitted", "starting", "running",
+                                                               "finished"])  # fmt: skip
 
 
 def test_a_claimed_run_waiting_for_admission_is_cancelled_through_its_worker() -> None:

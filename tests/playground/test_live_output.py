@@ -96,6 +96,7 @@ def test_a_phase_sends_what_is_pending_first_and_the_cut_character_goes_at_the_e
     events({"type": "final", "result": {}})
     chunks = [(m["offset"], m["data"], m["length"]) for m in live.chunks]
     assert chunks == [(0, "ab", 2), (2, "\ufffd", 2)]  # one U+FFFD for the cut character, as the log API
+    events.write_phases()
     assert Run.objects.get(id=run.id).state == RunState.EXPORTING
 
 
