@@ -10,8 +10,8 @@ cell's result (a bare last expression, Jupyter's execute_result), "result" (the 
 {"mime": "text/plain" | "application/json" | "text/latex", "text"}, {"mime": "text/html", "text":
 sanitised HTML}, {"mime": "text/markdown", "text": source, "html": rendered}, {"mime": TABLE,
 "table": {"columns": [{"name", "type"}], "rows", "total_rows", "total_columns"}}, {"mime":
-"image/png" | "image/jpeg" | "image/svg+xml", "file": a session file's name} (the caller stores
-the file and replaces "file" with where it is).
+"image/png" | "image/jpeg" | "image/svg+xml", "file": the display file the cell program wrote for
+it, DISPLAY_FILE} (the caller stores the file and replaces "file" with where it is).
 """
 
 from __future__ import annotations
@@ -19,18 +19,23 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 from typing import Any
 
 import nh3
 
 from playground.markdown import ATTRIBUTES, TAGS, URL_SCHEMES, render_markdown
 from runner import bounded
-from runner.files import SAFE_NAME
 
 log = logging.getLogger(__name__)
 
 TABLE = "application/vnd.cordon.table+json"
 IMAGES = ("image/svg+xml", "image/png", "image/jpeg")
+# The only files a display may show: the image the cell program wrote for display <n> in the
+# type it shows (cordon_cell's `display-<n>.<png|jpeg|svg>`). Never the cell's state, its
+# manifest or any other file it carries, whatever its manifest names.
+DISPLAY_FILE = re.compile(r"display-([1-9][0-9]{0,3})\.(png|jpeg|svg)")
+IMAGE_EXTENSIONS = {"image/png": "png", "image/jpeg": "jpeg", "image/svg+xml": "svg"}
 # The representation a display is shown as, richest first (Jupyter's own order, a table first).
 PREFERENCE = (TABLE, "text/html", "text/markdown", *IMAGES, "application/json", "text/latex", "text/plain")
 MAX_DISPLAYS = 100
@@ -86,7 +91,8 @@ def clean_manifest(*, text: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         return {"displays": [], "manifest": {"problem": "the cell's manifest is not a JSON object"}}
     raw_displays = _list(data.get("displays"))
-    displays = [shown for item in raw_displays[:MAX_DISPLAYS] if (shown := _display(item)) is not None]
+    files: set[str] = set()  # each display file is shown once
+    displays = [shown for item in raw_displays[:MAX_DISPLAYS] if (shown := _display(item, files)) is not None]
     dropped = _count(data.get("displays_dropped")) + max(0, len(raw_displays) - MAX_DISPLAYS)
     manifest = {
         "variables": _variables(_list(data.get("variables"))),
@@ -104,7 +110,7 @@ def clean_manifest(*, text: str) -> dict[str, Any]:
     return {"displays": displays, "manifest": manifest}
 
 
-def _display(item: Any) -> dict[str, Any] | None:
+def _display(item: Any, files: set[str]) -> dict[str, Any] | None:
     data = item.get("data") if isinstance(item, dict) else None
     if not isinstance(data, dict):
         return None
@@ -116,6 +122,10 @@ def _display(item: Any) -> dict[str, Any] | None:
         if mime not in data:
             continue
         shown = _representation(mime, data[mime])
+        if shown is not None and "file" in shown:
+            if shown["file"] in files:
+                continue
+            files.add(shown["file"])
         if shown is not None:
             return {"mime": mime, **shown, "plain": plain, **where}
     return None
@@ -134,7 +144,8 @@ def _representation(mime: str, value: Any) -> dict[str, Any] | None:
         return None if table is None else {"table": table}
     if mime in IMAGES:
         name = value.get("file") if isinstance(value, dict) else None
-        return {"file": name} if isinstance(name, str) and SAFE_NAME.fullmatch(name) else None
+        found = DISPLAY_FILE.fullmatch(name) if isinstance(name, str) else None
+        return {"file": name} if found is not None and found.group(2) == IMAGE_EXTENSIONS[mime] else None
     if mime == "application/json":
         try:
             return {"text": _text(json.dumps(value, indent=2, ensure_ascii=False), TEXT_MAX_CHARS)}

@@ -5,15 +5,20 @@ earlier cell changed, Restart, the export's outputs, and no user ever reaching a
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 import nbformat
 import pytest
+from django.db import transaction
 from django.test import Client
 
 from playground.models import Run, RunCell
+from runner.cells import SESSION_DIR
+from runner.spec import Outcome, OutputFile, RunResult
 from tests.playground.conftest import api, json_error
 from tests.playground.factories import UserFactory
 from tests.playground.test_notebooks import code_cell, create, save, upload
@@ -285,3 +290,58 @@ def test_displays_from_a_hostile_manifest_are_sanitised_capped_and_never_trusted
     assert variable["shape"] == [1, 0] and variable["bytes"] is None
     assert cleaned["manifest"]["error"]["traceback"] == ["\ufffdline"]
     assert clean_manifest(text="[1, 2")["manifest"]["problem"].startswith("the cell's manifest is not JSON")
+
+
+def test_a_display_shows_only_the_image_file_the_cell_program_wrote_for_it() -> None:
+    from playground.displays import clean_manifest
+
+    def shown(mime: str, name: str) -> dict[str, Any]:
+        manifest = {"displays": [{"data": {mime: {"file": name}, "text/plain": "<Figure>"}}]}
+        [display] = clean_manifest(text=json.dumps(manifest))["displays"]
+        return display
+
+    assert shown("image/png", "display-1.png") == {"mime": "image/png", "file": "display-1.png", "plain": "<Figure>",
+                                                   "at": None}  # fmt: skip
+    assert shown("image/svg+xml", "display-12.svg")["file"] == "display-12.svg"
+    # The cell's state, its manifest, a file it carries, an image of another type: its text instead.
+    names = ["state", "cell.json", "notes.png", "display-1.svg", "display-1.png/"]
+    refused = [("image/png", name) for name in names] + [("image/jpeg", "display-0.jpeg")]
+    for mime, name in refused:
+        assert shown(mime, name) == {"mime": "text/plain", "text": "<Figure>", "plain": "<Figure>", "at": None}, name
+    twice = {"data": {"image/png": {"file": "display-3.png"}, "text/plain": "again"}}
+    displays = clean_manifest(text=json.dumps({"displays": [twice, twice]}))["displays"]
+    assert [d["mime"] for d in displays] == ["image/png", "text/plain"]  # one file, shown once
+
+
+def test_a_manifest_naming_the_cells_state_as_its_image_never_gets_it_served(tmp_path: Path) -> None:
+    """What a cell left, as its run's end stores it: its state file, a figure, and a manifest (the
+    sandbox's writing) whose displays name the state, the manifest and the figure as PNGs."""
+    from playground.services.cells import cell_finish_read, cell_finish_store
+    from playground.services.execution import run_claim
+
+    owner = UserFactory()
+    client = api(owner)
+    notebook = create(client, cells=[code_cell("c", "1")])
+    run = Run.objects.create(owner=owner, runtime="python", code="1", limits={})
+    RunCell.objects.create(run=run, notebook_id=notebook["id"], cell_id="c")
+    claimed = run_claim(run_id=str(run.id), worker="here")
+    assert claimed is not None
+    session = tmp_path / SESSION_DIR
+    session.mkdir()
+    png = b"\x89PNG\r\n\x1a\n" + b"figure"
+    names = ("state", "cell.json", "display-3.png")
+    manifest = {"displays": [{"data": {"image/png": {"file": name}, "text/plain": f"<{name}>"}} for name in names]}
+    files = {"state": b"pickled secrets", "cell.json": json.dumps(manifest).encode(), "display-3.png": png}
+    for name, data in files.items():
+        (session / name).write_bytes(data)
+    result = RunResult(outcome=Outcome.SUCCEEDED, run_id="r", exit_code=0, session=[
+        OutputFile(name, len(data), hashlib.sha256(data).hexdigest()) for name, data in files.items()])  # fmt: skip
+    with transaction.atomic():
+        cell_finish_store(run=claimed, finish=cell_finish_read(result=result, exported=tmp_path), result=result,
+                          exported=tmp_path)  # fmt: skip
+    shown = RunCell.objects.get(run=run).displays
+    assert [d["mime"] for d in shown] == ["text/plain", "text/plain", "image/png"]
+    assert [d.get("text") for d in shown[:2]] == ["<state>", "<cell.json>"]
+    assert client.get(f"/api/runs/{run.id}/displays/0").status_code == 404
+    figure = client.get(f"/api/runs/{run.id}/displays/2")
+    assert (figure.status_code, figure["Content-Type"], b"".join(figure.streaming_content)) == (200, "image/png", png)
