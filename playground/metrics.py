@@ -26,7 +26,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from playground.models import WORKER_STATES, Run, RunState, SubmissionState, TestResult, TestStatus
+from playground.models import WORKER_STATES, Run, RunState
+from playground.selectors.runs import grading_in_flight, grading_waiting
 from runner.config import paths_from_env
 from runner.ready import status_files
 from runner.registry import Registry
@@ -124,12 +125,10 @@ def _shared_states() -> Iterator[Metric]:
     queue = GaugeMetricFamily(
         "cordon_grading_queue_depth", "Grading runs waiting for a slot, and in flight", labels=["state"]
     )
-    grading = (SubmissionState.QUEUED, SubmissionState.GRADING)
-    queue.add_metric(
-        ["waiting"], TestResult.objects.filter(status=TestStatus.PENDING, submission__state__in=grading).count()
-    )
-    in_flight = TestResult.objects.filter(status__in=(TestStatus.RUNNING, TestStatus.CHECKING)).count()
-    queue.add_metric(["in_flight"], in_flight)
+    # As the queue counts them: in flight is what holds a slot, never more than CORDON_GRADING_SLOTS
+    # (a test whose run has ended and whose check waits for a slot is waiting, not in flight).
+    queue.add_metric(["waiting"], grading_waiting())
+    queue.add_metric(["in_flight"], grading_in_flight())
     yield queue
 
 

@@ -315,7 +315,7 @@ def assignment_delete(request: HttpRequest, assignment_id: UUID) -> Status[Any]:
     return Status(204, None)
 
 
-@router.post("/assignments/{assignment_id}/regrade", response=answers({200: RegradeOut}, 404, 422))
+@router.post("/assignments/{assignment_id}/regrade", response=answers({200: RegradeOut}, 404, 409, 422))
 def assignment_regrade(request: HttpRequest, assignment_id: UUID) -> dict[str, Any]:
     """Grade every student's latest graded submission again, with the tests as they are now."""
     assignment, _ = course_selectors.assignment_for_member(

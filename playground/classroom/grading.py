@@ -33,6 +33,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from playground import throttle
@@ -158,14 +159,24 @@ def _spec(test: AssignmentTest, assignment: Assignment) -> dict[str, Any]:
 
 
 def regrade(*, assignment: Assignment) -> int:
-    """Grade every student's latest graded submission again with the current tests (after the
-    instructor changed them). The attempt stays charged as it was; the score is replaced."""
-    tests = list(assignment.tests.all())
-    latest: dict[int, Submission] = {}
-    graded = assignment.submissions.filter(state=SubmissionState.GRADED).order_by("created_at")
-    for submission in graded:
-        latest[submission.student_id] = submission
+    """Grade every student's latest graded submission (or one whose last regrade failed) again with
+    the current tests (after the instructor changed them). The attempt stays charged as it
+    was; the score is replaced. One regrade of an assignment at a time: while one is under way
+    another is refused (409), so requests in a row queue each submission once, not once each."""
     with transaction.atomic():
+        Assignment.objects.select_for_update().filter(id=assignment.id).first()  # regrades of it, one by one
+        under_way = regrading(assignment)
+        if under_way:
+            raise ServiceError(
+                "regrade_in_progress", f"a regrade of this assignment is under way: {under_way} submission"
+                f"{'s are' if under_way != 1 else ' is'} still being graded again; regrade once it is done",
+                status=409,
+            )  # fmt: skip
+        tests = list(assignment.tests.all())
+        latest: dict[int, Submission] = {}
+        graded = Q(state=SubmissionState.GRADED) | Q(state=SubmissionState.NOT_GRADED, regraded__gt=0)
+        for submission in assignment.submissions.filter(graded).order_by("created_at"):
+            latest[submission.student_id] = submission
         for submission in latest.values():
             submission.results.all().delete()
             Submission.objects.filter(id=submission.id).update(
@@ -176,6 +187,13 @@ def regrade(*, assignment: Assignment) -> int:
             _add_results(submission, tests)
         transaction.on_commit(pump)
     return len(latest)
+
+
+def regrading(assignment: Assignment) -> int:
+    """How many of the assignment's submissions a regrade is still grading again."""
+    return assignment.submissions.filter(
+        regraded__gt=0, state__in=(SubmissionState.QUEUED, SubmissionState.GRADING)
+    ).count()
 
 
 def assignment_try(

@@ -22,7 +22,6 @@ from playground.classroom.grading_compare import COMPARE_MAX
 from playground.classroom.grading_results import IN_PROGRESS, finish_submission, give_up
 from playground.errors import ServiceError
 from playground.models import (
-    ACTIVE_STATES,
     GradingLock,
     Membership,
     Run,
@@ -32,7 +31,7 @@ from playground.models import (
     TestResult,
     TestStatus,
 )
-from playground.selectors.runs import run_log_read
+from playground.selectors.runs import grading_in_flight, run_log_read
 from playground.services.dispatch import choose_queue
 from playground.services.runs import check_egress, queue_run
 from runner.spec import Limits
@@ -46,8 +45,7 @@ def pump() -> int:
     started = 0
     with transaction.atomic():
         GradingLock.objects.select_for_update().get_or_create(id=1)
-        grading = Run.objects.filter(kind__in=(RunKind.TEST, RunKind.CHECK), state__in=ACTIVE_STATES)
-        free = settings.CORDON_GRADING_SLOTS - grading.count()
+        free = settings.CORDON_GRADING_SLOTS - grading_in_flight()
         if free <= 0:
             return 0
         for result in _checks_due(free):

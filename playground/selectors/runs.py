@@ -22,6 +22,8 @@ from playground.models import (
     RunOutputFile,
     RunState,
     StaffAccess,
+    TestResult,
+    TestStatus,
 )
 
 # A run's columns that no list of runs shows (one run's record does): lists leave them unread.
@@ -157,3 +159,15 @@ def run_egress_view(*, run: Run) -> dict[str, Any] | None:
 
 def _destination(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def grading_in_flight() -> int:
+    """The grading runs holding a slot: every one not finished (what the queue's pump keeps within
+    CORDON_GRADING_SLOTS)."""
+    return Run.objects.filter(kind__in=(RunKind.TEST, RunKind.CHECK), state__in=ACTIVE_STATES).count()
+
+
+def grading_waiting() -> int:
+    """The grading runs waiting for a slot: tests not started, and checks of tests that ran."""
+    tests = TestResult.objects.filter(status=TestStatus.PENDING, run=None).count()
+    return tests + TestResult.objects.filter(status=TestStatus.CHECKING, check_run=None).count()

@@ -284,6 +284,49 @@ def test_grading_slots_go_round_robin_per_student_in_the_order_they_came(
     assert len({r.submission_id for r in list(results)[:3]}) == 1
 
 
+def test_one_regrade_of_an_assignment_at_a_time_queues_each_latest_submission_once(
+    settings: Any, redis_server: Any, monkeypatch: pytest.MonkeyPatch, no_worker: None
+) -> None:
+    """20 regrades in a row (the tester's): the first queues each student's latest graded submission
+    once, the 19 others are refused with the one under way; the grading runs in flight never pass
+    the slots, and the metric counts them as the queue does. Once it is done, a regrade may start."""
+    from playground.models import Submission, SubmissionState
+    from playground.services import runs as run_services
+    from tests.playground.test_operations import _samples, _scraper, _value
+
+    monkeypatch.setattr(run_services, "enqueue", lambda run: None)  # the runs stay queued: no worker
+    settings.CORDON_GRADING_SLOTS = 4
+    instructor = api(UserFactory())
+    tests = [{"name": "a", "expected_stdout": "4", "stdin": "2"}, {"name": "b", "expected_stdout": "6", "stdin": "3"}]
+    _, code, assignment = course_with(instructor, tests)
+    students = [joined(code)[0] for _ in range(3)]
+    for student in students:  # an older graded submission and the latest
+        for _ in range(2):
+            Submission.objects.create(assignment_id=assignment, student=student, code=DOUBLE,
+                                      state=SubmissionState.GRADED, score=0, max_score=2)  # fmt: skip
+    path = f"/api/assignments/{assignment}/regrade"
+    assert post(instructor, path, {}, status=200) == {"regrading": 3}
+    for _ in range(19):
+        refused = post(instructor, path, {}, status=409)
+        assert refused["code"] == "regrade_in_progress"
+        assert "under way: 3 submissions are still being graded again" in refused["message"], refused
+    again = Submission.objects.filter(assignment_id=assignment, regraded__gt=0)
+    assert again.count() == 3 and set(again.values_list("regraded", flat=True)) == {1}
+    assert TestResult.objects.filter(submission__assignment_id=assignment).count() == 3 * 2  # once each
+    grading = Run.objects.filter(kind=RunKind.TEST)
+    assert grading.count() == 4  # the slots: the other two wait
+    scraped = _samples(_scraper())
+    queue = "cordon_grading_queue_depth"
+    assert (_value(scraped, queue, state="in_flight"), _value(scraped, queue, state="waiting")) == (4, 2)
+    # A test that ran and whose check waits for a slot is waiting, not in flight.
+    TestResult.objects.filter(run__in=grading[:1]).update(status="checking")
+    grading.filter(id__in=grading[:1]).update(state="finished", outcome="succeeded")
+    scraped = _samples(_scraper())
+    assert (_value(scraped, queue, state="in_flight"), _value(scraped, queue, state="waiting")) == (3, 3)
+    again.update(state=SubmissionState.GRADED)  # the regrade is done
+    assert post(instructor, path, {}, status=200) == {"regrading": 3}
+
+
 def test_a_regrade_the_grader_cannot_run_keeps_the_attempt_counted_and_says_so(
     redis_server: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
