@@ -138,8 +138,14 @@ def _egress(supervisor: Supervisor) -> Check:
 
 
 def render(report: dict[str, Any]) -> str:
-    lines = [f"{'ok  ' if c['ok'] else 'FAIL'}  {c['name']}: {c['detail']}" for c in report["checks"]]
+    """The report as lines: `ok`, `FAIL` (a fault to fix) or `note` (an advisory check's failure
+    while an engine serves: what this host cannot do, said once more in the conclusion)."""
     usable = [name for name, ok in report["engines"].items() if ok]
+
+    def mark(check: dict[str, Any]) -> str:
+        return "ok  " if check["ok"] else "note" if check.get("advisory") and usable else "FAIL"
+
+    lines = [f"{mark(c)}  {c['name']}: {c['detail']}" for c in report["checks"]]
     lines.append(f"engines usable here: {', '.join(usable) or 'none'}")
     lines.append(f"conclusion: {report['conclusion']}")
     return "\n".join(lines)

@@ -171,11 +171,14 @@ class Collected:
 
 @dataclass(frozen=True)
 class Check:
-    """One claim of `python -m runner doctor`, backed by a check that ran."""
+    """One claim of `python -m runner doctor`, backed by a check that ran. `advisory`: a failure
+    that is a fact of this host, not a fault to fix (no microVM boots here); with another engine
+    usable the doctor shows it as a note beside its conclusion, not as a FAIL."""
 
     name: str
     ok: bool
     detail: str
+    advisory: bool = False
 
 
 @dataclass(frozen=True)

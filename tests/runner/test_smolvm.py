@@ -335,6 +335,26 @@ def test_doctor_reports_the_canary_failure_with_its_reason(project_root: Path) -
     egress = next(c for c in report["checks"] if c["name"] == "egress")  # the ceiling is empty unless set
     assert egress["ok"] and "ceiling empty: no run has network" in egress["detail"], egress
     assert proc.returncode == 0  # the namespace engine still serves
+    assert canary["advisory"] and "no microVM boots on this host" in canary["detail"]
+    # As `make run` prints it on a first start: a note beside the conclusion, not a FAIL.
+    shown = subprocess.run([sys.executable, "-m", "runner", "doctor"], cwd=project_root, env=child_env(),
+                           capture_output=True, text=True, timeout=180)  # fmt: skip
+    [line] = [line for line in shown.stdout.splitlines() if "smolvm canary boot" in line]
+    assert line.startswith("note  smolvm canary boot: no microVM boots on this host"), line
+    assert not [line for line in shown.stdout.splitlines() if line.startswith("FAIL  smolvm")], shown.stdout
+    assert "conclusion: runs use the namespace engine" in shown.stdout
+
+
+def test_a_failed_advisory_check_is_a_fail_when_no_engine_serves() -> None:
+    from runner.doctor import render
+
+    check = {"name": "smolvm canary boot", "ok": False, "detail": "no microVM boots", "advisory": True}
+    report = {"checks": [check], "engines": {"smolvm": False}, "conclusion": "no engine"}
+    assert render(report).splitlines()[0] == "FAIL  smolvm canary boot: no microVM boots"
+    assert render({**report, "engines": {"smolvm": False, "namespace": True}}).startswith("note  smolvm")
+    assert render({**report, "checks": [{**check, "advisory": False}], "engines": {"namespace": True}}).startswith(
+        "FAIL"
+    )
 
 
 @pytest.mark.usefixtures("failing_kvm")
