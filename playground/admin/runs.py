@@ -37,14 +37,18 @@ from playground.csvcells import csv_cell
 from playground.errors import ServiceError
 from playground.limits import limit_pairs, limits_from_record
 from playground.models import (
+    ACTIVE_STATES,
     CleanupCheck,
+    Receipt,
     Run,
     WorkerHost,
 )
+from playground.selectors.receipts import receipt_check
 from playground.selectors.runs import LIST_DEFERRED, run_egress_view, run_log_read
 from playground.services.audit import record_staff_access
 from playground.services.retention import purge_user_data
 from playground.services.runs import run_cancel, run_rerun
+from runner.receipt import ReceiptError
 from runner.units import size_words
 
 LOG_SHOWN_BYTES = 64 * 1024  # of each stream, on a run's audit page
@@ -372,7 +376,25 @@ def _audit(run: Run) -> dict[str, Any]:
         "audit_boot": human_seconds(run.timings["boot_s"]) if run.timings.get("boot_s") is not None else None,
         "audit_vm_start": _vm_start(run),
         "audit_staff": list(run.staff_accesses.all()[:STAFF_ACCESSES_SHOWN]),
+        "audit_receipt": _receipt(run),
     }
+
+
+def _receipt(run: Run) -> dict[str, Any]:
+    """The run's receipt as its console page checks it (signature, chain link, the run's rows now
+    against what was signed), or why it has none."""
+    receipt = Receipt.objects.filter(run_id=run.id).first()
+    if receipt is None:
+        if run.state in ACTIVE_STATES:
+            return {"receipt": None, "why": "not yet: a run's receipt is issued as it finishes"}
+        why = "it finished before receipts were kept, or on a host that could not read the signing key (its log says)"
+        return {"receipt": None, "why": why}
+    try:
+        problems = receipt_check(receipt)
+    except (OSError, ReceiptError) as exc:
+        problems = [f"not checked: the site's key could not be read ({getattr(exc, 'message', exc)})"]
+    url = reverse("admin:playground_receipt_change", args=[receipt.pk])
+    return {"receipt": receipt, "url": url, "problems": problems}
 
 
 def _egress(run: Run) -> dict[str, Any] | None:

@@ -283,3 +283,24 @@ def test_the_console_lists_receipts_and_a_receipts_page_says_whether_it_still_ho
     staff = Client()
     staff.force_login(person)
     assert staff.get("/admin/playground/receipt/").status_code == 403
+
+
+def test_a_runs_audit_page_shows_its_receipt_verified_with_a_link_and_says_when_its_rows_changed(
+    redis_server: Any,
+) -> None:
+    staff: Any = UserFactory(is_staff=True, is_superuser=True)
+    console = Client()
+    console.force_login(staff)
+    run = _finished()
+    receipt = Receipt.objects.get(run_id=run.id)
+
+    def section(run_id: Any) -> str:
+        page = console.get(f"/admin/playground/run/{run_id}/change/").content.decode()
+        return page[page.index('id="audit-receipt"') : page.index('id="audit-timeline"')]
+
+    shown = section(run.id)
+    assert "<strong>Verified</strong>: signed by the site's key" in shown
+    assert f'href="/admin/playground/receipt/{receipt.pk}/change/"' in shown and f"host {HERE}" in shown
+    Run.objects.filter(id=run.id).update(exit_code=0, cpu_s=9.9)  # its rows no longer what was signed
+    assert "<strong>Problems found</strong>" in section(run.id) and "Verified" not in section(run.id)
+    assert "not yet: a run&#x27;s receipt is issued as it finishes" in section(_queued().id)
