@@ -65,6 +65,13 @@ _OVERFLOW = """() => {
 }"""
 
 
+# A run's egress record as the proxy writes it (runner/egress/proxy.py): one refused attempt.
+REFUSED = {"method": "CONNECT", "host": "files.pythonhosted.org", "port": 443, "allowed": False, "address": "",
+           "reason": "not in the run's egress policy", "bytes_out": 0, "bytes_in": 0, "seconds": 0.0}  # fmt: skip
+EGRESS_RECORD = {"policy": ["pypi.org:443"], "connections": 1, "refused": 1, "bytes_out": 512, "bytes_in": 2048,
+                 "limit": "", "attempts_not_kept": 0, "attempts": [{"at": 1796256000.0, **REFUSED}]}  # fmt: skip
+
+
 @pytest.fixture
 def site(worker_env: dict[str, str]) -> Iterator[str]:
     """The web server alone: every run below is finished already."""
@@ -86,7 +93,18 @@ def personas(site: str) -> dict[str, list[str]]:
     run = finished_run(owner=analyst, course=None, kind=RunKind.RUN, code="import pandas as pd\n" * 3,  # type: ignore[arg-type]
                        outcome="failed", reason="exit status 1", exit_code=1, engine="namespace",
                        isolation="namespace", stdout_bytes=3, stderr_bytes=200, wall_s=0.4, cpu_s=0.2,
-                       timings={"start_s": 0.05, "total_s": 0.4})  # fmt: skip
+                       timings={"start_s": 0.05, "total_s": 0.4}, image_name="python",
+                       image_digest="sha256:" + "96d982f9be592ba1" * 4, sandbox_id="cordon-" + "3f2a9c" * 6,
+                       engine_version="bubblewrap 0.8.0", worker_host="worker-host-with-a-long-name.example.internal",
+                       egress=["pypi.org:443"], egress_record=EGRESS_RECORD, cleanup_ok=True)  # fmt: skip
+    # What a real run's audit page holds: cleanup checks, an output with its hash, events with details.
+    run.cleanup_checks.create(name="mounts", ok=True, detail="no mount of the run's is left: /proc/self/mountinfo "
+                              "read after teardown, 0 of 31 entries under the run's directories")  # fmt: skip
+    run.outputs.create(name="report_by_region_and_month.csv", size=2048, sha256="c0ffee" * 10 + "abcd")
+    events = (("queued", {"queue": "namespace"}), ("claimed", {"worker": run.worker_host}), ("admitted", {"slot": 3}),
+              ("finished", {"outcome": "failed", "reason": "exit status 1"}))  # fmt: skip
+    for state, detail in events:
+        run.events.create(state=state, detail=detail)
     stored_logs(run.id, stdout=b"ok\n", stderr=b"Traceback (most recent call last):\n" * 5 + b"ValueError: x\n")
     with transaction.atomic():  # as a run's end issues it
         receipt_issue(run_id=run.id)
@@ -151,7 +169,7 @@ def test_every_page_of_every_persona_fits_a_phone_and_keeps_its_actions_in_reach
             found = page.evaluate(_OVERFLOW)
             if found["wide"] > found["width"] or found["out"]:
                 problems.append((username, path, found))
-            if number < 3:  # each persona's main pages, as a person sees them
+            if number < 3 or "/run/" in path:  # each persona's main pages, and the run's audit page
                 name = f"{username}-{number}-{path.strip('/').replace('/', '_') or 'home'}"
                 page.screenshot(path=shots / f"{name}-390.png", full_page=True)
                 page.set_viewport_size(DESKTOP)
