@@ -272,6 +272,7 @@ async function coursePage(root) {
         refused(form, error, "roster not imported");
       }
     });
+    document.getElementById("roster-import").disabled = false;
   }
 
   // Course datasets.
@@ -330,6 +331,12 @@ async function coursePage(root) {
   }
 
   // The course's policy (instructors).
+  function lateDaysWords(saved) {
+    if (!saved.late_days) return ": no late days";
+    const days = (n) => `${n} late day${n === 1 ? "" : "s"}`;
+    return `: ${days(saved.late_days)} per student, at most ${saved.late_days_per_assignment} on one assignment`;
+  }
+
   async function setUpPolicy() {
     const form = document.getElementById("policy-form");
     const [described, site] = await Promise.all([api("GET", "/limits"), api("GET", "/egress")]);
@@ -369,11 +376,14 @@ async function coursePage(root) {
       try {
         course = await api("PATCH", base, changes);
         status.textContent = "saved";
+        message(`Course policy saved${lateDaysWords(course)}.`);
       } catch (error) {
         status.textContent = "not saved";
         refused(form, error, "policy not saved");
       }
     });
+    document.getElementById("policy-status").textContent = "";
+    document.getElementById("policy-save").disabled = false;
   }
 
   const work = [loadAssignments()];

@@ -89,8 +89,7 @@ print("\\n".join(str(n) for n in itertools.accumulate(int(v) for v in sys.stdin.
 def course(transactional_db: None) -> dict[str, Any]:
     """Made before the browser starts (the ORM refuses to run inside Playwright's event loop)."""
     ines = User.objects.create_user("ines", password=PASSWORD)
-    made = course_services.course_create(user=ines, title="Data 201")
-    course_services.course_update(course=made, changes={"late_days": 3, "late_days_per_assignment": 2})
+    made = course_services.course_create(user=ines, title="Data 201")  # its late days: set through its page
     assignment = course_services.assignment_save(course=made, data={
         "title": "Running totals", "runtime": "python", "starter_code": STARTER, "publish": True,
         "due_at": timezone.now() - timedelta(hours=2),
@@ -117,6 +116,21 @@ def test_the_staff_adjust_a_score_give_an_extension_and_find_a_copied_pair(
     from playwright.sync_api import expect
 
     ines = chromium.logged_in("ines")
+    # The course's late days, through its policy form: saved, and read back after a reload.
+    ines.goto(f"{site}/courses/{course['course']}/")
+    _expect_ready(ines, "#course")
+    expect(ines.locator("#policy-late-days")).to_have_value("0")
+    ines.fill("#policy-late-days", "3")
+    ines.fill("#policy-late-days-each", "2")
+    ines.get_by_role("button", name="Save policy").click()
+    expect(ines.locator("#policy-status")).to_have_text("saved")
+    expect(ines.locator("#message")).to_have_text(
+        "Course policy saved: 3 late days per student, at most 2 on one assignment."
+    )
+    ines.reload()
+    _expect_ready(ines, "#course")
+    expect(ines.locator("#policy-late-days")).to_have_value("3")
+    expect(ines.locator("#policy-late-days-each")).to_have_value("2")
     ines.goto(f"{site}/assignments/{course['assignment']}/")
     _expect_ready(ines, "#staff-panel")
     expect(ines.locator("#publishing")).to_contain_text("Published")

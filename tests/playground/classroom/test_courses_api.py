@@ -607,3 +607,17 @@ def test_with_courses_by_instructors_only_an_account_without_add_course_is_refus
     assert b"create-form" in page.get("/courses/").content
     settings.CORDON_COURSE_CREATORS = "everyone"
     assert new_course(api(person("anyone")))["title"] == "Programming 1"
+
+
+def test_the_course_page_shows_the_saved_policy_and_its_save_button_waits_for_the_page_script() -> None:
+    """The tester's "Save policy" that saved nothing: clicked before the page's script had taken the
+    form over, the browser sent it as a plain GET (a reload) and the fields came back empty. The
+    page now carries the saved figures itself and offers Save only once the script is ready."""
+    instructor = person("ines")
+    course = new_course(api(instructor), late_days=2, late_days_per_assignment=2)
+    browser = Client()
+    browser.force_login(instructor)
+    page = browser.get(f"/courses/{course['id']}/").content.decode()
+    assert 'id="policy-late-days" value="2"' in page and 'id="policy-late-days-each" value="2"' in page
+    assert '<button type="submit" class="primary" id="policy-save" disabled>Save policy</button>' in page
+    assert '<button type="submit" id="roster-import" disabled>Import roster</button>' in page
