@@ -117,9 +117,19 @@ def test_the_staff_adjust_a_score_give_an_extension_and_find_a_copied_pair(
 
     ines = chromium.logged_in("ines")
     # The course's late days, through its policy form: saved, and read back after a reload.
-    ines.goto(f"{site}/courses/{course['course']}/")
-    _expect_ready(ines, "#course")
+    # Until the page's script has read the policy (held back here), Save is off and the fields say the saved figures.
+    held = []
+    ines.route("**/api/limits", lambda route: held.append(route))
+    ines.goto(f"{site}/courses/{course['course']}/", wait_until="domcontentloaded")
+    expect(ines.locator("#policy-save")).to_be_disabled()
     expect(ines.locator("#policy-late-days")).to_have_value("0")
+    expect(ines.locator("#policy-status")).to_have_text("loading the policy…")
+    ines.wait_for_timeout(300)
+    assert held, "the page did not ask for the limits"
+    held[0].continue_()
+    ines.unroute("**/api/limits")
+    _expect_ready(ines, "#course")
+    expect(ines.locator("#policy-save")).to_be_enabled()
     ines.fill("#policy-late-days", "3")
     ines.fill("#policy-late-days-each", "2")
     ines.get_by_role("button", name="Save policy").click()
