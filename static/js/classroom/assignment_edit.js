@@ -1,11 +1,12 @@
 // The instructor's assignment editor: title, instructions (markdown), runtime, starter code, course
 // datasets, limits, dates, attempts and the tests (each with an expected stdout or a check
 // program). Saved whole (POST a new one, PUT an existing one); the API's refusal is shown beside
-// the field it names ("tests.1.points").
+// the field it names, in the form's words ("Test 2, Points: at most 1000"; form_words.js).
 // CordonEditor: the CodeMirror bundle (static/vendor/codemirror.js), a classic script loaded before.
 
 import { api, clearFieldErrors, el, limitFields, limitValues, showFieldError } from "../cordon.js";
 import { egressRules, egressText, egressWords, fromLocalInput, toLocalInput } from "../format.js";
+import { ASSIGNMENT_LABELS, formRefusal } from "./form_words.js";
 
 const root = document.getElementById("assignment-editor");
 const courseId = root.dataset.courseId;
@@ -221,8 +222,9 @@ async function save(event) {
     status("saved");
   } catch (error) {
     status("not saved");
-    const placed = showFieldError(form, error);
-    message(placed ? `not saved: ${error.message} (see the field marked below)` : `not saved: ${error.message}`);
+    const refusal = formRefusal(error, ASSIGNMENT_LABELS);  // in the form's words, where the form shows it
+    const placed = showFieldError(form, { message: refusal.message, data: { field: refusal.field } });
+    message(placed ? `Not saved: ${refusal.message} (see the field marked below)` : `Not saved: ${refusal.message}`);
     const marked = form.querySelector(".field-error");
     if (marked) marked.scrollIntoView({ block: "center" });
   } finally {

@@ -4,6 +4,7 @@
 // roster import, policy, regrading).
 import { api, clearFieldErrors, el, limitFields, limitValues, showFieldError } from "../cordon.js";
 import { egressRules, egressText, egressWords, formatBytes, formatScore, formatWhen } from "../format.js";
+import { COURSE_LABELS, formRefusal } from "./form_words.js";
 
 function message(text) { document.getElementById("message").textContent = text; }
 
@@ -379,7 +380,8 @@ async function coursePage(root) {
         message(`Course policy saved${lateDaysWords(course)}.`);
       } catch (error) {
         status.textContent = "not saved";
-        refused(form, error, "policy not saved");
+        const refusal = formRefusal(error, COURSE_LABELS);  // in the form's words
+        refused(form, { message: refusal.message, data: { field: refusal.field } }, "Policy not saved");
       }
     });
     document.getElementById("policy-status").textContent = "";
