@@ -313,6 +313,12 @@ class TestResultOut(Schema):
     stdin: str | None = None
     args: list[str] | None = None
     expected_stdout: str | None = None
+    stderr_tail: str | None = Field(
+        default=None,
+        description="a test the student may see and did not pass: the end of their program's stderr (a traceback)",
+    )
+    stdout: str | None = Field(default=None, description="staff: the end of the program's stdout (64 KiB)")
+    stderr: str | None = Field(default=None, description="staff: the end of the program's stderr (64 KiB)")
     run_id: UUID | None = None
     check_run_id: UUID | None = None
 

@@ -24,12 +24,15 @@ from playground.models import (
     Extension,
     Membership,
     Role,
+    Run,
     ScoreAdjustment,
     Submission,
     SubmissionState,
     TestResult,
+    TestStatus,
     Visibility,
 )
+from playground.selectors.runs import run_log_read
 
 
 def course_out(course: Course, membership: Membership) -> dict[str, Any]:
@@ -93,9 +96,35 @@ def result_out(result: TestResult, assignment: Assignment, staff: bool, student:
             detail=result.detail, diff=result.diff, feedback=result.feedback, stdin=spec.get("stdin"),
             args=spec.get("args"), expected_stdout=spec.get("expected_stdout"),
         )  # fmt: skip
+        # A program that crashed on a test the student may see shows them its error (the end of its stderr,
+        # a traceback's last lines), as Gradescope does; a test they may not see stays silent.
+        if result.run is not None and not staff and result.status != TestStatus.PASSED:
+            out["stderr_tail"] = log_tail(result.run, "stderr", STDERR_TAIL_BYTES) or None
     if staff:
         out.update(run_id=result.run_id, check_run_id=result.check_run_id)
+        if result.run is not None:  # every test's streams of the student's program, on the submission's page
+            out.update(stdout=log_tail(result.run, "stdout", STAFF_STREAM_BYTES),
+                       stderr=log_tail(result.run, "stderr", STAFF_STREAM_BYTES))  # fmt: skip
     return out
+
+
+# What of a test's streams its result shows: the end, where a traceback and the last output are.
+STDERR_TAIL_BYTES = 4096
+STAFF_STREAM_BYTES = 64 * 1024
+
+
+def log_tail(run: Run, stream: str, limit: int) -> str:
+    """The last `limit` bytes of a finished run's stream as text, from a whole line where one starts
+    within them; "" when it wrote nothing."""
+    size = run.stderr_bytes if stream == "stderr" else run.stdout_bytes
+    if not size:
+        return ""
+    start = max(0, size - limit)
+    data, _, _ = run_log_read(run=run, stream=stream, offset=start, limit=limit)
+    if start and b"\n" in data[:-1]:
+        data = data[data.index(b"\n") + 1 :]
+    text = data.decode("utf-8", errors="replace")
+    return f"…\n{text}" if start else text
 
 
 def attempt_numbers(submissions: list[Submission]) -> dict[Any, int]:
@@ -121,7 +150,8 @@ def submission_out(submission: Submission, *, staff: bool, attempt: int | None, 
     if full:
         assignment = submission.assignment
         out["code"] = submission.code
-        out["tests"] = [result_out(r, assignment, staff, submission.student) for r in submission.results.all()]
+        results = submission.results.select_related("run")
+        out["tests"] = [result_out(r, assignment, staff, submission.student) for r in results]
         out["adjustments"] = [adjustment_out(a, staff=staff) for a in submission.adjustments.all()
                               if staff or a.withdrawn_at is None]  # fmt: skip
         waiting = submission.state in (SubmissionState.QUEUED, SubmissionState.GRADING)

@@ -103,6 +103,14 @@ function resultItem(test, { staff = false } = {}) {
   if (test.detail && test.detail !== test.status_text) item.append(el("p", { class: "detail" }, test.detail));
   if (test.diff) item.append(labelled("expected (-) and got (+)", diffView(test.diff)));
   if (test.feedback) item.append(labelled("feedback", el("pre", { class: "io feedback" }, test.feedback)));
+  // The student's own error on a test they may see (the end of their program's stderr: a traceback).
+  if (test.stderr_tail) item.append(labelled("your program's error output (its end)", el("pre", { class: "io stderr-tail" }, test.stderr_tail)));
+  // The staff: what the program wrote on every test, hidden ones too.
+  if (staff && (known(test.stdout) || known(test.stderr))) {
+    item.append(el("details", { class: "test-streams" }, el("summary", {}, "What the program wrote"),
+      labelled("stdout", el("pre", { class: "io" }, test.stdout || "(nothing)")),
+      labelled("stderr", el("pre", { class: "io stderr" }, test.stderr || "(nothing)"))));
+  }
   const spec = testSpec(test);
   if (spec.length) item.append(el("details", { class: "test-spec" }, el("summary", {}, "Input and expected output"), ...spec));
   if (staff && (test.run_id || test.check_run_id)) {

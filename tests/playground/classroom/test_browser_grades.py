@@ -214,3 +214,69 @@ def test_the_staff_adjust_a_score_give_an_extension_and_find_a_copied_pair(
     expect(stu.locator("#facts")).to_contain_text("1 late day used, 2 left")
     stu.screenshot(path=shots / "assignment-late-day-1280.png", full_page=True)
     expect_fits_a_phone(stu, shots / "assignment-late-day-390.png")
+
+
+TRACEBACK = b'Traceback (most recent call last):\n  File "/tmp/main.py", line 3, in <module>\n    print(1 // n)\n' \
+            b"ZeroDivisionError: integer division or modulo by zero\n"  # fmt: skip
+
+
+@pytest.fixture
+def crashed(transactional_db: None) -> dict[str, str]:
+    """A student's submission whose program crashed on a visible test and on a hidden one, as the
+    grader leaves it (its test runs finished, their logs stored)."""
+    from playground.models import RunKind, TestResult
+    from tests.playground.classroom.test_courses_access import finished_run
+    from tests.playground.factories import stored_logs
+
+    ines = User.objects.create_user("ines", password=PASSWORD)
+    made = course_services.course_create(user=ines, title="Data 201")
+    tests = [{"name": "zero", "stdin": "0\n", "expected_stdout": "1"},
+             {"name": "secret zero", "visibility": "hidden", "stdin": "0\n", "expected_stdout": "1"}]  # fmt: skip
+    assignment = course_services.assignment_save(course=made, data={
+        "title": "Reciprocal", "runtime": "python", "publish": True, "tests": tests,
+    })  # fmt: skip
+    stu = User.objects.create_user("stu", password=PASSWORD)
+    Membership.objects.create(course=made, user=stu, role=Role.STUDENT)
+    submission = Submission.objects.create(assignment=assignment, student=stu, code="n = int(input())\nprint(1 // n)",
+                                           state=SubmissionState.GRADED, score=0.0, max_score=2.0, charged=True,
+                                           graded_at=timezone.now())  # fmt: skip
+    for position, (test, stderr) in enumerate(zip(tests, [TRACEBACK, b"SECRET-ERR: the hidden one\n"], strict=True)):
+        run = finished_run(owner=stu, course=made, kind=RunKind.TEST, code=submission.code, stdin="0\n",
+                           outcome="failed", exit_code=1, stdout_bytes=6, stderr_bytes=len(stderr))  # fmt: skip
+        stored_logs(run.id, stdout=b"start\n", stderr=stderr)
+        TestResult.objects.create(
+            submission=submission, position=position, name=test["name"], points=1, visibility=test.get("visibility",
+            "visible"), spec={"stdin": "0\n", "expected_stdout": "1", "match": "strip"}, status="failed", run=run,
+            outcome="failed", exit_code=1, score=0.0, detail="failed: the program exited with an error (exit status 1)",
+        )  # fmt: skip
+    return {"submission": str(submission.id)}
+
+
+def test_a_student_sees_their_traceback_under_a_visible_test_and_the_staff_see_every_tests_streams(
+    crashed: dict[str, str],
+    chromium: Browser,  # noqa: F811
+    site: str,  # noqa: F811
+    shots: Path,  # noqa: F811
+) -> None:
+    from playwright.sync_api import expect
+
+    stu = chromium.logged_in("stu")
+    stu.goto(f"{site}/submissions/{crashed['submission']}/")
+    _expect_ready(stu, "#submission")
+    visible = stu.locator("li.test-result", has_text="zero").first
+    expect(visible.locator("pre.stderr-tail")).to_contain_text("ZeroDivisionError: integer division or modulo by zero")
+    hidden = stu.locator("li.test-result", has_text="secret zero")
+    expect(hidden.locator("pre.stderr-tail")).to_have_count(0)
+    assert "SECRET-ERR" not in stu.content()
+    expect(stu.locator(".test-streams")).to_have_count(0)  # the staff's alone
+    stu.screenshot(path=shots / "submission-traceback-1280.png", full_page=True)
+    expect_fits_a_phone(stu, shots / "submission-traceback-390.png")
+
+    ines = chromium.logged_in("ines")
+    ines.goto(f"{site}/submissions/{crashed['submission']}/")
+    _expect_ready(ines, "#submission")
+    streams = ines.locator("li.test-result", has_text="secret zero").locator(".test-streams")
+    streams.locator("summary").click()
+    expect(streams).to_contain_text("SECRET-ERR: the hidden one")
+    expect(streams).to_contain_text("start")
+    ines.screenshot(path=shots / "submission-streams-1280.png", full_page=True)

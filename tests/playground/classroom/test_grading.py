@@ -385,6 +385,33 @@ def test_each_way_of_failing_a_test_says_what_happened_in_plain_words() -> None:
     assert staff["hidden"]["status_text"] == wrong
 
 
+@pytest.mark.usefixtures("worker")
+def test_a_student_sees_their_crash_on_a_visible_test_and_the_staff_see_every_tests_streams() -> None:
+    """As Gradescope shows it: the end of the program's stderr (its traceback) under a visible test it
+    failed; nothing of a hidden test's; the staff see every test's stdout and stderr."""
+    instructor = api(UserFactory())
+    tests = [
+        {"name": "crash", "stdin": "0\n", "expected_stdout": "0"},
+        {"name": "passes", "stdin": "2\n", "expected_stdout": "3"},
+        {"name": "secret", "visibility": "hidden", "stdin": "0\n", "expected_stdout": "0"},
+    ]
+    _, code, assignment = course_with(instructor, tests)
+    _, student = joined(code)
+    solution = "import sys\nn = int(input())\nprint('working on', n, file=sys.stderr)\nprint(n + 1)\n"
+    solution += "if not n:\n    print(1 // n)\n"
+    submitted = post(student, f"/api/assignments/{assignment}/submissions", {"code": solution})
+    mine = by_name(wait_graded(student, submitted["id"]))
+    crash = mine["crash"]["stderr_tail"]
+    assert crash.startswith("working on 0\nTraceback (most recent call last):"), crash
+    assert crash.rstrip().endswith("ZeroDivisionError: integer division or modulo by zero"), crash
+    assert mine["passes"]["stderr_tail"] is None  # passed: nothing to explain
+    assert mine["secret"]["stderr_tail"] is None and mine["secret"]["stdout"] is None  # hidden: silent
+    assert all(t["stdout"] is None and t["stderr"] is None for t in mine.values())  # the staff's alone
+    staff = by_name(wait_graded(instructor, submitted["id"]))
+    assert staff["secret"]["stdout"] == "1\n" and "ZeroDivisionError" in staff["secret"]["stderr"]
+    assert (staff["passes"]["stdout"], staff["passes"]["stderr"]) == ("3\n", "working on 2\n")
+
+
 @pytest.mark.django_db(transaction=True)
 def test_the_migration_rewords_results_stored_as_a_crash_that_were_not_one() -> None:
     from django.db import connection
