@@ -5,8 +5,9 @@
 // CordonEditor: the CodeMirror bundle (static/vendor/codemirror.js), a classic script loaded before.
 
 import { api, clearFieldErrors, el, limitFields, limitValues, showFieldError } from "../cordon.js";
-import { egressRules, egressText, egressWords, fromLocalInput, toLocalInput } from "../format.js";
+import { egressRules, egressText, egressWords, formatWhen, fromLocalInput, toLocalInput } from "../format.js";
 import { ASSIGNMENT_LABELS, formRefusal } from "./form_words.js";
+import { confirmPublish, wirePublishDialog } from "./publishing.js";
 
 const root = document.getElementById("assignment-editor");
 const courseId = root.dataset.courseId;
@@ -200,6 +201,12 @@ function payload() {
 
 async function save(event) {
   event.preventDefault();
+  await saveNow();
+}
+
+// The form as the assignment (a new one made, an existing one replaced): the saved assignment, or
+// null when the API refused it (said beside the field at fault).
+async function saveNow() {
   clearFieldErrors(form);
   message("");
   const button = document.getElementById("save");
@@ -216,10 +223,11 @@ async function save(event) {
     }
     document.getElementById("view-link").href = `/assignments/${saved.id}/`;
     document.getElementById("saved-links").hidden = false;
-    document.getElementById("draft-note").hidden = Boolean(saved.published);
+    showPublishing(saved.published);
     document.getElementById("editor-heading").textContent = `Edit ${saved.title}`;
     document.title = `Edit ${saved.title} · Cordon`;
     status("saved");
+    return saved;
   } catch (error) {
     status("not saved");
     const refusal = formRefusal(error, ASSIGNMENT_LABELS);  // in the form's words, where the form shows it
@@ -227,9 +235,30 @@ async function save(event) {
     message(placed ? `Not saved: ${refusal.message} (see the field marked below)` : `Not saved: ${refusal.message}`);
     const marked = form.querySelector(".field-error");
     if (marked) marked.scrollIntoView({ block: "center" });
+    return null;
   } finally {
     button.disabled = false;
   }
+}
+
+// A saved draft offers Publish… here, as its page does.
+function showPublishing(published) {
+  document.getElementById("draft-note").hidden = Boolean(published);
+  document.getElementById("publish-here").hidden = Boolean(published) || !assignmentId;
+}
+
+// Publish… saves the form first (what is published is what the form says), then asks.
+async function publishHere() {
+  const saved = await saveNow();
+  if (!saved) return;
+  await confirmPublish(assignmentId, {
+    done: () => {
+      showPublishing(true);
+      const when = saved.opens_at && new Date(saved.opens_at) > new Date() ? ` from ${formatWhen(saved.opens_at)}` : "";
+      message(`Published: the course's students see it${when}.`);
+    },
+    failed: (error) => message(`Not published: ${error.message}`),
+  });
 }
 
 async function remove() {
@@ -255,6 +284,11 @@ async function start() {
     test.name.focus();
   });
   document.getElementById("delete-assignment").addEventListener("click", remove);
+  document.getElementById("publish-here").addEventListener("click", () => {
+    publishHere().catch((error) => message(`Not published: ${error.message}`));
+  });
+  wirePublishDialog();
+  showPublishing(assignment ? assignment.published : false);
   form.addEventListener("submit", save);
   root.dataset.ready = "true";
 }

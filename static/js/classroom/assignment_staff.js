@@ -4,6 +4,7 @@
 
 import { api, el } from "../cordon.js";
 import { formatWhen } from "../format.js";
+import { confirmPublish, wirePublishDialog } from "./publishing.js";
 
 const root = document.getElementById("assignment");
 const assignmentId = root.dataset.assignmentId;
@@ -12,10 +13,6 @@ const say = (id, text) => { document.getElementById(id).textContent = text; };
 const sleep = (ms) => new Promise((resolve) => { setTimeout(resolve, ms); });
 
 // --- publishing -------------------------------------------------------------------------------
-
-function listed(label, names) {
-  return el("li", {}, el("strong", {}, `${label}: `), names.length ? names.join(", ") : "none");
-}
 
 async function renderPublishing() {
   const box = document.getElementById("publishing");
@@ -29,34 +26,9 @@ async function renderPublishing() {
     return;
   }
   box.replaceChildren(el("p", { class: "draft-mark" }, "Draft: no student sees this assignment, its tests or a dataset only it uses."));
-  if (instructor) box.append(el("p", {}, el("button", { type: "button", id: "publish", class: "primary", onclick: confirmPublish }, "Publish…")));
-}
-
-async function confirmPublish() {
-  const p = await api("GET", `/assignments/${assignmentId}/publication`);
-  const dialog = document.getElementById("publish-dialog");
-  document.getElementById("publish-list").replaceChildren(
-    el("li", {}, el("strong", {}, "Title: "), p.title, ` (${p.runtime})`),
-    el("li", {}, el("strong", {}, "Seen: "), p.visible_now ? "at once" : `from ${formatWhen(p.opens_at)}`),
-    el("li", {}, el("strong", {}, "Due: "), p.due_at ? formatWhen(p.due_at) : "no due date"),
-    el("li", {}, el("strong", {}, "Instructions and starter code: "), `${p.instructions_bytes} bytes, ${p.starter_code_lines} lines`),
-    listed("Datasets, readable by their runs", p.datasets),
-    listed("Tests shown in full (input and expected output)", p.tests_with_details),
-    listed("Tests shown once their due time has passed", p.tests_after_due),
-    listed("Tests shown by name, points and pass/fail only", p.tests_name_and_points_only),
-    el("li", {}, el("strong", {}, "Attempts: "), p.attempts_allowed ? String(p.attempts_allowed) : "unlimited",
-      p.accept_late ? "; late work accepted" : "; late work refused"),
-  );
-  dialog.showModal();
-}
-
-async function publish() {
-  try {
-    await api("POST", `/assignments/${assignmentId}/publish`, { confirm: true });
-    document.getElementById("publish-dialog").close();
-    await renderPublishing();
-    say("staff-message", "Published.");
-  } catch (error) { say("staff-message", `not published: ${error.message}`); }
+  const published = async () => { await renderPublishing(); say("staff-message", "Published."); };
+  const asked = () => confirmPublish(assignmentId, { done: published, failed: (error) => say("staff-message", `not published: ${error.message}`) });
+  if (instructor) box.append(el("p", {}, el("button", { type: "button", id: "publish", class: "primary", onclick: asked }, "Publish…")));
 }
 
 async function unpublish() {
@@ -162,8 +134,7 @@ async function lastReport() {
 
 // --- start --------------------------------------------------------------------------------------
 
-document.getElementById("publish-confirm").addEventListener("click", publish);
-document.getElementById("publish-cancel").addEventListener("click", () => document.getElementById("publish-dialog").close());
+wirePublishDialog();
 document.getElementById("extension-form").addEventListener("submit", grantExtension);
 document.getElementById("run-similarity").addEventListener("click", runSimilarity);
 if (instructor) document.getElementById("rubric-form").addEventListener("submit", saveRubric);

@@ -109,16 +109,25 @@ def test_a_student_submits_to_an_assignment_with_a_hidden_test_and_the_instructo
     expect(ines.locator("#draft-note")).to_be_visible()
     ines.screenshot(path=shots / "assignment-editor-1280.png", full_page=True)
 
-    # A draft until published: the confirmation lists what students will see.
-    ines.get_by_role("link", name="View it, and publish it there").click()
-    _expect_ready(ines, "#staff-panel")
-    expect(ines.locator("#publishing")).to_contain_text("Draft")
+    # A draft until published, from the editor itself: the confirmation lists what students will see.
     ines.get_by_role("button", name="Publish…").click()
     dialog = ines.locator("#publish-dialog")
     expect(dialog).to_be_visible()
     expect(dialog).to_contain_text("Tests shown in full (input and expected output): doubles 2")
     expect(dialog).to_contain_text("Tests shown by name, points and pass/fail only: secret case")
     ines.screenshot(path=shots / "assignment-publish-1280.png")
+    dialog.get_by_role("button", name="Publish", exact=True).click()
+    expect(ines.locator("#message")).to_have_text("Published: the course's students see it.")
+    expect(ines.locator("#publish-here")).to_be_hidden()
+    expect(ines.locator("#draft-note")).to_be_hidden()
+    # Its page says so; back to draft there, and published again the same way.
+    ines.get_by_role("link", name="View it", exact=True).click()
+    _expect_ready(ines, "#staff-panel")
+    expect(ines.locator("#publishing")).to_contain_text("Published")
+    ines.get_by_role("button", name="Back to draft").click()
+    expect(ines.locator("#publishing")).to_contain_text("Draft")
+    ines.get_by_role("button", name="Publish…").click()
+    expect(dialog).to_contain_text("Tests shown by name, points and pass/fail only: secret case")
     dialog.get_by_role("button", name="Publish", exact=True).click()
     expect(ines.locator("#publishing")).to_contain_text("Published")
 
@@ -198,8 +207,10 @@ def test_a_student_submits_to_an_assignment_with_a_hidden_test_and_the_instructo
     expect(ines.locator("#staff-view")).to_contain_text("recorded")
     expect(ines.locator("#code")).to_have_text(SOLUTION)
     staff_secret = ines.locator("#result li.test-result", has_text="secret case")
-    staff_secret.locator("summary").click()
-    expect(staff_secret.locator("pre.io").first).to_have_text("21")
+    staff_secret.locator(".test-spec summary").click()
+    expect(staff_secret.locator(".test-spec pre.io").first).to_have_text("21")
+    staff_secret.locator(".test-streams summary").click()  # what the student's program wrote
+    expect(staff_secret.locator(".test-streams pre.io").first).to_have_text("42")
     expect(ines.locator("#result").get_by_role("link", name="test run")).to_have_count(2)
     ines.screenshot(path=shots / "submission-staff-1280.png", full_page=True)
 
