@@ -1,6 +1,7 @@
-"""The audit console's overview: runs per hour by outcome, failure rates by host and engine, queue
-wait and wall time percentiles, top users by CPU, runs per image. Computed in Python over the last
-7 days of runs (a bounded window), so it reads the same on SQLite and PostgreSQL."""
+"""The audit console's overview: runs by outcome over time, failure rates by host and engine, queue
+wait and wall time percentiles, top users by CPU, runs per image. Computed in Python over the runs of
+a chosen range (the last hour, 24 hours, 7 days, 30 days or one of its own, at most 90 days: a
+bounded window), so it reads the same on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -53,12 +54,27 @@ class Percentiles:
 
 
 @dataclass(frozen=True)
-class HourlySeries:
-    """Runs created per hour: `hours` (each hour's start, unix seconds) and one count list per outcome."""
+class Series:
+    """Runs created per bucket of `bucket_s` seconds: `starts` (each bucket's start, unix seconds)
+    and one count list per outcome."""
 
-    hours: list[int]
+    starts: list[int]
+    bucket_s: int
     by_outcome: dict[str, list[int]]
     totals: dict[str, int]
+
+
+# The ranges the page offers, and the longest one it draws (a custom range past it is refused:
+# the page reads every run of its range).
+RANGES = {"1h": timedelta(hours=1), "24h": DAY, "7d": WINDOW, "30d": timedelta(days=30)}
+LONGEST = timedelta(days=90)
+
+
+def bucket_for(span: timedelta) -> timedelta:
+    """A bar's width for a range: 5 minutes up to 2 hours, an hour up to 8 days, else a day."""
+    if span <= timedelta(hours=2):
+        return timedelta(minutes=5)
+    return timedelta(hours=1) if span <= timedelta(days=8) else DAY
 
 
 @dataclass(frozen=True)
@@ -66,8 +82,7 @@ class Overview:
     since: datetime
     now: datetime
     runs: int
-    last_24h: HourlySeries
-    last_7d: HourlySeries
+    series: Series
     by_host: list[Rate]
     by_engine: list[Rate]
     queue_wait: Percentiles
@@ -76,11 +91,8 @@ class Overview:
     images: list[tuple[str, str, int]]  # digest, image names, runs
 
     def chart_data(self) -> dict[str, Any]:
-        """What the page's charts draw (static/js/overview.js), as JSON-ready data."""
-        return {
-            "last_24h": {"hours": self.last_24h.hours, "series": self.last_24h.by_outcome},
-            "last_7d": {"hours": self.last_7d.hours, "series": self.last_7d.by_outcome},
-        }
+        """What the page's chart draws (static/js/overview.js), as JSON-ready data."""
+        return {"starts": self.series.starts, "bucket_s": self.series.bucket_s, "series": self.series.by_outcome}
 
 
 def percentile(values: list[float], p: float) -> float | None:
@@ -97,27 +109,23 @@ def _percentiles(values: list[float]) -> Percentiles:
     return Percentiles(len(values), percentile(values, 50), percentile(values, 95))
 
 
-def _hour_start(moment: datetime) -> datetime:
-    return moment.replace(minute=0, second=0, microsecond=0)
-
-
-def _hourly(rows: list[dict[str, Any]], *, now: datetime, span: timedelta) -> HourlySeries:
-    first = _hour_start(now - span)  # a partial hour at each end
-    count = int(span / timedelta(hours=1)) + 1
-    hours = [first + timedelta(hours=i) for i in range(count)]
-    index = {hour: i for i, hour in enumerate(hours)}
+def _bucketed(rows: list[dict[str, Any]], *, since: datetime, now: datetime, bucket: timedelta) -> Series:
+    """Each run counted in the bucket it was created in: buckets aligned on the bucket's width (UTC),
+    a partial one at each end."""
+    width = int(bucket.total_seconds())
+    first = int(since.timestamp()) // width * width
+    count = (int(now.timestamp()) - first) // width + 1
     outcomes = [*(o.value for o in Outcome), UNFINISHED]
     by_outcome = {outcome: [0] * count for outcome in outcomes}
     for row in rows:
-        slot = index.get(_hour_start(row["created_at"]))
-        if slot is not None:
+        slot = (int(row["created_at"].timestamp()) - first) // width
+        if 0 <= slot < count:
             by_outcome[row["outcome"] or UNFINISHED][slot] += 1
     totals = {outcome: sum(counts) for outcome, counts in by_outcome.items() if sum(counts)}
-    return HourlySeries(
-        hours=[int(hour.timestamp()) for hour in hours],
-        by_outcome={outcome: counts for outcome, counts in by_outcome.items() if outcome in totals},
-        totals=totals,
-    )
+    return Series(
+        starts=[first + i * width for i in range(count)], bucket_s=width,
+        by_outcome={outcome: counts for outcome, counts in by_outcome.items() if outcome in totals}, totals=totals,
+    )  # fmt: skip
 
 
 def _rates(rows: list[dict[str, Any]], key: str) -> list[Rate]:
@@ -140,14 +148,18 @@ def _rates(rows: list[dict[str, Any]], key: str) -> list[Rate]:
     ]
 
 
-def overview(*, now: datetime | None = None) -> Overview:
+def overview(*, now: datetime | None = None, since: datetime | None = None) -> Overview:
+    """The runs created from `since` (default: 7 days before) to `now`, at most LONGEST apart."""
     now = now or timezone.now()
-    since = now - WINDOW
-    rows: list[dict[str, Any]] = list(Run.objects.filter(created_at__gte=since).values(*ROW_FIELDS))
+    since = since or now - WINDOW
+    if not timedelta(0) < now - since <= LONGEST:
+        raise ValueError(f"a range is from before its end and at most {LONGEST.days} days long")
+    runs = Run.objects.filter(created_at__gte=since, created_at__lt=now)
+    rows: list[dict[str, Any]] = list(runs.values(*ROW_FIELDS))
     # Queue wait ends at admission (the host had room); a run recorded before admission events
     # existed, or never admitted, counts from its claim.
     admitted = dict(
-        RunEvent.objects.filter(run__created_at__gte=since, state=RunState.ADMITTED)
+        RunEvent.objects.filter(run__in=runs, state=RunState.ADMITTED)
         .order_by("run_id", "-at")  # the first admission wins: later pairs overwrite earlier ones
         .values_list("run_id", "at")
     )
@@ -176,8 +188,7 @@ def overview(*, now: datetime | None = None) -> Overview:
         since=since,
         now=now,
         runs=len(rows),
-        last_24h=_hourly([r for r in rows if r["created_at"] >= now - DAY], now=now, span=DAY),
-        last_7d=_hourly(rows, now=now, span=WINDOW),
+        series=_bucketed(rows, since=since, now=now, bucket=bucket_for(now - since)),
         by_host=_rates(rows, "worker_host"),
         by_engine=_rates(rows, "engine"),
         queue_wait=_percentiles(waits),

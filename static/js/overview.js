@@ -1,6 +1,7 @@
-// The audit console's overview: runs per hour by outcome as stacked bars (uPlot), from the
-// JSON block #overview-data the page carries ({last_24h, last_7d}: {hours: [unix s], series:
-// {outcome: [count per hour]}}). The tables beside each chart hold the same figures.
+// The audit console's overview: the runs of the chosen range by outcome as stacked bars (uPlot),
+// from the JSON block #overview-data the page carries ({starts: [unix s], bucket_s, series:
+// {outcome: [count per bucket]}, runs_url}). A click on a bar opens its runs in the run list
+// (filtered to its bucket); the table beside the chart holds the same figures, each linked.
 // uPlot: static/vendor/uplot.min.js, a classic script loaded before.
 
 const COLOURS = {
@@ -10,21 +11,29 @@ const COLOURS = {
   rejected_input: "#4a5568", rejected_capacity: "#718096", sandbox_error: "#553c9a", cancelled: "#a0aec0",
   unfinished: "#3182ce",
 };
+const UNITS = { 300: "5 minutes", 3600: "hour", 86400: "day" };
+
+// The run list filtered to the runs created in one bucket.
+export function bucketUrl(base, start, width) {
+  const iso = (seconds) => new Date(seconds * 1000).toISOString();
+  const query = new URLSearchParams({ created_at__gte: iso(start), created_at__lt: iso(start + width) });
+  return `${base}?${query}`;
+}
 
 function draw(element, chart) {
   const outcomes = Object.keys(chart.series);
-  if (!outcomes.length) { element.textContent = "No runs in this period."; return; }
+  if (!outcomes.length) { element.textContent = "No runs in this range."; return; }
   const raw = outcomes.map((outcome) => chart.series[outcome]);
   // Stacked: each series is drawn at the sum of itself and those below; the legend shows each
   // outcome's own count.
-  let sums = chart.hours.map(() => 0);
+  let sums = chart.starts.map(() => 0);
   const stacked = raw.map((counts) => (sums = sums.map((sum, i) => sum + counts[i])));
-  // One bar per hour that has runs (the current hour's too), from the hour's start to its end;
+  // One bar per bucket that has runs (the current one's too), from the bucket's start to its end;
   // the outcomes stacked in it. uPlot draws series in order, so the tallest (the total) goes
   // first and each lower sum over it: the legend reads from the top of the stack down.
   const bars = uPlot.paths.bars({ size: [1, Infinity], align: 1, gap: 1 });
   const order = outcomes.map((_, index) => index).reverse();
-  const series = [{ label: "hour" }];
+  const series = [{ label: "at" }];
   for (const index of order) {
     const colour = COLOURS[outcomes[index]] || "#333";
     series.push({
@@ -33,20 +42,28 @@ function draw(element, chart) {
       value: (u, value, seriesIndex, dataIndex) => (dataIndex === null ? "–" : raw[index][dataIndex]),
     });
   }
-  const hour = 3600;
+  const width = chart.bucket_s;
   const options = {
     width: Math.max(240, Math.min(element.clientWidth || 700, 1000)),
     height: 240,
     series,
-    // The x axis runs to the end of the last hour, so that its bar has its full width.
-    scales: { x: { time: true, range: (u, min, max) => [min, max + hour] },
+    // The x axis runs to the end of the last bucket, so that its bar has its full width.
+    scales: { x: { time: true, range: (u, min, max) => [min, max + width] },
               y: { range: (u, min, max) => [0, Math.max(1, max) * 1.1] } },
-    axes: [{}, { label: "runs per hour", size: 60 }],
+    axes: [{}, { label: `runs per ${UNITS[width] || `${width} s`}`, size: 60 }],
   };
-  new uPlot(options, [chart.hours, ...order.map((index) => stacked[index])], element);
+  const plot = new uPlot(options, [chart.starts, ...order.map((index) => stacked[index])], element);
+  // A click on a bucket with runs opens them; the pointer says which do.
+  const bucketAt = () => {
+    const index = plot.cursor.idx;
+    return index === null || index === undefined || !sums[index] ? null : chart.starts[index];
+  };
+  plot.over.addEventListener("mousemove", () => { plot.over.style.cursor = bucketAt() === null ? "" : "pointer"; });
+  plot.over.addEventListener("click", () => {
+    const start = bucketAt();
+    if (start !== null) location.assign(bucketUrl(chart.runs_url, start, width));
+  });
 }
 
-const data = JSON.parse(document.getElementById("overview-data").textContent);
-for (const element of document.querySelectorAll(".chart[data-span]")) {
-  draw(element, data[element.dataset.span]);
-}
+const block = typeof document === "undefined" ? null : document.getElementById("overview-data");
+if (block) draw(document.getElementById("chart-range"), JSON.parse(block.textContent));

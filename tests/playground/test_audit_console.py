@@ -208,7 +208,8 @@ def test_the_overview_shows_rates_percentiles_top_users_and_images(owner: Any, s
     overview = page.context["overview"]
     assert overview.runs == 6
     assert (overview.wall.p50_s, overview.wall.p95_s) == (3.0, 10.0)
-    assert overview.last_24h.totals == {"succeeded": 5, "sandbox_error": 1}
+    assert overview.series.totals == {"succeeded": 5, "sandbox_error": 1}
+    assert overview.series.bucket_s == 3600 and page.context["range_key"] == "7d"
     host_b = next(r for r in overview.by_host if r.key == "host-b")
     assert host_b.sandbox_error_rate == 1.0 and host_b.cleanup_failure_rate == 1.0
     assert overview.top_users[0] == ("heavy", 20.0, 1)
@@ -217,6 +218,40 @@ def test_the_overview_shows_rates_percentiles_top_users_and_images(owner: Any, s
     assert 'id="overview-data" type="application/json"' in html and "static/js/overview.js" in html
     assert "python" in html and "sha256:abababababab" in html
     assert "/admin/overview/" in _client(staff).get("/admin/").content.decode()
+
+
+def test_the_overview_shows_the_range_chosen_and_links_each_outcome_to_its_runs(owner: Any, staff: Any) -> None:
+    now = timezone.now()
+    ages = {"recent": timedelta(minutes=10), "today": timedelta(hours=5), "week": timedelta(days=3),
+            "month": timedelta(days=20), "old": timedelta(days=40)}  # fmt: skip
+    made = {}
+    for name, age in ages.items():
+        made[name] = _run(owner, outcome="failed" if name == "today" else "succeeded", reason=name)
+        Run.objects.filter(id=made[name].id).update(created_at=now - age)
+    staff_client = _client(staff)
+    seen = {}
+    for key, bucket in (("1h", 300), ("24h", 3600), ("7d", 3600), ("30d", 86400)):
+        page = staff_client.get(f"/admin/overview/?range={key}")
+        seen[key] = page.context["overview"].runs
+        assert page.context["overview"].series.bucket_s == bucket, key
+        assert f'href="/admin/overview/?range={key}" aria-current="page"' in page.content.decode()
+    assert seen == {"1h": 1, "24h": 2, "7d": 3, "30d": 4}
+    # A range of one's own (UTC), and one the page refuses (longer than 90 days): the default, saying why.
+    start = (now - timedelta(days=50)).strftime("%Y-%m-%dT%H:%M")
+    end = (now - timedelta(days=10)).strftime("%Y-%m-%dT%H:%M")
+    custom = staff_client.get(f"/admin/overview/?from={start}&to={end}")
+    assert custom.context["overview"].runs == 2 and custom.context["range_key"] == "custom"
+    refused = staff_client.get("/admin/overview/?from=2020-01-01&to=2026-01-01")
+    assert refused.context["range_key"] == "7d" and "at most 90 days long" in refused.context["range_words"]
+    assert staff_client.get("/admin/overview/?from=" + "9" * 40).context["range_key"] == "7d"
+    # Each outcome's count links to its runs: the run list, filtered to the range and the outcome.
+    page = staff_client.get("/admin/overview/?range=24h")
+    [(outcome, count, url)] = [t for t in page.context["totals"] if t[0] == "failed"]
+    assert count == 1
+    listed = staff_client.get(url)
+    assert listed.status_code == 200 and [r.id for r in listed.context["cl"].result_list] == [made["today"].id]
+    everything = staff_client.get(page.context["all_runs_url"])
+    assert {r.id for r in everything.context["cl"].result_list} == {made["recent"].id, made["today"].id}
 
 
 def test_the_overview_needs_staff(owner: Any) -> None:

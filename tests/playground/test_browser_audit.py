@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from datetime import timedelta
 from pathlib import Path
 
@@ -68,14 +69,18 @@ def test_an_admin_audits_a_run_reads_the_overview_and_exports_csv(
     assert page.evaluate("window.pwned") is None
     page.screenshot(path=str(shots / "audit-run.png"), full_page=True)
 
-    # The overview: two charts drawn by uPlot, with their figures beside them.
+    # The overview: the last 7 days by default, a chart drawn by uPlot with its figures beside it;
+    # then the last 24 hours, chosen from the ranges.
     page.goto(f"{site}/admin/overview/")
-    expect(page.locator("#chart-24h canvas")).to_have_count(1)
-    expect(page.locator("#chart-7d canvas")).to_have_count(1)
-    expect(page.locator("#totals-24h")).to_contain_text("failed")
+    expect(page.locator("#chart-range canvas")).to_have_count(1)
+    expect(page.locator('#overview-range a[aria-current="page"]')).to_have_text("7 days")
+    expect(page.locator("#totals")).to_contain_text("failed")
+    page.get_by_role("link", name="24 hours", exact=True).click()
+    expect(page.locator('#overview-range a[aria-current="page"]')).to_have_text("24 hours")
+    expect(page.locator("#chart-range canvas")).to_have_count(1)
     # The one run is of the current hour: its bar is drawn with the hour's width, not as a line.
     red = page.evaluate("""() => {
-        const canvas = document.querySelector("#chart-24h canvas");
+        const canvas = document.querySelector("#chart-range canvas");
         const data = canvas.getContext("2d").getImageData(0, 0, canvas.width, canvas.height).data;
         let count = 0;
         for (let i = 0; i < data.length; i += 4) {
@@ -87,6 +92,16 @@ def test_an_admin_audits_a_run_reads_the_overview_and_exports_csv(
     expect(page.locator("#percentiles")).to_contain_text("1.300 s")
     expect(page.locator("#images")).to_contain_text("python")
     page.screenshot(path=str(shots / "audit-overview.png"), full_page=True)
+    # The bar opens the runs behind it: the run list, filtered to its hour.
+    box = page.locator("#chart-range .u-over").bounding_box()
+    assert box is not None
+    page.mouse.click(box["x"] + box["width"] - 3, box["y"] + box["height"] - 5)
+    expect(page).to_have_url(re.compile(r"/admin/playground/run/\?created_at__gte="))
+    expect(page.locator("#result_list tbody tr")).to_have_count(1)
+    page.go_back()
+    page.get_by_role("link", name="failed").click()  # an outcome's count: its runs of the range
+    expect(page).to_have_url(re.compile(r"outcome__exact=failed"))
+    expect(page.locator("#result_list tbody tr")).to_have_count(1)
 
     # The CSV export of the filtered list.
     page.set_viewport_size({"width": 1400, "height": 900})
