@@ -14,6 +14,7 @@ from django.test import Client
 from django.utils import timezone
 
 from playground.models import ApiToken, CleanupCheck, Dataset, Run, RunEvent, RunOutputFile, StaffAccess
+from playground.selectors import overview as overview_selectors
 from tests.playground.conftest import api
 from tests.playground.factories import UserFactory, stored_logs
 
@@ -220,7 +221,9 @@ def test_the_overview_shows_rates_percentiles_top_users_and_images(owner: Any, s
     assert "/admin/overview/" in _client(staff).get("/admin/").content.decode()
 
 
-def test_the_overview_shows_the_range_chosen_and_links_each_outcome_to_its_runs(owner: Any, staff: Any) -> None:
+def test_the_overview_shows_the_range_chosen_and_links_each_outcome_to_its_runs(
+    owner: Any, staff: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     now = timezone.now()
     ages = {"recent": timedelta(minutes=10), "today": timedelta(hours=5), "week": timedelta(days=3),
             "month": timedelta(days=20), "old": timedelta(days=40)}  # fmt: skip
@@ -246,12 +249,16 @@ def test_the_overview_shows_the_range_chosen_and_links_each_outcome_to_its_runs(
     assert staff_client.get("/admin/overview/?from=" + "9" * 40).context["range_key"] == "7d"
     # Each outcome's count links to its runs: the run list, filtered to the range and the outcome.
     page = staff_client.get("/admin/overview/?range=24h")
-    [(outcome, count, url)] = [t for t in page.context["totals"] if t[0] == "failed"]
+    [(_, count, url)] = [t for t in page.context["totals"] if t[0] == "failed"]
     assert count == 1
     listed = staff_client.get(url)
     assert listed.status_code == 200 and [r.id for r in listed.context["cl"].result_list] == [made["today"].id]
     everything = staff_client.get(page.context["all_runs_url"])
     assert {r.id for r in everything.context["cl"].result_list} == {made["recent"].id, made["today"].id}
+    # More runs than one overview reads: the range starts at the oldest of the newest read, and says so.
+    monkeypatch.setattr(overview_selectors, "MAX_ROWS", 3)
+    cut = staff_client.get("/admin/overview/?range=30d")
+    assert cut.context["overview"].runs == 3 and "the oldest of the newest 3" in cut.content.decode()
 
 
 def test_the_overview_needs_staff(owner: Any) -> None:
