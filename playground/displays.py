@@ -20,6 +20,7 @@ import json
 import logging
 import math
 import re
+import time
 from typing import Any
 
 import nh3
@@ -54,8 +55,14 @@ COMPLETION_TYPES, COMPLETION_ATTRIBUTES, COMPLETION_NAME_CHARS, COMPLETION_TEXT_
 ATTRIBUTE_KINDS = ("attribute", "property", "method", "class", "column", "key")
 CLEAN_JOB = "playground.displays:clean_manifest"
 CLEAN_INLINE_BYTES = 64 * 1024
-CLEAN_BOUNDS = bounded.Bounds(cpu_s=10, wall_s=20.0, memory_mib=1024, input_max_bytes=24 << 20,
-                              output_max_bytes=48 << 20)  # fmt: skip
+# The cleaning is the cell's work, bounded by the cell's own budget: the CPU its limits left it, at
+# most CLEAN_CPU_MAX_S (at least CLEAN_CPU_MIN_S: a cell that used its all still gets its first
+# displays made safe). Past it, the displays not cleaned yet are dropped, and the cell says so.
+CLEAN_CPU_MAX_S, CLEAN_CPU_MIN_S = 2.0, 0.25
+CLEAN_MEMORY_MIB, CLEAN_INPUT_MAX_BYTES, CLEAN_OUTPUT_MAX_BYTES = 1024, 24 << 20, 48 << 20
+# An HTML display of more tags than this is shown as its plain text: sanitising deeply nested HTML
+# costs the host time that grows faster than its size.
+HTML_MAX_TAGS = 20_000
 # A display's HTML may hold more than a markdown cell's (a styled table, a widget's fallback),
 # never anything that runs or loads from elsewhere: no scripts, styles, frames, forms or remote images.
 HTML_TAGS = TAGS | {
@@ -68,32 +75,52 @@ _DTYPE_TYPES = (("int", "integer"), ("uint", "integer"), ("float", "number"), ("
                 ("datetime", "datetime"), ("date", "date"))  # fmt: skip
 
 
-def clean_bounded(raw: bytes) -> dict[str, Any]:
-    """clean_manifest's answer for a cell.json, here when it is small, else in a bounded child; a
-    manifest that cannot be read gives an empty one that says why (the run keeps its outcome)."""
+def clean_budget_s(cpu_time_s: float, cpu_used_s: float | None) -> float:
+    """The CPU a cell's cleaning may use: what its limits left it, within [CLEAN_CPU_MIN_S, CLEAN_CPU_MAX_S]."""
+    return max(CLEAN_CPU_MIN_S, min(CLEAN_CPU_MAX_S, cpu_time_s - (cpu_used_s or 0.0)))
+
+
+def clean_bounded(raw: bytes, *, budget_s: float = CLEAN_CPU_MAX_S) -> dict[str, Any]:
+    """clean_manifest's answer for a cell.json, here when it is small, else in a bounded child (at
+    the lowest priority, killed a second past the budget); a manifest that cannot be read gives an
+    empty one that says why (the run keeps its outcome). "clean_s": the CPU it took."""
     text = raw.decode("utf-8", errors="replace")
     if len(raw) <= CLEAN_INLINE_BYTES:
-        return clean_manifest(text=text)
+        return clean_manifest(text=text, budget_s=budget_s)
+    bounds = bounded.Bounds(cpu_s=math.ceil(budget_s) + 1, wall_s=2 * budget_s + 3, memory_mib=CLEAN_MEMORY_MIB,
+                            input_max_bytes=CLEAN_INPUT_MAX_BYTES, output_max_bytes=CLEAN_OUTPUT_MAX_BYTES)  # fmt: skip
     try:
-        answer: dict[str, Any] = bounded.call(CLEAN_JOB, {"text": text}, CLEAN_BOUNDS)
+        answer: dict[str, Any] = bounded.call(CLEAN_JOB, {"text": text, "budget_s": budget_s}, bounds)
     except bounded.HostWorkError as exc:
         log.warning("cell manifest not read: %s", exc)
-        return {"displays": [], "manifest": {"problem": f"the cell's manifest could not be read ({exc.message})"}}
+        why = f"the cell's manifest could not be read ({exc.message})"
+        return {"displays": [], "manifest": {"problem": why, "displays_note": why}, "clean_s": float(bounds.cpu_s)}
     return answer
 
 
-def clean_manifest(*, text: str) -> dict[str, Any]:
-    """runner.bounded's job: {"displays": [...], "manifest": {...}} from cell.json's text."""
+def clean_manifest(*, text: str, budget_s: float | None = None) -> dict[str, Any]:
+    """runner.bounded's job: {"displays": [...], "manifest": {...}, "clean_s"} from cell.json's
+    text; the displays made safe until `budget_s` of CPU is spent, the rest dropped and said so."""
+    started = time.process_time()
     try:
         data = json.loads(text)
     except ValueError as exc:
         return {"displays": [], "manifest": {"problem": f"the cell's manifest is not JSON ({exc})"[:300]}}
     if not isinstance(data, dict):
         return {"displays": [], "manifest": {"problem": "the cell's manifest is not a JSON object"}}
-    raw_displays = _list(data.get("displays"))
+    raw_displays = _list(data.get("displays"))[:MAX_DISPLAYS]
     files: set[str] = set()  # each display file is shown once
-    displays = [shown for item in raw_displays[:MAX_DISPLAYS] if (shown := _display(item, files)) is not None]
-    dropped = _count(data.get("displays_dropped")) + max(0, len(raw_displays) - MAX_DISPLAYS)
+    displays, note = [], ""
+    for done, item in enumerate(raw_displays):
+        if budget_s is not None and time.process_time() - started > budget_s:
+            note = (f"{len(raw_displays) - done} display{'s' if len(raw_displays) - done != 1 else ''} not shown: "
+                    f"making them safe to show took more than this cell's budget ({budget_s:g} s of CPU)")  # fmt: skip
+            raw_displays = raw_displays[:done]
+            break
+        if (shown := _display(item, files)) is not None:
+            displays.append(shown)
+    everything = _list(data.get("displays"))
+    dropped = _count(data.get("displays_dropped")) + len(everything) - len(raw_displays)
     manifest = {
         "variables": _variables(_list(data.get("variables"))),
         "not_carried": [_not_carried(item) for item in _list(data.get("not_carried"))[:MAX_NOT_CARRIED]],
@@ -106,8 +133,9 @@ def clean_manifest(*, text: str) -> dict[str, Any]:
         "cleared": _at(data.get("cleared")),
         "files": [_file(item) for item in _list(data.get("files"))[:MAX_FILES] if isinstance(item, dict)],
         "completion": _completion(data.get("completion")),
+        "displays_note": note,
     }
-    return {"displays": displays, "manifest": manifest}
+    return {"displays": displays, "manifest": manifest, "clean_s": round(time.process_time() - started, 4)}
 
 
 def _display(item: Any, files: set[str]) -> dict[str, Any] | None:
@@ -155,7 +183,7 @@ def _representation(mime: str, value: Any) -> dict[str, Any] | None:
         return None
     text = _text(value, PLAIN_MAX_CHARS if mime == "text/plain" else TEXT_MAX_CHARS)
     if mime == "text/html":
-        return {"text": sanitise_html(text)}
+        return {"text": sanitise_html(text)} if text.count("<") <= HTML_MAX_TAGS else None  # then its plain text
     if mime == "text/markdown":
         return {"text": text, "html": render_markdown(text)}
     return {"text": text}

@@ -187,6 +187,7 @@ class CellRunOut(Schema):
         "cell's line that failed)"
     )
     displays_dropped: int
+    displays_note: str | None = Field(default=None, description="why displays were not shown, when it was not a cap")
     execution_count: int | None = Field(description="the cell's number in the kernel's count (Jupyter's In [n])")
     files: list[CarriedFileOut] = Field(description="files the cell left in /tmp, carried with its state")
 
@@ -260,6 +261,10 @@ class TimingsOut(Schema):
     handover_s: float | None = Field(
         None, description="a ready sandbox: the run's limits set and its program handed to the waiting interpreter"
     )
+    clean_s: float | None = Field(
+        None, description="a notebook cell: the host's CPU that making its displays safe to show took (within the "
+        "cell's own budget)"
+    )  # fmt: skip
 
 
 class RunDetailOut(RunOut):
@@ -341,7 +346,9 @@ def cell_out(run: Run) -> dict[str, Any]:
         "state_bytes": record.state_bytes if record.state_file else None,
         "variables": manifest.get("variables", []), "not_carried": manifest.get("not_carried", []),
         "modules": manifest.get("modules", {}), "restored": manifest.get("restored"), "error": manifest.get("error"),
-        "displays_dropped": manifest.get("displays_dropped", 0), "execution_count": manifest.get("execution_count"),
+        "displays_dropped": manifest.get("displays_dropped", 0),
+        "displays_note": manifest.get("displays_note") or manifest.get("problem") or None,
+        "execution_count": manifest.get("execution_count"),
         "files": manifest.get("files", []) if record.state_file else [],
     }  # fmt: skip
     return {"displays": displays, "cell": cell}

@@ -13,11 +13,11 @@ from typing import Any
 from django.core.files.storage import default_storage
 from django.db.models import QuerySet
 
-from playground.displays import IMAGES, clean_bounded
+from playground.displays import IMAGES, clean_bounded, clean_budget_s
 from playground.models import Notebook, Run, RunCell
 from playground.storage import StorageIntegrityError, save_verified
 from runner.cells import MANIFEST_FILE, SESSION_DIR, STATE_FILE
-from runner.spec import Outcome, OutputFile, RunResult
+from runner.spec import Limits, Outcome, OutputFile, RunResult
 
 
 def cell_record_create(*, run: Run, notebook: Notebook, cell_id: str, state_from: Run | None) -> RunCell:
@@ -31,17 +31,21 @@ class CellFinish:
     displays: list[dict[str, Any]] = field(default_factory=list)
     manifest: dict[str, Any] = field(default_factory=dict)
     files: dict[str, OutputFile] = field(default_factory=dict)  # the session files exported, by name
+    clean_s: float | None = None  # the host's CPU that making the manifest safe took (the run's record says it)
 
 
-def cell_finish_read(*, result: RunResult, exported: Path | None) -> CellFinish:
-    """The cell's manifest, cleaned (in a bounded child when it is not small); done before the
-    final record's transaction, which must stay short."""
+def cell_finish_read(*, result: RunResult, exported: Path | None, limits: Limits | None = None) -> CellFinish:
+    """The cell's manifest, cleaned (in a bounded child when it is not small) within the cell's own
+    budget (the CPU its limits left it, displays.clean_budget_s); done before the final record's
+    transaction, which must stay short."""
     finish = CellFinish(files={f.name: f for f in result.session})
     manifest = finish.files.get(MANIFEST_FILE)
     path = exported / SESSION_DIR / MANIFEST_FILE if exported is not None and manifest is not None else None
     if path is not None and path.is_file():
-        cleaned = clean_bounded(path.read_bytes())  # within runner.cells.MANIFEST_MAX_BYTES: export's cap
+        budget = clean_budget_s((limits or Limits()).cpu_time_s, result.cpu_s)
+        cleaned = clean_bounded(path.read_bytes(), budget_s=budget)  # within runner.cells.MANIFEST_MAX_BYTES
         finish.displays, finish.manifest = cleaned["displays"], cleaned["manifest"]
+        finish.clean_s = cleaned.get("clean_s")
     return finish
 
 

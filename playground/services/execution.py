@@ -319,7 +319,11 @@ def run_finish(
         "finished_at": timezone.now(),
         "lease_expires_at": None,
     }
-    finish = cell_finish_read(result=result, exported=exported) if result.session else None
+    finish = None
+    if result.session:
+        finish = cell_finish_read(result=result, exported=exported, limits=limits_from_record(run.limits))
+        if finish.clean_s is not None:  # the cleaning is the cell's: its record says what it took
+            values["timings"]["clean_s"] = round(finish.clean_s, 4)
     log_store(run_id=run.id)  # before the end is committed: a reader who sees it finished finds the log
     with transaction.atomic():
         if not Run.objects.filter(id=run.id, state__in=WORKER_STATES).update(**values):

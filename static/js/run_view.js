@@ -46,7 +46,8 @@ function cellStateLines(run) {
   if (cell.not_carried.length) lines.push(["not carried to the next cell: ", ...namesWithWhy(cell.not_carried)]);
   const failed = (cell.restored && cell.restored.failed) || [];
   if (failed.length) lines.push(["could not be restored from the cell above: ", ...namesWithWhy(failed)]);
-  if (cell.displays_dropped) {
+  if (cell.displays_note) lines.push([cell.displays_note]);  // why: the cell's budget, a manifest not read
+  else if (cell.displays_dropped) {
     lines.push([`${cell.displays_dropped} more display${cell.displays_dropped === 1 ? "" : "s"} not shown`]);
   }
   return lines.map((parts) => el("p", {}, ...parts));

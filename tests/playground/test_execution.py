@@ -241,16 +241,17 @@ def test_the_result_becomes_the_record_with_its_timings_shown_in_the_run_detail(
     client = Client(HTTP_AUTHORIZATION=f"Bearer {token_create(user=run.owner)}")
     shown = client.get(f"/api/runs/{run.id}").json()
     assert shown["timings"] == {"start_s": 0.1235, "boot_s": 1.5, "total_s": 2.25, **phases, "cold_s": None,
-                                "staging_s": None, "handover_s": None}  # fmt: skip
+                                "staging_s": None, "handover_s": None, "clean_s": None}  # fmt: skip
     assert finished.vm_start == "branch" == shown["vm_start"]
     Run.objects.filter(id=run.id).update(timings={"start_s": 0.1, "total_s": 0.4})  # no boot phase
     assert client.get(f"/api/runs/{run.id}").json()["timings"] == {
         "start_s": 0.1, "boot_s": None, "total_s": 0.4, "branch_s": None, "mount_s": None, "refresh_s": None,
-        "cold_s": None, "staging_s": None, "handover_s": None,
+        "cold_s": None, "staging_s": None, "handover_s": None, "clean_s": None,
     }  # fmt: skip
     schema = client.get("/api/openapi.json").json()["components"]["schemas"]["TimingsOut"]
     assert set(schema["properties"]) == {
-        "start_s", "boot_s", "total_s", "branch_s", "mount_s", "refresh_s", "cold_s", "staging_s", "handover_s"
+        "start_s", "boot_s", "total_s", "branch_s", "mount_s", "refresh_s", "cold_s", "staging_s", "handover_s",
+        "clean_s",
     }  # fmt: skip
     assert json.dumps(shown)
 

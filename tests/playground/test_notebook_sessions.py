@@ -99,8 +99,9 @@ def test_state_flows_down_the_cells_with_displays_and_what_did_not_carry_said() 
     assert view["cells"][0]["starts_from"] is None
     frame = next(v for v in view["state"]["variables"] if v["name"] == "df")
     assert frame["type"] == "DataFrame" and frame["shape"] == [3, 2] and frame["table"]["total_rows"] == 3
-    # Each cell stayed its own run, with its own record and cleanup.
+    # Each cell stayed its own run, with its own record and cleanup, and what making its displays safe took.
     assert all(Run.objects.get(id=r["id"]).cleanup_ok for r in runs.values())
+    assert all(0 <= r["timings"]["clean_s"] < 2 for r in runs.values()), [r["timings"] for r in runs.values()]
 
 
 @pytest.mark.usefixtures("worker")
@@ -345,3 +346,31 @@ def test_a_manifest_naming_the_cells_state_as_its_image_never_gets_it_served(tmp
     assert client.get(f"/api/runs/{run.id}/displays/0").status_code == 404
     figure = client.get(f"/api/runs/{run.id}/displays/2")
     assert (figure.status_code, figure["Content-Type"], b"".join(figure.streaming_content)) == (200, "image/png", png)
+
+
+def test_a_cells_displays_are_made_safe_within_its_own_budget_and_what_is_dropped_is_said() -> None:
+    """The tester's cell.json of nested HTML: its cleaning stops at the cell's budget of CPU, keeps
+    the displays made safe so far, and says how many were not shown and why; an HTML display of
+    more tags than a page needs is shown as its text."""
+    from playground.displays import HTML_MAX_TAGS, clean_bounded, clean_budget_s, clean_manifest
+
+    nested = "<div>" * 8000 + "x" + "</div>" * 8000  # about 0.1 s of sanitising each, here
+    manifest = {"displays": [{"data": {"text/html": nested, "text/plain": f"plain {n}"}} for n in range(100)]}
+    text = json.dumps(manifest)
+    cleaned = clean_manifest(text=text, budget_s=0.3)
+    shown, note = len(cleaned["displays"]), cleaned["manifest"]["displays_note"]
+    assert 1 <= shown < 100 and cleaned["manifest"]["displays_dropped"] == 100 - shown
+    assert note == f"{100 - shown} displays not shown: making them safe to show took more than this cell's budget " \
+                   "(0.3 s of CPU)"  # fmt: skip
+    assert 0.3 <= cleaned["clean_s"] < 0.3 + 1.0  # charged to the run: the budget and one display's cleaning at most
+    # In the bounded child (a manifest over 64 KiB), the same: what was made safe, and why the rest was not.
+    child = clean_bounded(text.encode(), budget_s=0.3)
+    assert 1 <= len(child["displays"]) < 100 and "0.3 s of CPU" in child["manifest"]["displays_note"]
+    # Everything within a budget that suffices; the budget is what the cell's limits left it, within bounds.
+    assert len(clean_manifest(text=json.dumps({"displays": manifest["displays"][:3]}), budget_s=60)["displays"]) == 3
+    assert (clean_budget_s(30, 0.06), clean_budget_s(1, 0.9), clean_budget_s(1, 5)) == (2.0, 0.25, 0.25)
+    deep = "<b>" * (HTML_MAX_TAGS + 1)
+    [plain] = clean_manifest(text=json.dumps({"displays": [{"data": {"text/html": deep, "text/plain": "p"}}]}))[
+        "displays"
+    ]
+    assert (plain["mime"], plain["text"]) == ("text/plain", "p")
