@@ -320,7 +320,7 @@ def test_a_manifest_naming_the_cells_state_as_its_image_never_gets_it_served(tmp
     from playground.services.cells import cell_finish_read, cell_finish_store
     from playground.services.execution import run_claim
 
-    owner = UserFactory()
+    owner: Any = UserFactory()
     client = api(owner)
     notebook = create(client, cells=[code_cell("c", "1")])
     run = Run.objects.create(owner=owner, runtime="python", code="1", limits={})
@@ -345,7 +345,7 @@ def test_a_manifest_naming_the_cells_state_as_its_image_never_gets_it_served(tmp
     assert [d.get("text") for d in shown[:2]] == ["<state>", "<cell.json>"]
     assert client.get(f"/api/runs/{run.id}/displays/0").status_code == 404
     figure = client.get(f"/api/runs/{run.id}/displays/2")
-    assert (figure.status_code, figure["Content-Type"], b"".join(figure.streaming_content)) == (200, "image/png", png)
+    assert (figure.status_code, figure["Content-Type"], figure.getvalue()) == (200, "image/png", png)
 
 
 def test_a_cells_displays_are_made_safe_within_its_own_budget_and_what_is_dropped_is_said() -> None:

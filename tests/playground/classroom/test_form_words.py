@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.django_db, pytest.mark.skipif(shutil.which("node") is 
 
 T = DOUBLE_TEST
 CHECKED = {"name": "c", "check_code": "x"}
-ASSIGNMENTS = [
+ASSIGNMENTS: list[dict[str, Any]] = [
     {"title": ""}, {"title": "x" * 300}, {"runtime": "cobol"}, {"limits": {"memory_mib": -1}},
     {"limits": {"memory_mib": 10**9}}, {"limits": {"memory_mib": 1.5}}, {"limits": {"wall_timeout_s": 10**9}},
     {"egress": ["not a rule"]}, {"egress": ["10.0.0.1:80"]},
@@ -38,7 +38,7 @@ ASSIGNMENTS = [
     {"tests": [T, T, {**T, "expected_stdout": "x" * (2 << 20)}]},
     {"tests": [T, T, {**CHECKED, "check_code": "x" * (2 << 20)}]},
 ]  # fmt: skip
-POLICIES = [
+POLICIES: list[dict[str, Any]] = [
     {"late_days": -1}, {"late_days": 400}, {"late_days_per_assignment": 400}, {"quota_runs_per_hour": 0},
     {"quota_concurrent_runs": 0}, {"allowed_runtimes": []}, {"limits_ceiling": {"memory_mib": 10**9}},
     {"limits_ceiling": {"cpu_time_s": -1}}, {"egress_ceiling": ["bad"]}, {"egress_ceiling": ["10.0.0.1:80"]},
