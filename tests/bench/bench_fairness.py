@@ -1,7 +1,8 @@
 """No user can stall the others, measured: a bystander's hello-world runs (submit -> finished over the
-API, one at a time) alone, then while another course's 100 catastrophic-pattern tests are graded and
-a notebook of 200 pathological markdown cells is saved again and again, in the same run of the same
-stack (web, a Celery worker at its default concurrency, the namespace engine).
+API, one at a time) alone, then while another course's 100 catastrophic-pattern tests are graded, a
+notebook of 200 pathological markdown cells is saved again and again and notebook cells that write
+their own display list of nested HTML run two at once, in the same run of the same stack (web, a
+Celery worker at its default concurrency, the namespace engine).
 
 The load: two submissions to an assignment of 50 tests whose expectation is `(a+)+$` (Python's re
 backtracked exponentially on the output, 5,000 a's and a "!"); 200 markdown cells of 5,000 "[" or
@@ -33,6 +34,16 @@ TESTS = 50  # an assignment's most
 SUBMISSIONS = 2
 CELLS = 200
 OUTPUT = "print('a' * 5000 + '!')"
+# A cell that writes its own display list (the cell program's is never written: the cell exits
+# first): 100 displays of HTML nested 6,000 deep, 6.6 MB (the manifest's cap is 8 MiB), about 6 s of
+# the host's sanitising without a budget.
+DISPLAYS = """import json, os
+html = "<div>" * 6000 + "x" + "</div>" * 6000
+displays = [{"data": {"text/html": html, "text/plain": "p"}}] * 100
+with open("/output/.cordon/cell.json", "w") as manifest:
+    json.dump({"displays": displays}, manifest)
+os._exit(0)
+"""
 DRAIN_TIMEOUT_S = 300.0
 CONTEXT = multiprocessing.get_context("spawn")  # a fresh interpreter: no thread or socket of this one
 
@@ -71,7 +82,7 @@ def hello(stack: Stack) -> Hello:
     return Hello(total, (claimed - created).total_seconds(), (ended - claimed).total_seconds(), supervised)
 
 
-def _client(port: int, teacher: str, student: str, notebook: dict[str, Any], assignment: str,
+def _client(port: int, teacher: str, student: str, notebook: dict[str, Any], assignment: str, cells: dict[str, Any],
             stop: Any, results: Any) -> None:  # fmt: skip
     """The other course's client (a process of its own): the saves and the reads, each in a
     thread, until `stop`; their timings and errors put on `results`. At nice 19: this client is
@@ -107,12 +118,28 @@ def _client(port: int, teacher: str, student: str, notebook: dict[str, Any], ass
             reads_s.append(time.monotonic() - started)
             time.sleep(0.2)
 
+    cells_s: list[float] = []
+
+    def hostile_cells() -> None:
+        """Two at once: a notebook cell that writes its own display list of nested HTML."""
+        while not stop.is_set():
+            started = time.monotonic()
+            try:
+                run = api_call(port, teacher, "POST", f"/api/notebooks/{cells['id']}/cells/displays/run")
+                while api_call(port, teacher, "GET", f"/api/runs/{run['id']}")["state"] != "finished":
+                    time.sleep(0.2)
+            except (OSError, RuntimeError) as exc:
+                errors.append(f"cell: {exc}"[:300])
+                return
+            cells_s.append(time.monotonic() - started)
+
     threads = [threading.Thread(target=saves), threading.Thread(target=reads)]
+    threads += [threading.Thread(target=hostile_cells) for _ in range(2)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    results.put((saves_s, reads_s, errors))
+    results.put((saves_s, reads_s, cells_s, errors))
 
 
 class Load:
@@ -135,6 +162,9 @@ class Load:
             "publish": True,
         })["id"]  # fmt: skip
         self.notebook = room.api(self.teacher, "POST", "/api/notebooks", {"name": "hostile"})
+        cell = {"id": "displays", "kind": "code", "runtime": "python", "inputs": [], "limits": {}, "source": DISPLAYS}
+        self.cells = room.api(self.teacher, "POST", "/api/notebooks", {"name": "displays", "cells": [cell]})
+        self.cells_s: list[float] = []
 
     def start(self) -> None:
         path = f"/api/assignments/{self.assignment}/submissions"
@@ -142,8 +172,9 @@ class Load:
             self.room.api(self.student, "POST", path, {"code": OUTPUT})["id"] for _ in range(SUBMISSIONS)
         ]
         self.started = time.monotonic()
-        self.process = CONTEXT.Process(target=_client, args=(self.stack.port, self.teacher, self.student, self.notebook,
-                                                             self.assignment, self.stop, self.results))  # fmt: skip
+        args = (self.stack.port, self.teacher, self.student, self.notebook, self.assignment, self.cells, self.stop,
+                self.results)  # fmt: skip
+        self.process = CONTEXT.Process(target=_client, args=args)
         self.process.start()
 
     def graded(self) -> list[dict[str, Any]]:
@@ -154,7 +185,7 @@ class Load:
 
     def finish(self) -> None:
         self.stop.set()
-        self.saves_s, self.reads_s, errors = self.results.get(timeout=120)
+        self.saves_s, self.reads_s, self.cells_s, errors = self.results.get(timeout=120)
         self.errors.extend(errors)
         self.process.join(timeout=30)
 
@@ -185,6 +216,7 @@ def run() -> list[Row]:
     ratio = loaded_p95 / alone_p95 if loaded_p95 is not None else float("inf")
     saves = [s for _, load, _ in rounds for s in load.saves_s]
     reads = [r for _, load, _ in rounds for r in load.reads_s]
+    cells = [c for _, load, _ in rounds for c in load.cells_s]
     return [
         Row("fairness", f"bystander hello run, submit -> finished, p50 alone ({len(alone)} runs)", p50(alone) * 1000,
             "ms"),
@@ -204,6 +236,9 @@ def run() -> list[Row]:
         Row("fairness", "load: such a save, slowest", max(saves) * 1000 if saves else None, "ms"),
         Row("fairness", "load: a student's read of the 64 KiB hostile instructions, p95",
             percentile(reads, 0.95) * 1000 if reads else None, "ms"),
+        Row("fairness", "load: cells writing their own display list of nested HTML (6.6 MB), two at once, done",
+            len(cells), "cells"),
+        Row("fairness", "load: such a cell, submit -> finished, p50", p50(cells) * 1000 if cells else None, "ms"),
         targeted("fairness", "load: requests that failed", sum(len(load.errors) for _, load, _ in rounds), "requests",
                  at_most=0),
     ]  # fmt: skip
