@@ -124,13 +124,30 @@ def personas(site: str) -> dict[str, list[str]]:
                        f"/assignments/{assignment}/", f"/assignments/{assignment}/edit/",
                        f"/submissions/{submission}/", f"/runs/{ids['test_run']}/", "/datasets/"],
         "root": ["/account/invites/", "/admin/", "/admin/overview/", "/admin/playground/run/",
-                 f"/admin/playground/run/{run.id}/change/", "/admin/playground/invite/",
-                 "/admin/playground/apitoken/", "/admin/playground/course/",
-                 f"/admin/playground/course/{course}/change/", "/admin/playground/dataset/",
-                 "/admin/playground/staffaccess/", "/admin/playground/workerhost/", "/admin/playground/runtimeimage/",
-                 "/admin/playground/receipt/", f"/admin/playground/receipt/{receipt}/change/",
-                 "/admin/auth/user/", "/account/"],
+                 f"/admin/playground/run/{run.id}/change/", f"/admin/playground/course/{course}/change/",
+                 f"/admin/playground/receipt/{receipt}/change/", *_console_pages(admin), "/account/"],
     }  # fmt: skip
+
+
+def _console_pages(admin_user: User) -> list[str]:
+    """Every page of the audit console: each registered model's list, its add page where an admin
+    may add one, and the page of its first record."""
+    from django.contrib import admin
+    from django.test import RequestFactory
+    from django.urls import reverse
+
+    request = RequestFactory().get("/admin/")
+    request.user = admin_user
+    pages = []
+    for model, model_admin in admin.site._registry.items():
+        name = f"admin:{model._meta.app_label}_{model._meta.model_name}"
+        pages.append(reverse(f"{name}_changelist"))
+        if model_admin.has_add_permission(request):
+            pages.append(reverse(f"{name}_add"))
+        first = model._default_manager.order_by("pk").first()
+        if first is not None:
+            pages.append(reverse(f"{name}_change", args=[first.pk]))
+    return sorted(set(pages))
 
 
 def _log_in(chromium: Browser, username: str) -> Any:  # noqa: F811
