@@ -36,6 +36,8 @@ from __future__ import annotations
 import asyncio
 import codecs
 import logging
+import os
+import queue
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -180,21 +182,58 @@ def run_group(run_id: Any) -> str:
 GROUP_EVENT = "run.message"
 
 
-# One event loop per thread for live messages, kept for the thread's life: channels_redis keeps its
-# Redis connections per event loop, and async_to_sync ran each message on a new loop in a new
-# thread, so every message paid a thread, a loop and a fresh Redis connection (about 4 ms).
-_send_loops = threading.local()
+class _Sender:
+    """The process's one thread that sends live messages, in the order they were handed over, on an
+    event loop of its own kept for its life (channels_redis keeps its Redis connections per loop).
+    A run's thread hands a message over and goes on: a send is a round trip or two to Redis (about
+    1.5 ms here), five of them between a hello's start and its end. At most QUEUE_MAX wait: past
+    that, handing one over waits for room (a flood of output is paced as when each send waited).
+    Made again in a forked child (a Celery pool process), whose parent's thread is not there."""
+
+    QUEUE_MAX = 1000
+
+    def __init__(self) -> None:
+        self.pid = 0
+        self.lock = threading.Lock()
+        self.queue: queue.Queue[tuple[Any, str, dict[str, Any]] | threading.Event] = queue.Queue(self.QUEUE_MAX)
+
+    def put(self, layer: Any, group: str, payload: dict[str, Any]) -> None:
+        self._running().put((layer, group, payload))
+
+    def flush(self, timeout_s: float) -> bool:
+        """Whether every message handed over before this call was sent within `timeout_s`."""
+        done = threading.Event()
+        self._running().put(done)
+        return done.wait(timeout_s)
+
+    def _running(self) -> queue.Queue[tuple[Any, str, dict[str, Any]] | threading.Event]:
+        with self.lock:
+            if self.pid != os.getpid():
+                self.pid, self.queue = os.getpid(), queue.Queue(self.QUEUE_MAX)
+                threading.Thread(target=self._loop, args=(self.queue,), name="cordon-live-sender", daemon=True).start()
+            return self.queue
+
+    @staticmethod
+    def _loop(waiting: queue.Queue[tuple[Any, str, dict[str, Any]] | threading.Event]) -> None:
+        loop = asyncio.new_event_loop()
+        while True:
+            item = waiting.get()
+            if isinstance(item, threading.Event):
+                item.set()
+                continue
+            layer, group, payload = item
+            try:
+                loop.run_until_complete(layer.group_send(group, payload))
+            except Exception:  # live output is best effort; the stored log is the truth
+                log.warning("could not publish to %s", group, exc_info=True)
 
 
-def _send_loop() -> asyncio.AbstractEventLoop:
-    loop: asyncio.AbstractEventLoop | None = getattr(_send_loops, "loop", None)
-    if loop is None or loop.is_closed():
-        loop = _send_loops.loop = asyncio.new_event_loop()
-    return loop
+_sender = _Sender()
 
 
 class LivePublisher:
-    """Sends a run's live messages to its group, best effort: a failure is logged, not raised."""
+    """Sends a run's live messages to its group, in order and best effort (a failure is logged, not
+    raised), from the process's sender thread: the caller does not wait for Redis."""
 
     def __init__(self, run_id: Any) -> None:
         self.group = run_group(run_id)
@@ -202,21 +241,21 @@ class LivePublisher:
 
     def send(self, message: LiveMessage) -> None:
         """Send from synchronous code (the worker). Async code awaits the layer's group_send itself:
-        from inside a running loop this would drop every message, so it refuses loudly."""
+        from inside a running loop this is a mistake, so it refuses loudly."""
         if self.layer is None:
             return
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            pass  # no loop runs in this thread: the per-thread loop may run
+            pass  # no loop runs in this thread
         else:
             raise RuntimeError("LivePublisher.send is for synchronous code; await the channel layer instead")
-        try:
-            payload = {"type": GROUP_EVENT, "message": message}
-            _send_loop().run_until_complete(self.layer.group_send(self.group, payload))
-        except Exception:  # live output is best effort; the stored log is the truth
-            log.warning("could not publish to %s", self.group, exc_info=True)
+        _sender.put(self.layer, self.group, {"type": GROUP_EVENT, "message": message})
 
     def send_all(self, messages: Iterable[LiveMessage]) -> None:
         for message in messages:
             self.send(message)
+
+    def flush(self, timeout_s: float = 5.0) -> bool:
+        """Whether what was handed over so far (this run's and any other's) has been sent."""
+        return self.layer is None or _sender.flush(timeout_s)

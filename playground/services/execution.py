@@ -63,6 +63,8 @@ def run_execute(*, run_id: str, worker: str) -> Run | None:
     with LeaseKeeper(run_id=run.id, bound_s=task_time_limit_s(run)):
         final = _run_claimed(run=run, events=events, work=work)
     events.live.send(final_message(final))
+    if not events.live.flush():  # the task ends once its messages are out (or they are given up on)
+        log.warning("run %s's live messages were not all sent within the flush's bound", run.id)
     return final
 
 
