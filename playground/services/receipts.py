@@ -55,5 +55,8 @@ def _chain_head(host: str) -> ReceiptChain:
     """The host's chain head, locked until the transaction ends (on PostgreSQL a row lock; on
     SQLite every write transaction is IMMEDIATE and serialises already). Made on first use:
     get_or_create takes a savepoint, so of two first receipts at once one makes it, both use it."""
+    head = ReceiptChain.objects.select_for_update().filter(host=host).first()
+    if head is not None:  # every receipt but a host's first: one query, no savepoint
+        return head
     ReceiptChain.objects.get_or_create(host=host)
     return ReceiptChain.objects.select_for_update().get(host=host)
