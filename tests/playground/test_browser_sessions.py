@@ -450,3 +450,28 @@ def test_ipython_cells_show_a_figure_the_failed_line_what_it_kept_coloured_help_
     for index in (1, 2, 3):
         expect(_cell(page, index).locator(".cell-state")).not_to_contain_text("could not be restored")
     expect(_cell(page, 2).locator("pre.stderr")).to_have_text("")
+
+
+def test_a_cell_whose_displays_cost_more_than_its_budget_says_how_many_were_not_shown_and_why(
+    chromium: Browser,  # noqa: F811
+    shots: Path,  # noqa: F811
+) -> None:
+    """The tester's cell: it writes its own display list of deeply nested HTML (the cell program's is
+    never written: the cell exits first). What was made safe within the cell's budget is shown; the
+    cell says how many were not, and why."""
+    from playwright.sync_api import expect
+
+    from tests.bench.bench_fairness import DISPLAYS
+
+    page = chromium.logged_in()
+    cell = _cell(page, 0)
+    _type_code(page, cell, DISPLAYS)
+    _expect_saved(page)
+    cell.get_by_role("button", name=re.compile("^run")).first.click()
+    _expect_outcome(cell, "succeeded")
+    expect(cell.locator(".cell-state")).to_contain_text(re.compile(
+        r"\d+ displays not shown: making them safe to show took more than this cell's budget \(2 s of CPU\)"
+    ))  # fmt: skip
+    shown = cell.locator(".displays > *")
+    assert 0 < shown.count() < 100, shown.count()
+    page.screenshot(path=shots / "sessions-displays-budget-1280.png")
