@@ -15,7 +15,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from playground.sso.config import check_sso_settings
-from runner.config import ENV_FILE, PROJECT_ROOT, paths_from_env
+from runner.config import ENV_FILE, PROJECT_ROOT, host_slots, paths_from_env
 from runner.egress.policy import ceiling_from_env
 from runner.env import ConfigError, env_bool, env_int, env_list, env_str, load_env_file
 from runner.spec import maxima_from_env
@@ -318,6 +318,11 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# The worker for people's runs: a process per run the host admits at once (its admission's slots),
+# not per core. Each process waits on one sandbox, and one that finishes slowly (a cell's displays
+# made safe within its budget, a long run) then leaves the others to the rest of the queue while the
+# host has room. The grading worker sets its own (CORDON_GRADING_CONCURRENCY, in the Procfile).
+CELERY_WORKER_CONCURRENCY = host_slots()
 CELERY_TASK_DEFAULT_QUEUE = "namespace"
 # Redis redelivers an unacknowledged task after this; longer than any run may take.
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner.env import env_path
+from runner.env import env_int, env_path
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 RECIPES_DIR = PROJECT_ROOT / "images"
@@ -52,3 +52,11 @@ def paths_from_env(environ: Mapping[str, str] | None = None) -> Paths:
     images_dir = env_path("CORDON_IMAGES_DIR", data_dir / "images", base=PROJECT_ROOT, environ=env)
     host_state = env_path("CORDON_HOST_STATE_DIR", Path("/run/cordon"), base=PROJECT_ROOT, environ=env)
     return Paths(data_dir=data_dir, images_dir=images_dir, host_state_dir=host_state)
+
+
+def host_slots(environ: Mapping[str, str] | None = None) -> int:
+    """The runs this host admits at once (CORDON_MAX_SLOTS; by default twice its cores, at least 4):
+    its admission's slots (runner.host.admission), and the processes of the worker for people's runs,
+    each of which waits on one sandbox (playground.settings)."""
+    cores = os.cpu_count() or 1
+    return env_int("CORDON_MAX_SLOTS", max(4, 2 * cores), minimum=1, maximum=1000, environ=environ)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import psutil
 
+from runner.config import host_slots
 from runner.env import env_float, env_int
 from runner.spec import Outcome, RunnerError
 
@@ -35,7 +36,7 @@ class Capacity:
         total_mib = psutil.virtual_memory().total // (1024 * 1024)
         cores = os.cpu_count() or 1
         return cls(
-            slots=env_int("CORDON_MAX_SLOTS", max(4, 2 * cores), minimum=1, maximum=1000, environ=env),
+            slots=host_slots(env),
             memory_mib=env_int("CORDON_MEMORY_BUDGET_MIB", total_mib // 2, minimum=64, environ=env),
             cpus=env_float("CORDON_CPU_BUDGET", float(cores * 2), minimum=0.1, environ=env),
             wait_s=env_float("CORDON_ADMISSION_WAIT_S", 30.0, minimum=0.0, environ=env),
