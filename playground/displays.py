@@ -108,7 +108,8 @@ def clean_manifest(*, text: str, budget_s: float | None = None) -> dict[str, Any
         return {"displays": [], "manifest": {"problem": f"the cell's manifest is not JSON ({exc})"[:300]}}
     if not isinstance(data, dict):
         return {"displays": [], "manifest": {"problem": "the cell's manifest is not a JSON object"}}
-    raw_displays = _list(data.get("displays"))[:MAX_DISPLAYS]
+    everything = _list(data.get("displays"))
+    raw_displays = everything[:MAX_DISPLAYS]
     files: set[str] = set()  # each display file is shown once
     displays, note = [], ""
     for done, item in enumerate(raw_displays):
@@ -119,7 +120,6 @@ def clean_manifest(*, text: str, budget_s: float | None = None) -> dict[str, Any
             break
         if (shown := _display(item, files)) is not None:
             displays.append(shown)
-    everything = _list(data.get("displays"))
     dropped = _count(data.get("displays_dropped")) + len(everything) - len(raw_displays)
     manifest = {
         "variables": _variables(_list(data.get("variables"))),

@@ -267,9 +267,14 @@ def run_advance(*, run: Run, phases: Sequence[PhaseRow]) -> bool:
     with transaction.atomic():  # the state and its event rows commit together
         changed = Run.objects.filter(id=run.id, state__in=WORKER_STATES).update(state=phases[-1].state)
         if changed:
-            for phase in phases:
-                record_event(run=run, state=phase.state, detail=phase.detail, at=phase.at)
+            _record_phases(run, phases)
     return bool(changed)
+
+
+def _record_phases(run: Run, phases: Sequence[PhaseRow]) -> None:
+    """Each phase's event row, with the time it was announced (inside the caller's transaction)."""
+    for phase in phases:
+        record_event(run=run, state=phase.state, detail=phase.detail, at=phase.at)
 
 
 def run_heartbeat(*, run: Run, samples: Samples | None = None) -> bool:
@@ -331,8 +336,7 @@ def run_finish(
         if not Run.objects.filter(id=run.id, state__in=WORKER_STATES).update(**values):
             log_release(run_id=run.id)
             return Run.objects.get(id=run.id)
-        for phase in phases:
-            record_event(run=run, state=phase.state, detail=phase.detail, at=phase.at)
+        _record_phases(run, phases)
         CleanupCheck.objects.bulk_create(
             [CleanupCheck(run=run, name=c.name, ok=c.ok, detail=c.detail[:1000]) for c in result.cleanup]
         )
