@@ -13,7 +13,7 @@ from django.conf import settings
 from django.core.files.uploadhandler import FileUploadHandler
 from django.http import HttpRequest
 from ninja.parser import Parser
-from pydantic import BaseModel, BeforeValidator, Field, Strict, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, model_validator
 from pydantic_core import PydanticCustomError
 
 from runner.units import size_words
@@ -141,7 +141,9 @@ class BodyIn(BaseModel):
     """A JSON object the API reads: a request body, or an object within one. Not ninja's Schema,
     which is made to read Django objects by their attributes and so read the body "AAA" as a
     course titled "AAA".title(): this takes a JSON object and nothing else. A field it does not
-    know is ignored, as the document allows: what a GET answers can be sent back as it is."""
+    know is refused (422, naming it): a misspelt field would otherwise run with its default."""
+
+    model_config = ConfigDict(extra="forbid")
 
     @model_validator(mode="before")
     @classmethod

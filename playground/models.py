@@ -102,6 +102,8 @@ class Run(models.Model):
     # The course a run belongs to (an assignment's Run button, a grading run): its staff may read it.
     course = models.ForeignKey("Course", null=True, blank=True, on_delete=models.CASCADE, related_name="runs")
     runtime = models.CharField(max_length=16)
+    # The guest image it asked for (playground.environments); blank: its runtime's own image.
+    environment = models.CharField(max_length=64, blank=True)
     code = models.TextField()
     datasets = models.ManyToManyField(Dataset, blank=True, related_name="runs")
     input_outputs: models.ManyToManyField[RunOutputFile, Any] = models.ManyToManyField(
@@ -330,6 +332,9 @@ class Notebook(models.Model):
     cells = models.JSONField(default=list)
     # The runtime a new code cell takes ("python" or "node"); each cell keeps its own.
     runtime = models.CharField(max_length=16, default="python")
+    # Where its cells run (playground.environments): a code cell of the environment's runtime runs
+    # in it, one of another runtime in that runtime's own image. Blank: the site's default.
+    environment = models.CharField(max_length=64, blank=True)
     cell_count = models.PositiveIntegerField(default=0)  # len(cells), kept with them: a list reads no cells
     version = models.PositiveIntegerField(default=1)
     # Raised by a cell's run or clear (which set a cell's last run, not a new version): a save that
@@ -512,6 +517,7 @@ class Assignment(models.Model):
     instructions = models.TextField(blank=True)  # markdown
     instructions_html = models.TextField(blank=True)  # rendered and sanitised when saved; reads never render
     runtime = models.CharField(max_length=16)
+    environment = models.CharField(max_length=64, blank=True)  # its runs' image; blank: the runtime's own
     starter_code = models.TextField(blank=True)
     datasets = models.ManyToManyField(Dataset, blank=True, related_name="assignments")
     limits = models.JSONField(default=dict)

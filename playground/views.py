@@ -26,6 +26,7 @@ from django.views.generic import RedirectView
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from playground import throttle
+from playground.environments import environments
 from playground.forms import InviteForm, TokenForm
 from playground.metrics import scrape
 from playground.selectors.accounts import invite_list, token_list_for_user
@@ -37,6 +38,7 @@ from playground.services.accounts import token_create, token_revoke, token_user
 from playground.services.audit import record_staff_access
 from playground.services.invites import InviteInvalid, invite_check, invite_create, invite_redeem, invite_revoke
 from playground.sso.config import password_login, sso_config
+from runner.spec import RUNTIMES
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +59,8 @@ def playground(request: HttpRequest) -> HttpResponse:
 @login_required
 def notebook(request: HttpRequest, notebook_id: UUID) -> HttpResponse:
     found = notebook_get_for_user(user=request.user, notebook_id=notebook_id)  # type: ignore[arg-type]
-    return render(request, "playground.html", {"notebook": found})
+    choices = [e for e in environments().values() if e.name not in RUNTIMES]  # a runtime's own is the default
+    return render(request, "playground.html", {"notebook": found, "environments": choices})
 
 
 @login_required

@@ -41,11 +41,14 @@ def session_area_bytes(limits: Limits) -> int:
     return limits.state_max_bytes + SESSION_FILES_MAX_BYTES
 
 
-def cell_env(limits: Limits, *, has_state: bool) -> dict[str, str]:
-    """What the cell program is told: where its state is (if any) and its cap."""
+def cell_env(limits: Limits, *, has_state: bool, packages_elsewhere: str = "") -> dict[str, str]:
+    """What the cell program is told: where its state is (if any) and its cap, and for `%pip
+    install` which other environments have which packages (RunSpec.packages_elsewhere)."""
     env = {"CORDON_STATE_MAX_BYTES": str(limits.state_max_bytes)}
     if has_state:
         env["CORDON_CELL_STATE"] = f"/input/{STATE_INPUT_NAME}"
+    if packages_elsewhere:
+        env["CORDON_PACKAGES_ELSEWHERE"] = packages_elsewhere
     return env
 
 

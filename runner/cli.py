@@ -56,6 +56,8 @@ def _parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="run a script in a sandbox and report what happened")
     run.add_argument("--runtime", required=True, choices=RUNTIMES)
     run.add_argument("--engine", default="auto", choices=REQUESTABLE)
+    run.add_argument("--environment", metavar="NAME",
+                     help="an image of this runtime (images/NAME; default: the runtime's own)")  # fmt: skip
     defaults = Limits()
     for flag, field_name, kind, unit in LIMIT_FLAGS:
         default = getattr(defaults, field_name)
@@ -221,7 +223,7 @@ def _run(args: argparse.Namespace) -> int:
     stdin = args.stdin_file.read_bytes() if args.stdin_file is not None else b""
     spec = RunSpec(
         runtime=args.runtime, script=script, limits=limits, inputs=tuple(args.input), engine=args.engine,
-        stdin=stdin, args=tuple(args.args), egress=tuple(args.egress),
+        stdin=stdin, args=tuple(args.args), egress=tuple(args.egress), image=args.environment,
     )  # fmt: skip
     cancel = threading.Event()
     for signo in (signal.SIGINT, signal.SIGTERM):

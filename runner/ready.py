@@ -584,7 +584,8 @@ class ReadyPool:
         if reservation is None:
             lock.release()
             return None
-        spec = RunSpec(runtime=cls.runtime, script=b"", limits=room, engine=cls.engine, cpu_weight=MAKER_CPU_WEIGHT)
+        spec = RunSpec(runtime=cls.runtime, image=cls.image, script=b"", limits=room, engine=cls.engine,
+                       cpu_weight=MAKER_CPU_WEIGHT)  # fmt: skip
         ctx: RunContext | None = None
         host, sandbox = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:

@@ -205,6 +205,7 @@ ARG_MAX_BYTES = 4096
 
 
 DEFAULT_CPU_WEIGHT = 100  # cgroup v2's default
+PACKAGES_ELSEWHERE_MAX_CHARS = 8192
 BACKGROUND_CPU_WEIGHT = 10
 
 
@@ -232,10 +233,15 @@ class RunSpec:
     # earlier cell left, is restored inside this sandbox before the script runs. Never on the host.
     cell: bool = False
     state: Path | None = None
+    # For a cell's `%pip install x`: which other environments have which packages
+    # ("polars=python-data;duckdb=python-data,python-sql"), said to the cell program, never run.
+    packages_elsewhere: str = ""
 
     def __post_init__(self) -> None:
         if not 1 <= self.cpu_weight <= 10_000:
             raise ValueError(f"cpu_weight is 1 to 10000, not {self.cpu_weight}")
+        if len(self.packages_elsewhere) > PACKAGES_ELSEWHERE_MAX_CHARS:
+            raise ValueError(f"packages_elsewhere is at most {PACKAGES_ELSEWHERE_MAX_CHARS} characters")
         if self.state is not None and not self.cell:
             raise ValueError("only a notebook cell's run starts from a state")
 

@@ -84,7 +84,9 @@ def _service_error(request: HttpRequest, exc: ServiceError) -> HttpResponse:
 
 @api.exception_handler(ValidationError)
 def _validation_error(request: HttpRequest, exc: ValidationError) -> HttpResponse:
-    first = exc.errors[0] if exc.errors else {}
+    # A field it does not know first: a misspelt one is also a missing one, and its name is the clue.
+    errors = sorted(exc.errors, key=lambda error: error.get("type") != "extra_forbidden")
+    first = errors[0] if errors else {}
     location = [str(p) for p in first.get("loc", []) if p not in ("body", "payload", "query", "form", "file")]
     field = ".".join(location) or None
     about = describe_validation_error(first, field or "") or describe_egress_error(first, field or "")
@@ -111,6 +113,7 @@ TYPE_WORDS = {
     "model_type": "must be a JSON object",
     "model_attributes_type": "must be a JSON object",
     "missing": "is required",
+    "extra_forbidden": "is not a field of this request (a misspelt field would take its default)",
 }
 
 

@@ -14,6 +14,7 @@ from ninja.files import UploadedFile
 
 from playground.api.base import api
 from playground.api.schemas import (
+    EnvironmentName,
     NotCarriedOut,
     OutputId,
     RunOut,
@@ -49,12 +50,27 @@ from playground.services import notebooks as notebook_services
 CellId = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
 
 
-class DatasetRef(BodyIn):
+# What GET answers about a cell or an input besides what a save sets: a page or a script may send a
+# cell back as it read it, and these are taken and ignored; any other field is refused (422, named).
+READ_ONLY = "read-only (what GET answers): ignored"
+
+
+def _read_only() -> Any:
+    return Field(None, description=READ_ONLY)
+
+
+class _InputReadOnly(BodyIn):
+    name: Any = _read_only()
+    broken: Any = _read_only()
+    fix: Any = _read_only()
+
+
+class DatasetRef(_InputReadOnly):
     kind: Literal["dataset"]
     id: UUID
 
 
-class OutputRef(BodyIn):
+class OutputRef(_InputReadOnly):
     kind: Literal["output"]
     id: OutputId
 
@@ -72,6 +88,17 @@ class CellIn(BodyIn):
     # Checked for shape here, against today's ceiling when the cell runs (a ceiling may change meanwhile).
     egress: EgressPolicy = []
     last_run_id: UUID | None = Field(None, description="read-only: set by running the cell, emptied by clearing it")
+    # read-only, taken and ignored (see READ_ONLY):
+    html: Any = _read_only()
+    stale: Any = _read_only()
+    stale_why: Any = _read_only()
+    starts_from: Any = _read_only()
+    imported: Any = _read_only()
+    fresh_start: Any = _read_only()
+
+
+# What a save sets of a cell (the rest of CellIn is read-only).
+CELL_FIELDS = {"id", "kind", "runtime", "source", "inputs", "limits", "egress", "last_run_id"}
 
 
 NotebookName = Annotated[str, Field(min_length=1, max_length=100, pattern=NOT_BLANK)]
@@ -82,6 +109,11 @@ class NotebookCreateIn(BodyIn):
     name: NotebookName
     cells: Cells | None = None
     runtime: RuntimeName | None = Field(None, description="what a new code cell takes; omitted: the first code cell's")
+    environment: EnvironmentName | None = Field(
+        None,
+        description="where its cells run (GET /api/environments): "
+        "a code cell of the environment's runtime runs in it; omitted: each runtime's own image",
+    )
     dataset_ids: list[UUID] | None = Field(
         None, max_length=notebook_services.MAX_INPUTS, description="the notebook's own inputs (see PUT)"
     )
@@ -96,6 +128,11 @@ class NotebookPutIn(BodyIn):
         description="the notebook's own inputs (every code cell sees them under /input); omitted: unchanged",
     )  # fmt: skip
     runtime: RuntimeName | None = Field(None, description="what a new code cell takes; omitted: unchanged")
+    environment: EnvironmentName | None = Field(
+        None,
+        description="where its cells run (GET /api/environments): "
+        "a code cell of the environment's runtime runs in it; omitted: unchanged; blank: each runtime's own image",
+    )
 
 
 class InputFixOut(Schema):
@@ -157,6 +194,7 @@ class NotebookOut(Schema):
     id: UUID
     name: str
     runtime: str = Field(description="what a new code cell takes (each cell keeps its own runtime)")
+    environment: str = Field(description="where its cells run (blank: each runtime's own image)")
     version: int
     created_at: datetime
     updated_at: datetime
@@ -179,7 +217,11 @@ def _notebook(request: HttpRequest, notebook_id: UUID) -> Notebook:
 
 
 def _cells(cells: list[CellIn]) -> list[dict[str, Any]]:
-    return [{**cell.model_dump(), "limits": limits_set(cell.limits)} for cell in cells]
+    """The cells as a save stores them: what GET answers besides (READ_ONLY) left out."""
+    input_read_only = set(_InputReadOnly.model_fields)
+    cell_read_only = set(CellIn.model_fields) - CELL_FIELDS
+    drop: dict[str, Any] = {**dict.fromkeys(cell_read_only, True), "inputs": {"__all__": input_read_only}}
+    return [{**cell.model_dump(exclude=drop), "limits": limits_set(cell.limits)} for cell in cells]
 
 
 @api.get("/notebooks", response=answers({200: list[NotebookSummaryOut]}), tags=["notebooks"])
@@ -195,6 +237,7 @@ def notebook_create(request: HttpRequest, payload: NotebookCreateIn) -> Status[A
     notebook = notebook_services.notebook_create(
         user=request.user,  # type: ignore[arg-type]
         name=payload.name, cells=cells, dataset_ids=payload.dataset_ids, runtime=payload.runtime,
+        environment=payload.environment or "",
     )  # fmt: skip
     return Status(201, notebook_selectors.notebook_view(notebook=notebook))
 
@@ -219,6 +262,7 @@ def notebook_put(request: HttpRequest, notebook_id: UUID, payload: NotebookPutIn
     notebook = notebook_services.notebook_save(
         notebook=_notebook(request, notebook_id), name=payload.name, version=payload.version,
         cells=_cells(payload.cells), dataset_ids=payload.dataset_ids, runtime=payload.runtime,
+        environment=payload.environment,
     )  # fmt: skip
     return notebook_selectors.notebook_view(notebook=notebook)
 

@@ -60,6 +60,7 @@ def run_create(request: HttpRequest, payload: RunIn) -> Status[Any]:
         limits=limits_from_input(payload.limits),
         engine=payload.engine,
         egress=payload.egress,
+        environment=payload.environment,
     )
     return Status(201, run_out(run))
 

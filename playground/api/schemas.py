@@ -90,11 +90,17 @@ OutputId = Annotated[Int, Field(ge=1, le=JSON_INT_MAX)]
 # Documented as enums; the services check them and answer unknown_runtime / unknown_engine.
 RuntimeName = Annotated[str, Field(json_schema_extra={"enum": list(RUNTIMES)})]
 EngineName = Annotated[str, Field(json_schema_extra={"enum": list(REQUESTABLE)})]
+# An environment's name (images/<name>; GET /api/environments lists them), or blank for the runtime's own.
+EnvironmentName = Annotated[str, Field(max_length=64, pattern=r"^([a-z0-9][a-z0-9._-]*)?$")]
 
 
 class RunIn(BodyIn):
     runtime: RuntimeName
     code: Text
+    environment: EnvironmentName = Field(
+        default="",
+        description="an environment of this runtime (GET /api/environments); left out: the runtime's own image",
+    )
     dataset_ids: list[UUID] = Field(default=[], max_length=MAX_IDS)
     output_ids: list[OutputId] = Field(default=[], max_length=MAX_IDS)
     limits: LimitsIn = Field(default_factory=LimitsIn)  # type: ignore[valid-type]
@@ -199,6 +205,9 @@ class RunOut(Schema):
     outcome_text: str | None = Field(description="the outcome in plain words, as the pages show it")
     reason: str
     runtime: str
+    environment: str = Field(
+        description="the environment it asked for (blank: its runtime's own image); `image` is the one it ran in"
+    )
     exit_code: int | None
     signal: int | None
     wall_s: float | None
@@ -304,7 +313,7 @@ class LogOut(Schema):
 def run_out(run: Run, *, detail: bool = False) -> dict[str, Any]:
     out: dict[str, Any] = {
         "id": run.id, "state": run.state, "outcome": run.outcome, "outcome_text": run.outcome_shown or None,
-        "reason": run.reason, "runtime": run.runtime,
+        "reason": run.reason, "runtime": run.runtime, "environment": run.environment,
         "exit_code": run.exit_code, "signal": run.signal, "wall_s": run.wall_s, "cpu_s": run.cpu_s,
         "peak_memory_bytes": run.peak_memory_bytes, "peak_file_bytes": run.peak_file_bytes,
         "stdout_bytes": run.stdout_bytes,

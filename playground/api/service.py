@@ -1,4 +1,4 @@
-"""What the service offers: its limits, its egress ceiling, its images, and its health."""
+"""What the service offers: its limits, its egress ceiling, its images and environments, and its health."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from playground.limits import (
     LimitOut,
     limits_described,
 )
+from playground.selectors.images import environment_list
 from runner.images import read_lock
 
 
@@ -36,6 +37,26 @@ def egress_ceiling(request: HttpRequest) -> dict[str, Any]:
 @api.get("/images", response=answers({200: list[ImageOut]}), tags=["service"])
 def images(request: HttpRequest) -> list[dict[str, str]]:
     return [{"name": name, "digest": entry.digest} for name, entry in sorted(read_lock().items())]
+
+
+class EnvironmentOut(Schema):
+    name: str
+    runtime: str = Field(description="the language its programs are in")
+    base: str | None = Field(description="the environment it extends (it has all of that one's packages)")
+    description: str
+    wheels: list[str] = Field(description="the Python wheels it adds, name==version (pinned by sha256)")
+    digest: str | None = Field(description="its image as this host built it (null: not built here: `make images`)")
+    packages: list[str] = Field(description="every package in the built image: Debian's name=version, pip:name=version")
+    notebooks: int = Field(description="notebooks whose cells run in it")
+    assignments: int = Field(description="assignments whose runs run in it")
+
+
+@api.get("/environments", response=answers({200: list[EnvironmentOut]}), tags=["service"])
+def environments(request: HttpRequest) -> list[dict[str, Any]]:
+    """The environments a run (`environment`), a notebook or an assignment may name: each a guest
+    image's recipe (images/NAME), with what it holds. Building one is an operator's act
+    (`python -m runner images build NAME`), never a request."""
+    return environment_list()
 
 
 class HealthOut(Schema):

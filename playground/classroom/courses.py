@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from playground import matching
 from playground.classroom.selectors import course_by_join_code
+from playground.environments import check_environment
 from playground.errors import ServiceError
 from playground.limits import over_maximum
 from playground.markdown import SOURCE_MAX_BYTES as MARKDOWN_MAX_BYTES
@@ -292,6 +293,7 @@ def assignment_save(*, course: Course, data: dict[str, Any], assignment: Assignm
     if runtime not in (course.allowed_runtimes or RUNTIMES):
         allowed = ", ".join(course.allowed_runtimes or RUNTIMES)
         raise ServiceError("runtime_not_allowed", f"this course allows {allowed}", field="runtime", status=422)
+    environment = check_environment(data.get("environment") or "", runtime)
     limits = check_partial_limits(data.get("limits") or {}, field="limits", ceiling=course_ceiling(course))
     egress = check_egress(data.get("egress") or [], course=course)
     opens_at, due_at = data.get("opens_at"), data.get("due_at")
@@ -315,7 +317,8 @@ def assignment_save(*, course: Course, data: dict[str, Any], assignment: Assignm
         (instructions_html,) = render_bounded([instructions])
     fields_ = {
         "title": title, "instructions": instructions, "instructions_html": instructions_html, "runtime": runtime,
-        "starter_code": _text(data.get("starter_code"), "starter_code"), "limits": limits, "egress": egress,
+        "environment": environment, "starter_code": _text(data.get("starter_code"), "starter_code"), "limits": limits,
+        "egress": egress,
         "opens_at": opens_at,
         "due_at": due_at, "attempts_allowed": int(data.get("attempts_allowed") or 0),
         "accept_late": bool(data.get("accept_late")),
@@ -327,9 +330,10 @@ def assignment_save(*, course: Course, data: dict[str, Any], assignment: Assignm
             assignment = Assignment.objects.create(course=course, **fields_)
         else:
             before = _tests_signature(list(assignment.tests.all()))
+            moved = assignment.environment != environment  # the same tests, other packages: graded again
             for name, value in fields_.items():
                 setattr(assignment, name, value)
-            if before != [_signature(t) for t in tests]:
+            if before != [_signature(t) for t in tests] or moved:
                 assignment.tests_version += 1
             assignment.save()
             assignment.tests.all().delete()

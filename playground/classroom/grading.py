@@ -41,6 +41,7 @@ from playground.classroom.courses import effective_limits
 from playground.classroom.grading_queue import pump
 from playground.classroom.grading_results import finish_submission
 from playground.classroom.selectors import assignment_is_open, due_for, late_day_standing
+from playground.environments import environment_for
 from playground.errors import ServiceError
 from playground.models import (
     Assignment,
@@ -207,4 +208,5 @@ def assignment_try(
                                                                                                assignment.limits),
         engine="smolvm" if course.require_vm else "auto", course=course, datasets=list(assignment.datasets.all()),
         stdin=stdin, args=args or [], egress=assignment.egress or [],
+        environment=environment_for(assignment.environment, assignment.runtime),
     )  # fmt: skip

@@ -20,6 +20,7 @@ from django.utils import timezone
 from playground.classroom.courses import effective_limits
 from playground.classroom.grading_compare import COMPARE_MAX
 from playground.classroom.grading_results import IN_PROGRESS, finish_submission, give_up
+from playground.environments import environment_for
 from playground.errors import ServiceError
 from playground.models import (
     GradingLock,
@@ -261,6 +262,7 @@ def _grading_run(
         return None
     run = Run(
         owner=submission.student, kind=kind, course=course, runtime=runtime, code=code, stdin=stdin, args=args,
+        environment=environment_for(submission.assignment.environment, runtime),
         staged_files=staged or [], limits=limits.to_json(), engine_requested=engine, queue=queue, egress=egress,
     )  # fmt: skip
     return queue_run(run, datasets=datasets, detail={"grading": kind, "submission": str(submission.id)})

@@ -9,7 +9,7 @@ from uuid import UUID
 
 from ninja import Field, Schema
 
-from playground.api.schemas import MAX_IDS, DatasetOut, RuntimeName
+from playground.api.schemas import MAX_IDS, DatasetOut, EnvironmentName, RuntimeName
 from playground.bodies import NOT_BLANK, BodyIn, Bool, DateTime, Int, Number, Text
 from playground.classroom import courses as course_services
 from playground.egress import SiteEgressPolicy
@@ -119,6 +119,11 @@ class AssignmentIn(BodyIn):
     title: Title
     instructions: Text = ""
     runtime: RuntimeName
+    environment: EnvironmentName = Field(
+        default="",
+        description="where its runs (the Run button, each test's) "
+        "run: an environment of its runtime (GET /api/environments); blank: the runtime's own",
+    )
     starter_code: Text = ""
     dataset_ids: list[UUID] = Field(default=[], max_length=MAX_IDS)
     limits: LimitsIn = Field(default_factory=LimitsIn)  # type: ignore[valid-type]
@@ -267,6 +272,7 @@ class AssignmentOut(Schema):
     instructions: str
     instructions_html: str
     runtime: str
+    environment: str = Field(description="where its runs run (blank: the runtime's own image)")
     starter_code: str
     datasets: list[DatasetOut]
     limits: dict[str, float]

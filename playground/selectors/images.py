@@ -8,7 +8,12 @@ are a copy of it taken at `make migrate`, which may lag behind.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
+from django.db.models import Count
+
+from playground.environments import environments
+from playground.models import Assignment, Notebook
 from runner.images import ImageError, load_recipe, read_lock
 
 # The Debian package that is each image's runtime, and what to call it.
@@ -27,8 +32,12 @@ class ImageSummary:
     digest: str
     built_at: str
     runtime: str | None  # "Python 3.11.2"; None when the record has no such package
-    requested: list[Package]  # the packages its recipe asks for
+    requested: list[Package]  # the packages its recipe asks for (its wheels as pip:name)
     packages: list[Package]  # every package in the image
+    base: str | None = None  # the environment it extends
+    description: str = ""
+    notebooks: int = 0  # how many notebooks and assignments run in it
+    assignments: int = 0
 
     @property
     def requested_names(self) -> str:
@@ -37,14 +46,17 @@ class ImageSummary:
 
 def image_list_built() -> list[ImageSummary]:
     summaries = []
+    users = _users()
     for name, entry in sorted(read_lock().items()):
         packages = [Package(*line.split("=", 1)) for line in entry.packages]
         versions = {p.name: p.version for p in packages}
         try:
-            asked = load_recipe(name).packages
-        except ImageError:
-            asked = ()  # built here from a recipe this checkout no longer has
-        label, package = RUNTIME_PACKAGES.get(name, (name, name))
+            recipe = load_recipe(name)
+            asked = [*recipe.packages, *(f"pip:{r.name}" for r in recipe.requirements)]
+            runtime, base, description = recipe.runtime, recipe.base, recipe.description
+        except ImageError:  # built here from a recipe this checkout no longer has
+            asked, runtime, base, description = [], name, None, ""
+        label, package = RUNTIME_PACKAGES.get(runtime, (runtime, runtime))
         summaries.append(
             ImageSummary(
                 name=name,
@@ -53,12 +65,40 @@ def image_list_built() -> list[ImageSummary]:
                 runtime=f"{label} {upstream_version(versions[package])}" if package in versions else None,
                 requested=[Package(p, versions[p]) for p in asked if p in versions],
                 packages=packages,
+                base=base,
+                description=description,
+                notebooks=users[0].get(name, 0),
+                assignments=users[1].get(name, 0),
             )
         )
     return summaries
+
+
+def _users() -> tuple[dict[str, int], dict[str, int]]:
+    """How many notebooks, and how many assignments, name each environment."""
+    notebooks = Notebook.objects.exclude(environment="").values_list("environment").annotate(n=Count("id"))
+    assignments = Assignment.objects.exclude(environment="").values_list("environment").annotate(n=Count("id"))
+    return dict(notebooks), dict(assignments)
 
 
 def upstream_version(debian_version: str) -> str:
     """The upstream part of a Debian version: "1:18.19.0+dfsg-6~deb12u2" -> "18.19.0"."""
     version = debian_version.split(":", 1)[-1].rsplit("-", 1)[0]
     return version.split("+", 1)[0].split("~", 1)[0]
+
+
+def environment_list() -> list[dict[str, Any]]:
+    """Every environment (playground.environments), with its image as this host built it and how
+    many notebooks and assignments name it."""
+    built = read_lock()
+    notebooks, assignments = _users()
+    rows = []
+    for name, environment in sorted(environments().items()):
+        entry = built.get(name)
+        rows.append({
+            "name": name, "runtime": environment.runtime, "base": environment.base,
+            "description": environment.description, "wheels": list(environment.wheels),
+            "digest": entry.digest if entry else None, "packages": list(entry.packages) if entry else [],
+            "notebooks": notebooks.get(name, 0), "assignments": assignments.get(name, 0),
+        })  # fmt: skip
+    return rows

@@ -71,7 +71,8 @@ def notebook_view(*, notebook: Notebook) -> dict[str, Any]:
              for cell in notebook.cells]  # fmt: skip
     manifest = last.run.cell.manifest if last is not None else {}
     return {
-        "id": notebook.id, "name": notebook.name, "runtime": notebook.runtime, "version": notebook.version,
+        "id": notebook.id, "name": notebook.name, "runtime": notebook.runtime,
+        "environment": notebook.environment, "version": notebook.version,
         "created_at": notebook.created_at,
         "updated_at": notebook.updated_at, "cells": cells, "inputs": [input_view(r) for r in notebook.inputs],
         "restarted_at": notebook.restarted_at,

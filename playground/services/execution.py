@@ -23,6 +23,7 @@ from django.utils import timezone
 
 from playground.dbclock import db_after
 from playground.egress import egress_problem, record_for_storage
+from playground.environments import image_for, packages_elsewhere
 from playground.limits import limits_from_record
 from playground.live import ChunkBatcher, LivePublisher, final_message, state_message
 from playground.logs import log_append, log_release, log_store
@@ -188,6 +189,7 @@ def run_spec(*, run: Run, staging: Path) -> RunSpec:
         state = fetch_verified(default_storage, source.state_file.name, source.state_sha256, staging / "state")
     return RunSpec(
         runtime=run.runtime,
+        image=image_for(run.environment, run.runtime),
         script=run.code.encode(),
         stdin=run.stdin.encode(),
         args=tuple(run.args),
@@ -200,6 +202,7 @@ def run_spec(*, run: Run, staging: Path) -> RunSpec:
         cpu_weight=BACKGROUND_CPU_WEIGHT if run.kind in (RunKind.TEST, RunKind.CHECK) else DEFAULT_CPU_WEIGHT,
         cell=cell is not None,
         state=state,
+        packages_elsewhere=packages_elsewhere(run.environment or run.runtime) if cell is not None else "",
     )
 
 

@@ -31,6 +31,7 @@ from django.http import Http404
 from django.utils import timezone
 
 from playground.egress import shape_problem
+from playground.environments import check_environment, environment_for
 from playground.errors import ServiceError
 from playground.ipynb import MAX_CELLS, cells_from_ipynb, cells_from_script
 from playground.limits import limits_from_record
@@ -62,11 +63,13 @@ def notebook_create(
     cells: list[dict[str, Any]] | None = None,
     dataset_ids: list[Any] | None = None,
     runtime: str | None = None,
+    environment: str = "",
 ) -> Notebook:
     """A new notebook; its runtime (what a new code cell takes) is `runtime`, else its first code
-    cell's, else python."""
+    cell's, else python; its cells run in `environment` (playground.environments) where it fits."""
     if runtime is not None:
         runtime = _clean_runtime(runtime)
+    environment = check_environment(environment)
     cells = cells if cells is not None else [_starter_cell(runtime or "python")]
     _check_markdown_total(cells)
     # Checked and rendered before the transaction: on SQLite its lock is the whole database's.
@@ -79,7 +82,13 @@ def notebook_create(
         if Notebook.objects.filter(owner=user).count() >= MAX_NOTEBOOKS:
             raise ServiceError("too_many_notebooks", f"at most {MAX_NOTEBOOKS} notebooks; delete one first", status=409)
         return Notebook.objects.create(
-            owner=user, name=name, cells=clean, cell_count=len(clean), inputs=inputs, runtime=runtime
+            owner=user,
+            name=name,
+            cells=clean,
+            cell_count=len(clean),
+            inputs=inputs,
+            runtime=runtime,
+            environment=environment,
         )
 
 
@@ -99,6 +108,7 @@ def notebook_save(
     cells: list[dict[str, Any]],
     dataset_ids: list[Any] | None = None,
     runtime: str | None = None,
+    environment: str | None = None,
 ) -> Notebook:
     """Replace the name and cells, if `version` is still the stored one. The cells are checked and
     their markdown rendered against the cells stored now, then written by one conditional UPDATE,
@@ -106,10 +116,11 @@ def notebook_save(
     over two hundred cells' checks, a render or the encoding of megabytes of JSON held up every
     other run's writes. A cell's run or clear in between (`runs_version`) is merged in again.
     `dataset_ids`, when given, are the notebook's own inputs (every code cell sees them); `runtime`,
-    when given, what a new code cell takes."""
+    when given, what a new code cell takes; `environment`, when given, where its cells run."""
     html: dict[tuple[str, str], str] = {}
     name = _clean_name(name)
     runtime = _clean_runtime(runtime) if runtime is not None else None
+    environment = check_environment(environment) if environment is not None else None
     _check_markdown_total(cells)
     for _ in range(SAVE_TRIES):
         stored = Notebook.objects.filter(id=notebook.id).values("cells", "version", "runs_version", "inputs").first()
@@ -123,6 +134,8 @@ def notebook_save(
             stored["inputs"] if dataset_ids is None else _notebook_inputs(notebook.owner, dataset_ids, stored["inputs"])
         )
         fields: dict[str, Any] = {"runtime": runtime} if runtime is not None else {}
+        if environment is not None:
+            fields["environment"] = environment
         changed = Notebook.objects.filter(id=notebook.id, version=version, runs_version=stored["runs_version"]).update(
             cells=clean, cell_count=len(clean), name=name, version=version + 1, updated_at=timezone.now(),
             inputs=inputs, **fields,
@@ -156,9 +169,9 @@ def notebook_duplicate(*, notebook: Notebook) -> Notebook:
     with transaction.atomic():
         copy = notebook_create(user=notebook.owner, name=_copy_name(notebook.name), cells=[], runtime=notebook.runtime)
         current = _locked(notebook)
-        copy.cells, copy.inputs = current.cells, current.inputs
+        copy.cells, copy.inputs, copy.environment = current.cells, current.inputs, current.environment
         copy.cell_count = len(copy.cells)
-        copy.save(update_fields=["cells", "cell_count", "inputs"])
+        copy.save(update_fields=["cells", "cell_count", "inputs", "environment"])
     return copy
 
 
@@ -233,6 +246,7 @@ def cell_run(*, notebook: Notebook, cell_id: str, engine: str = "auto") -> Run:
             output_ids=[ref["id"] for ref in refs if ref["kind"] == "output"],
             limits=limits_from_record(cell["limits"]), engine=engine,
             egress=cell.get("egress") or (),  # checked against today's ceiling, as any run's
+            environment=environment_for(current.environment, cell["runtime"]),
         )  # fmt: skip
         cell_record_create(run=run, notebook=current, cell_id=cell["id"],
                            state_from=starts_from.run if starts_from else None)  # fmt: skip

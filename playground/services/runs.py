@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from playground.dbclock import db_now
 from playground.egress import egress_problem, normalised
+from playground.environments import check_environment
 from playground.errors import ServiceError
 from playground.limits import limits_from_record, over_maximum
 from playground.logs import log_release, log_store
@@ -57,6 +58,7 @@ def run_create(
     stdin: str = "",
     args: list[str] | None = None,
     egress: Sequence[str] = (),
+    environment: str = "",
 ) -> Run:
     """A user's own run. With `course` (an assignment's Run button) it is a course run: the
     course's datasets given as `datasets`, its runtimes, and its quotas besides the site's. With
@@ -70,6 +72,7 @@ def run_create(
     if engine not in REQUESTABLE:
         allowed = f"{', '.join(REQUESTABLE[:-1])} or {REQUESTABLE[-1]}"
         raise ServiceError("unknown_engine", f"engine must be {allowed}", field="engine", status=422)
+    environment = check_environment(environment, runtime)
     limits = limits or Limits()
     check_limits(limits=limits)
     if course is not None and not Membership.objects.filter(course=course, user=user).exists():
@@ -103,7 +106,8 @@ def run_create(
         if course is not None:
             _check_course_quotas(user, course)
         return queue_run(
-            Run(owner=user, runtime=runtime, code=code, limits=limits.to_json(), engine_requested=engine, queue=queue,
+            Run(owner=user, runtime=runtime, environment=environment, code=code, limits=limits.to_json(),
+                engine_requested=engine, queue=queue,
                 course=course, stdin=stdin, args=list(args or []), egress=policy),
             datasets=datasets, outputs=outputs,
         )  # fmt: skip
@@ -220,7 +224,7 @@ def run_rerun(*, run: Run, by: User) -> Run:
         user=run.owner, runtime=run.runtime, code=run.code, dataset_ids=[d.id for d in datasets if d.course is None],
         output_ids=[o.id for o in run.input_outputs.all()], limits=limits_from_record(run.limits),
         engine=run.engine_requested, course=run.course, datasets=[d for d in datasets if d.course is not None],
-        stdin=run.stdin, args=run.args, egress=run.egress,
+        stdin=run.stdin, args=run.args, egress=run.egress, environment=run.environment,
     )  # fmt: skip
     Run.objects.filter(id=new.id).update(rerun_of=run)
     new.refresh_from_db()
@@ -240,7 +244,7 @@ def retry_once(*, run: Run) -> Run | None:
     retry = Run(
         owner=run.owner, runtime=run.runtime, code=run.code, limits=run.limits, engine_requested=run.engine_requested,
         queue=run.queue, retry_of=run, retry_count=run.retry_count + 1, course=run.course, stdin=run.stdin,
-        args=run.args, egress=run.egress,
+        args=run.args, egress=run.egress, environment=run.environment,
     )  # fmt: skip
     return queue_run(
         retry,

@@ -23,6 +23,7 @@ from runner.images.recipes import (
     HOST_FILES,
     MMDEBSTRAP_MERGED_USR_HOOK,
     MOUNT_POINTS,
+    REQUIREMENTS_FILE,
     UNREPRODUCIBLE_FILES,
     ImageError,
     Recipe,
@@ -30,6 +31,7 @@ from runner.images.recipes import (
     sha256_file,
     walk,
 )
+from runner.images.wheels import fetch, install, interpreter_of
 
 # --- building -------------------------------------------------------------------------
 
@@ -182,6 +184,31 @@ def byte_compile_overlay(recipe: Recipe, tree: Path, log_path: Path) -> None:
     if proc.returncode != 0:
         tail = log_path.read_text(errors="replace")[-2000:]
         raise ImageError(f"{recipe.name}: byte-compiling the overlay failed with status {proc.returncode}:\n{tail}")
+
+
+def install_wheels(recipe: Recipe, tree: Path, cache: Path, log_path: Path) -> tuple[str, ...]:
+    """The recipe's wheels (runner.images.wheels), fetched for the tree's own python3 and unpacked
+    into it, then byte-compiled by it as Debian compiles its packages; their `pip:name=version` list."""
+    if not recipe.requirements:
+        return ()
+    python = interpreter_of(tree, log_path)
+    source = f"images/{recipe.name}/{REQUIREMENTS_FILE} (or its base's)"
+    wheels = fetch(recipe.requirements, python, cache, source, log_path)
+    installed = install(wheels, tree, python)
+    code = (
+        "import compileall, py_compile, sys\n"
+        "ok = compileall.compile_dir(sys.argv[1], quiet=1, workers=1,\n"
+        "    invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)\n"
+        "sys.exit(0 if ok else 1)\n"
+    )
+    argv = ["chroot", str(tree), "/usr/bin/python3", "-I", "-S", "-c", code, f"/{python.site}"]
+    with open(log_path, "ab") as log:
+        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                              env={"PATH": GUEST_PATH, "PYTHONHASHSEED": "0"})  # fmt: skip
+    if proc.returncode != 0:
+        tail = log_path.read_text(errors="replace")[-2000:]
+        raise ImageError(f"{recipe.name}: byte-compiling its wheels failed with status {proc.returncode}:\n{tail}")
+    return installed
 
 
 # An image whose overlay has this program gets, at build, the index its editor completes module

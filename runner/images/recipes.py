@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import stat
 import time
@@ -17,7 +18,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
+from packaging.utils import canonicalize_name
+
 from runner.config import PROJECT_ROOT, RECIPES_DIR, paths_from_env
+from runner.spec import RUNTIMES
 
 # Bump when the build procedure changes what ends up in the archive, so old builds are redone.
 # (3: the build host's /etc/resolv.conf and /etc/hostname no longer end up in an image.)
@@ -55,6 +59,84 @@ class ImageError(RuntimeError):
     """A recipe, build or verification problem, with a message meant for the operator."""
 
 
+_LINE = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[A-Za-z0-9][A-Za-z0-9.+!_-]*)(?P<rest>.*)$")
+_HASH = re.compile(r"^--hash=sha256:(?P<hex>[0-9a-f]{64})$")
+MAX_LINES = 500
+
+
+@dataclass(frozen=True)
+class Requirement:
+    name: str  # canonical (PEP 503)
+    version: str
+    hashes: tuple[str, ...]  # sha256 hex
+    line: int  # where it starts in the file, for messages
+
+    @property
+    def pin(self) -> str:
+        return f"{self.name}=={self.version}"
+
+
+def parse_requirements(text: str, source: str) -> tuple[Requirement, ...]:
+    """The requirements of a file that pins each to one version with sha256 hashes; anything else
+    (an option, an include, a URL or path, a marker, an extra, a line without a hash) is refused
+    with its line number."""
+    requirements: list[Requirement] = []
+    seen: dict[str, int] = {}
+    for number, logical in _logical_lines(text):
+        where = f"{source}, line {number}"
+        if ";" in logical:
+            raise ImageError(f"{where}: environment markers (`;`) are not accepted: an image has one platform")
+        if logical.startswith("-"):
+            raise ImageError(f"{where}: options are not accepted ({logical.split()[0]}); "
+                             "each line is `name==version --hash=sha256:<hex>`")  # fmt: skip
+        match = _LINE.match(logical)
+        if match is None:
+            raise ImageError(
+                f"{where}: {logical.split()[0]!r} is not pinned to one version with `==` "
+                "(a URL, path, extra, marker or range is not accepted either)"
+            )
+        name, version = canonicalize_name(match["name"]), match["version"]
+        hashes = []
+        for option in match["rest"].split():
+            hashed = _HASH.match(option)
+            if hashed is None:
+                raise ImageError(f"{where}: {option!r} is not a `--hash=sha256:<64 hex digits>`")
+            hashes.append(hashed["hex"])
+        if not hashes:
+            raise ImageError(
+                f"{where}: {name}=={version} has no --hash=sha256:...; a build installs only files whose hash "
+                "the recipe names (`pip hash FILE` prints one)"
+            )
+        if name in seen:
+            raise ImageError(f"{where}: {name} is already required on line {seen[name]}")
+        seen[name] = number
+        requirements.append(Requirement(name, version, tuple(hashes), number))
+    if len(requirements) > MAX_LINES:
+        raise ImageError(f"{source}: more than {MAX_LINES} requirements")
+    return tuple(requirements)
+
+
+def _logical_lines(text: str) -> list[tuple[int, str]]:
+    """(first line number, the line with its continuations joined and comments dropped): pip's
+    syntax, where a `#` at a line's start or after a space begins a comment."""
+    lines: list[tuple[int, str]] = []
+    start, parts = 0, list[str]()
+    for number, raw in enumerate(text.splitlines(), 1):
+        content = re.sub(r"(^|\s)#.*$", "", raw)
+        if not parts:
+            start = number
+        continued = content.rstrip().endswith("\\")
+        parts.append(content.rstrip().removesuffix("\\").strip())
+        if not continued:
+            logical = " ".join(p for p in parts if p)
+            if logical:
+                lines.append((start, logical))
+            parts = []
+    if parts and any(parts):
+        lines.append((start, " ".join(p for p in parts if p)))
+    return lines
+
+
 @dataclass(frozen=True)
 class OverlayFile:
     """A file from images/<name>/rootfs/, laid over the installed tree at `path` (relative)."""
@@ -76,6 +158,12 @@ class Recipe:
     # Installed as a dependency, then removed with whatever was installed only for them.
     prune: tuple[str, ...] = ()
     overlay: tuple[OverlayFile, ...] = ()
+    # An environment: the language its programs are in (runner.spec.RUNTIMES), the recipe it extends
+    # (whose packages, prune, overlay and wheels it has too), and its wheels (requirements.txt).
+    runtime: str = ""
+    base: str | None = None
+    requirements: tuple[Requirement, ...] = ()
+    description: str = ""
 
 
 @dataclass(frozen=True)
@@ -162,33 +250,93 @@ def recipe_names(recipes_dir: Path = RECIPES_DIR) -> list[str]:
     return sorted(p.parent.name for p in recipes_dir.glob("*/recipe.toml"))
 
 
-def load_recipe(name: str, recipes_dir: Path = RECIPES_DIR) -> Recipe:
+REQUIREMENTS_FILE = "requirements.txt"  # images/<name>/requirements.txt: its wheels, pinned by hash
+
+
+def load_recipe(name: str, recipes_dir: Path = RECIPES_DIR, *, _extending: tuple[str, ...] = ()) -> Recipe:
+    """The recipe `name`, with what its `base` recipe has folded in: the base's packages, prune,
+    overlay (its own files laid over the base's) and wheels, and its suite, variant, epoch and
+    command unless it says its own."""
     path = recipes_dir / name / "recipe.toml"
     if not path.is_file():
         known = ", ".join(recipe_names(recipes_dir)) or "none"
         raise ImageError(f"no image recipe named {name!r} (known: {known})")
     raw = path.read_bytes()
     overlay = _load_overlay(path.parent / OVERLAY_DIR)
+    requirements_path = path.parent / REQUIREMENTS_FILE
+    requirements_raw = requirements_path.read_bytes() if requirements_path.is_file() else b""
     try:
         data = tomllib.loads(raw.decode())
+        base_name = data.get("base")
+        if base_name is not None:
+            if not isinstance(base_name, str) or base_name in (name, *_extending):
+                raise ImageError(f"{path}: base {base_name!r} would make the recipe extend itself")
+            base: Recipe | None = load_recipe(base_name, recipes_dir, _extending=(*_extending, name))
+        else:
+            base = None
+
+        def own(key: str) -> Any:  # the recipe's own value, else its base's
+            if key in data:
+                return data[key]
+            if base is not None:
+                return getattr(base, key)
+            raise KeyError(key)
+
+        requirements = parse_requirements(requirements_raw.decode(), shown(requirements_path))
         recipe = Recipe(
             name=name,
-            suite=str(data["suite"]),
-            variant=str(data.get("variant", "essential")),
-            packages=tuple(str(p) for p in data["packages"]),
-            source_date_epoch=int(data["source_date_epoch"]),
-            command=tuple(str(c) for c in data["command"]),
-            sha256=_recipe_sha256(raw, overlay),
-            prune=tuple(str(p) for p in data.get("prune", ())),
-            overlay=overlay,
+            suite=str(own("suite")),
+            variant=str(data.get("variant", base.variant if base else "essential")),
+            packages=_joined(base.packages if base else (), tuple(str(p) for p in own("packages"))),
+            source_date_epoch=int(own("source_date_epoch")),
+            command=tuple(str(c) for c in own("command")),
+            sha256=_recipe_sha256(
+                raw + (b"\0" + requirements_raw if requirements_raw else b""), overlay, base.sha256 if base else ""
+            ),
+            prune=_joined(base.prune if base else (), tuple(str(p) for p in data.get("prune", ()))),
+            overlay=_overlaid(base.overlay, overlay) if base else overlay,
+            runtime=str(data.get("runtime", base.runtime if base else _runtime_of(name, own("command")))),
+            base=base_name,
+            requirements=_requirements_joined(base.requirements if base else (), requirements, path),
+            description=str(data.get("description", "")),
         )
-    except (KeyError, TypeError, ValueError, tomllib.TOMLDecodeError) as exc:
+    except (KeyError, TypeError, ValueError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ImageError(f"{path}: malformed recipe: {exc}") from exc
     if not recipe.packages or not all(_is_package_name(p) for p in recipe.packages):
         raise ImageError(f"{path}: packages must be a non-empty list of Debian package names")
     if not all(_is_package_name(p) for p in recipe.prune) or set(recipe.prune) & set(recipe.packages):
         raise ImageError(f"{path}: prune must list Debian package names that packages does not")
+    if recipe.runtime not in RUNTIMES:
+        raise ImageError(f"{path}: runtime must be one of {', '.join(RUNTIMES)} (the language its programs are in)")
+    if recipe.requirements and recipe.runtime != "python":
+        raise ImageError(f"{path}: only a python environment has wheels ({REQUIREMENTS_FILE})")
     return recipe
+
+
+def _runtime_of(name: str, command: Any) -> str:
+    """A recipe's runtime when it says none: its name's (python, node), else its command's."""
+    if name in RUNTIMES:
+        return name
+    program = Path(str(command[0])).name if command else ""
+    return next((r for r in RUNTIMES if program.startswith({"python": "python3", "node": "node"}[r])), "")
+
+
+def _joined(first: tuple[str, ...], then: tuple[str, ...]) -> tuple[str, ...]:
+    return (*first, *(p for p in then if p not in first))
+
+
+def _overlaid(base: tuple[OverlayFile, ...], own: tuple[OverlayFile, ...]) -> tuple[OverlayFile, ...]:
+    replaced = {f.path for f in own}
+    return tuple(sorted((*(f for f in base if f.path not in replaced), *own), key=lambda f: f.path))
+
+
+def _requirements_joined(
+    base: tuple[Requirement, ...], own: tuple[Requirement, ...], path: Path
+) -> tuple[Requirement, ...]:
+    again = sorted({r.name for r in base} & {r.name for r in own})
+    if again:
+        raise ImageError(f"{path}: its base already requires {', '.join(again)}")
+    return (*base, *own)
 
 
 PYCACHE = "__pycache__"
@@ -214,8 +362,10 @@ def _load_overlay(root: Path) -> tuple[OverlayFile, ...]:
     return tuple(files)
 
 
-def _recipe_sha256(raw: bytes, overlay: tuple[OverlayFile, ...]) -> str:
+def _recipe_sha256(raw: bytes, overlay: tuple[OverlayFile, ...], base_sha256: str = "") -> str:
     digest = hashlib.sha256(BUILDER_VERSION.encode() + b"\0" + raw)
+    if base_sha256:  # an environment changes with the recipe it extends
+        digest.update(b"\0base\0" + base_sha256.encode())
     for f in overlay:  # what lands in the tree: path, executable bit, content
         digest.update(b"\0%s\0%d\0%s" % (f.path.encode(), f.executable, hashlib.sha256(f.data).digest()))
     return digest.hexdigest()

@@ -19,6 +19,7 @@ from runner.images.build import (
     byte_compile_overlay,
     finish_tree,
     index_modules,
+    install_wheels,
     lay_overlay,
     mmdebstrap,
     package_manifest,
@@ -213,6 +214,10 @@ class ImageStore:
                 log(f"{recipe.name}: pruned {len(pruned)} packages: {' '.join(pruned)}")
             packages = package_manifest(tree)
             replace_host_files(tree)
+            wheels = install_wheels(recipe, tree, self.paths.images_dir / "wheels", work / "wheels.log")
+            if wheels:
+                log(f"{recipe.name}: installed {len(wheels)} wheels: {' '.join(wheels)}")
+            packages += wheels
             lay_overlay(recipe, tree)
             byte_compile_overlay(recipe, tree, work / "compile.log")
             if index_modules(recipe, tree, work / "index.log"):

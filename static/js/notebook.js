@@ -33,6 +33,7 @@ let notebookInputs = [];  // the notebook's own inputs: every code cell sees the
 let inputEdits = 0;  // changes to notebookInputs made here (a save's answer replaces them only if none since)
 let sequence = null;  // the Run all / Run from here going on, if any: one at a time
 let runtime = "python";  // the notebook's: what a new code cell takes
+let environment = "";  // the notebook's: where its cells run ("": each runtime's own image)
 let selected = null;  // the cell command mode acts on (the one last focused)
 let firstD = -Infinity;  // when the first d of a "dd" was pressed (performance.now())
 const DD_MS = 800;
@@ -75,7 +76,7 @@ async function flush({ keepalive = false } = {}) {
 // keepalive: the page is being hidden (maybe closed), so the save should outlive it; browsers
 // take such a request only up to 64 KiB.
 async function put(keepalive) {
-  const body = { name, version, runtime, cells: cells.map((cell) => cell.payload()),
+  const body = { name, version, runtime, environment, cells: cells.map((cell) => cell.payload()),
     dataset_ids: notebookInputs.map((ref) => ref.id) };
   const small = new TextEncoder().encode(JSON.stringify(body)).length < 60000;
   const asked = chainAsked();
@@ -911,6 +912,15 @@ function setUpRuntime(select) {
   });
 }
 
+// The notebook's environment: its cells of that environment's runtime run in it from their next run.
+function setUpEnvironment(select) {
+  select.value = environment;
+  select.addEventListener("change", () => {
+    environment = select.value;
+    changed();
+  });
+}
+
 async function clearCell(cell) {
   try {
     await flush();
@@ -1158,6 +1168,7 @@ async function start() {
   name = notebook.name;
   version = notebook.version;
   runtime = notebook.runtime;
+  environment = notebook.environment;
   renderList(notebooks);
   const nameInput = document.getElementById("notebook-name");
   nameInput.value = name;
@@ -1193,6 +1204,7 @@ async function start() {
   setUpDrop();
   setUpCommandMode();
   setUpRuntime(document.getElementById("notebook-runtime"));
+  setUpEnvironment(document.getElementById("notebook-environment"));
   root.dataset.ready = "true";
   saveStatus("all changes saved");
 }

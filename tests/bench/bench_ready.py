@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from runner.config import paths_from_env
-from runner.images import ImageStore
+from runner.images import ImageStore, load_recipe, recipe_names
 from runner.ready import ReadyPool, ReadySettings, ready_class
 from runner.spec import Limits, RunSpec
 from runner.supervisor import Supervisor
@@ -24,6 +24,7 @@ from tests.bench.bench_web import Stack, sustained
 
 REPEAT = 30
 CELL_REPEAT = 8
+ENVIRONMENT_REPEAT = 10
 SUSTAIN_S = 30.0
 SEQUENTIAL = 30
 ANALYST = b"import pandas, numpy, matplotlib.pyplot\nprint(1)\n"
@@ -100,6 +101,27 @@ def _in_process(ready: Supervisor, cold: Supervisor) -> list[Row]:
         _when_ready(ready, hello)
         hellos.append(_timed(ready, hello, "ready"))
     rows.append(Row("ready", f"in-process supervised hello, ready (median of {SEQUENTIAL})", p50(hellos) * 1000, "ms"))
+    return rows + _environments(ready, cold)
+
+
+def _environments(ready: Supervisor, cold: Supervisor) -> list[Row]:
+    """A run's start cost in each environment (images/<name>), ready and cold: a program that does
+    nothing, in its runtime; interleaved."""
+    rows: list[Row] = []
+    for name in recipe_names():
+        runtime = load_recipe(name).runtime
+        spec = RunSpec(runtime=runtime, image=name, script=STARTUP_PROGRAMS[runtime][1], engine="namespace")
+        _timed(cold, spec, "cold")  # warm-up: the image's verification
+        series: dict[str, list[float]] = {"ready": [], "cold": []}
+        for _ in range(ENVIRONMENT_REPEAT):
+            _when_ready(ready, spec)
+            series["ready"].append(_timed(ready, spec, "ready"))
+            series["cold"].append(_timed(cold, spec, "cold"))
+        rows += [
+            Row("ready", f"environment {name}: a run's start, ready (median of {ENVIRONMENT_REPEAT})",
+                p50(series["ready"]) * 1000, "ms"),
+            Row("ready", f"environment {name}: a run's start, cold", p50(series["cold"]) * 1000, "ms"),
+        ]  # fmt: skip
     return rows
 
 

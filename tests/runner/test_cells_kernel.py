@@ -82,7 +82,7 @@ def test_pip_and_conda_answer_that_packages_come_from_the_image(cells: Cells) ->
     said = stderr(cell)
     assert "cordon: %pip: packages come from this sandbox's image" in said
     assert re.search(r"pandas [0-9.]+ is in the image: import it", said)
-    assert "nosuchpackage is not in the image: ask your operator to add it" in said
+    assert "nosuchpackage is in no environment here: ask your operator to add it" in said
     assert "cordon: %conda:" in said and cell.result.stdout == b"went on\n"
     listed = ok(cells("%pip list"))
     assert re.search(r"^pandas [0-9.]+$", listed.result.stdout.decode(), re.M)

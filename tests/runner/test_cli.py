@@ -26,6 +26,6 @@ def test_images_list_shows_each_built_image_whether_it_is_here_and_whether_it_is
     assert result.returncode == 0
     rows = {line.split("\t")[0]: line.split("\t") for line in result.stdout.splitlines()[1:]}
     assert rows["python"][1].startswith("sha256:")
-    for name in ("python", "node"):
+    for name in ("python", "node", "python-data"):
         assert rows[name][4] == "present"
         assert rows[name][5] == "pinned" or rows[name][5].startswith("pin is sha256:")

@@ -34,7 +34,7 @@ def store() -> ImageStore:
 )
 def test_every_recipe_is_in_the_lock_with_its_packages(lock_path: Path | None, stale: str) -> None:
     lock = read_lock(lock_path)
-    assert set(recipe_names()) == {"node", "python"} <= set(lock)
+    assert set(recipe_names()) == {"node", "python", "python-data"} <= set(lock)
     for name in recipe_names():
         entry = lock[name]
         assert entry.digest.startswith("sha256:")
@@ -46,8 +46,8 @@ def test_every_recipe_is_in_the_lock_with_its_packages(lock_path: Path | None, s
         assert all("=" in p for p in entry.packages)
 
 
-@pytest.mark.parametrize("name", ["python", "node"])
-def test_both_images_exist_and_verify(store: ImageStore, name: str) -> None:
+@pytest.mark.parametrize("name", ["python", "node", "python-data"])
+def test_every_image_exists_and_verifies(store: ImageStore, name: str) -> None:
     report = store.verify(name)
     assert report.ok, report.problems
     assert report.files_checked > 1000
@@ -79,7 +79,7 @@ def test_the_runtime_runs_inside_its_rootfs(store: ImageStore, name: str, argv: 
     assert result.stdout.strip() == expected
 
 
-@pytest.mark.parametrize("name", ["python", "node"])
+@pytest.mark.parametrize("name", ["python", "node", "python-data"])
 def test_the_rootfs_is_world_readable_without_setuid_devices_or_writable_paths(store: ImageStore, name: str) -> None:
     rootfs = store.resolve(name).rootfs
     for mount_point in ("input", "output", "tmp", "proc", "dev"):
@@ -112,7 +112,7 @@ def test_a_second_build_with_unchanged_recipes_is_a_no_op_that_leaves_the_tracke
     assert "mmdebstrap" not in result.stderr
     lines = {line.split("\t")[0]: line.split("\t")[1:] for line in result.stdout.splitlines()}
     built = read_lock()
-    for name in ("python", "node"):
+    for name in ("python", "node", "python-data"):
         state, digest, pin_state = lines[name]
         assert (state, digest) == ("cached", built[name].digest)
         assert pin_state == ("pinned" if read_lock(PIN_PATH)[name].digest == digest else "differs-from-pin")
@@ -121,7 +121,7 @@ def test_a_second_build_with_unchanged_recipes_is_a_no_op_that_leaves_the_tracke
     assert PIN_PATH.read_bytes() == pin_before
 
 
-@pytest.mark.parametrize("name", ["python", "node"])
+@pytest.mark.parametrize("name", ["python", "node", "python-data"])
 def test_an_image_holds_nothing_of_the_host_that_built_it(store: ImageStore, name: str) -> None:
     etc = store.resolve(name).rootfs / "etc"
     assert (etc / "resolv.conf").read_bytes() == b""

@@ -512,3 +512,22 @@ def test_the_pool_learns_what_making_a_class_takes_and_what_its_runs_take(superv
     the_pool._publish()
     [line] = [c for c in ready_checks(supervisor) if c.name == f"ready {cls.label}" and str(os.getpid()) in c.detail]
     assert f"lately: making one {shown['make_s']:g} s, a ready run {shown['ready_run_s']:g} s" in line.detail
+
+
+@pytest.mark.images
+def test_each_environment_is_a_class_of_its_own_and_its_ready_runs_are_fresh(supervisor: Supervisor) -> None:
+    """A python-data run is never handed a sandbox of python's image (and the other way round):
+    the class is the image; a python-data ready run is fresh like any other and has its wheels."""
+    data, plain = (class_of(supervisor, RunSpec(runtime="python", image=image, script=b"", engine="namespace"))
+                   for image in ("python-data", "python"))  # fmt: skip
+    assert (data.image, plain.image) == ("python-data", "python") and data != plain
+    before = time.time()
+    runs = [ready_run(supervisor, FRESH_PY, image="python-data") for _ in range(2)]
+    first, second = (said(r) for r in runs)
+    assert_fresh(first, second, before, time.time())
+    assert {r.image.name for r in runs if r.image} == {"python-data"}
+    found = ready_run(supervisor, b"import polars\nprint(polars.__version__)\n", image="python-data",
+                      limits=Limits(memory_mib=512))  # fmt: skip
+    assert found.stdout == b"2.1.0\n", found.stderr[-2000:]
+    missing = ready_run(supervisor, b"import polars\n")
+    assert missing.outcome is Outcome.FAILED and b"No module named 'polars'" in missing.stderr

@@ -152,7 +152,16 @@ function removeTest(test) {
 
 // --- load, fill, save -----------------------------------------------------------------------
 
-function fill(assignment, datasets, limitInfo, course) {
+// The environments of the chosen runtime ("": its own image); the assignment's kept if still offered.
+function offerEnvironments(environments, runtime, chosen) {
+  const select = document.getElementById("environment");
+  const fitting = environments.filter((e) => e.runtime === runtime && e.name !== runtime);
+  select.replaceChildren(el("option", { value: "" }, "Default"),
+    ...fitting.map((e) => el("option", { value: e.name }, e.description ? `${e.name}: ${e.description}` : e.name)));
+  select.value = fitting.some((e) => e.name === chosen) ? chosen : "";
+}
+
+function fill(assignment, datasets, limitInfo, course, environments) {
   document.getElementById("title").value = assignment.title || "";
   document.getElementById("instructions").value = assignment.instructions || "";
   const runtime = document.getElementById("runtime");
@@ -161,7 +170,11 @@ function fill(assignment, datasets, limitInfo, course) {
   runtime.value = assignment.runtime || offered[0] || "";
   starterSource = assignment.starter_code || "";
   makeStarter(runtime.value);
-  runtime.addEventListener("change", () => makeStarter(runtime.value));
+  offerEnvironments(environments, runtime.value, assignment.environment || "");
+  runtime.addEventListener("change", () => {
+    makeStarter(runtime.value);
+    offerEnvironments(environments, runtime.value, document.getElementById("environment").value);
+  });
   const attached = new Set((assignment.datasets || []).map((d) => d.id));
   const choices = document.getElementById("dataset-choices");
   choices.replaceChildren(...datasets.map((d) => el("label", {}, el("input", { type: "checkbox", name: "dataset_ids",
@@ -187,6 +200,7 @@ function payload() {
     title: document.getElementById("title").value.trim(),
     instructions: document.getElementById("instructions").value,
     runtime: document.getElementById("runtime").value,
+    environment: document.getElementById("environment").value,
     starter_code: starterSource,
     dataset_ids: [...form.querySelectorAll("input[name=dataset_ids]:checked")].map((box) => box.value),
     limits: limitValues(document.getElementById("limit-fields")),
@@ -270,13 +284,13 @@ async function remove() {
 }
 
 async function start() {
-  const [course, datasets, described, assignment] = await Promise.all([
+  const [course, datasets, described, assignment, environments] = await Promise.all([
     api("GET", `/courses/${courseId}`), api("GET", `/courses/${courseId}/datasets`), api("GET", "/limits"),
-    assignmentId ? api("GET", `/assignments/${assignmentId}`) : Promise.resolve(null)]);
+    assignmentId ? api("GET", `/assignments/${assignmentId}`) : Promise.resolve(null), api("GET", "/environments")]);
   const server = root.dataset.runtimes.split(",").filter(Boolean);
   runtimes = course.allowed_runtimes && course.allowed_runtimes.length ? course.allowed_runtimes : server;
   const limitInfo = Object.fromEntries(described.map((limit) => [limit.name, limit]));
-  fill(assignment || { title: "", runtime: runtimes[0], tests: [] }, datasets, limitInfo, course);
+  fill(assignment || { title: "", runtime: runtimes[0], tests: [] }, datasets, limitInfo, course, environments);
   if (!assignment) addTest();
   document.getElementById("time-zone").textContent = Intl.DateTimeFormat().resolvedOptions().timeZone || "local time";
   document.getElementById("add-test").addEventListener("click", () => {

@@ -7,7 +7,8 @@ import { LIMITS } from "../cordon.js";
 
 // Each form's fields by their API names, as its labels read.
 export const ASSIGNMENT_LABELS = {
-  title: "Title", instructions: "Instructions", runtime: "Runtime", starter_code: "Starter code",
+  title: "Title", instructions: "Instructions", runtime: "Runtime", environment: "Environment",
+  starter_code: "Starter code",
   dataset_ids: "Datasets", limits: "Limits", egress: "Network", opens_at: "Opens", due_at: "Due",
   attempts_allowed: "Attempts allowed", accept_late: "Accept late submissions", tests: "Tests",
 };

@@ -36,8 +36,10 @@ MODULES = (
     "sklearn", "sklearn.linear_model", "sklearn.model_selection", "sklearn.metrics", "sklearn.preprocessing",
     "sklearn.cluster", "sklearn.decomposition", "sklearn.ensemble", "sklearn.tree", "sklearn.neighbors",
     "sklearn.svm", "sklearn.pipeline", "sklearn.datasets", "sklearn.naive_bayes", "sklearn.impute",
-    "IPython", "IPython.display",
+    "IPython", "IPython.display", "seaborn", "statsmodels.api", "statsmodels.formula.api",
 )  # fmt: skip
+# Only Debian's packages are imported here (the build runs this as root in the tree): an
+# environment's wheels (runner.images.wheels) are unpacked, never run, at build, so theirs are not indexed.
 MEMBERS_MAX, ATTRIBUTES_MAX, CLASSES_MAX, TEXT_MAX = 2000, 600, 3000, 300
 ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 

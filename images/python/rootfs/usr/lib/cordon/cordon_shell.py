@@ -71,7 +71,8 @@ GUI_AS_INLINE = frozenset(
     {"auto", "widget", "ipympl", "notebook", "nbagg", "qt", "qt4", "qt5", "qt6", "tk", "gtk", "gtk3", "gtk4",
      "wx", "osx", "macosx", "pyglet", "glut"}
 )  # fmt: skip
-IMAGE_RECIPE = "images/python/recipe.toml"
+# How an operator adds a package: an environment's recipe (the README's Guest images section).
+ADD_ONE = "images/<environment>/requirements.txt or recipe.toml, then `make images`"
 
 
 class Sink:
@@ -409,11 +410,23 @@ def _packages(tool: str, line: str) -> None:
         name = requirement.split("[")[0]
         for mark in "<>=!~; ":
             name = name.split(mark)[0]
-        found = installed.get(name.lower().replace("_", "-"))
+        key = name.lower().replace("_", "-")
+        found, elsewhere = installed.get(key), _elsewhere().get(key)
         if found is not None:
             _say(f"  {name} {found} is in the image: import it")
+        elif elsewhere:
+            _say(f"  {name} is not in this environment; it is in: {', '.join(elsewhere)} (choose the notebook's "
+                 "environment; an assignment's is its instructor's)")  # fmt: skip
         else:
-            _say(f"  {name} is not in the image: ask your operator to add it ({IMAGE_RECIPE}, then `make images`)")
+            _say(f"  {name} is in no environment here: ask your operator to add it ({ADD_ONE})")
+
+
+def _elsewhere() -> "dict[str, list[str]]":
+    """Which other environments have which packages, as the run was told (read when asked: a ready
+    interpreter imported this module before its run's environment came)."""
+    told = os.environ.get("CORDON_PACKAGES_ELSEWHERE", "")
+    pairs = (item.partition("=") for item in told.split(";"))
+    return {name: places.split(",") for name, _, places in pairs if name and places}
 
 
 def _installed() -> "dict[str, str]":
