@@ -23,7 +23,6 @@ from runner.images.recipes import (
     HOST_FILES,
     MMDEBSTRAP_MERGED_USR_HOOK,
     MOUNT_POINTS,
-    REQUIREMENTS_FILE,
     UNREPRODUCIBLE_FILES,
     ImageError,
     Recipe,
@@ -192,8 +191,7 @@ def install_wheels(recipe: Recipe, tree: Path, cache: Path, log_path: Path) -> t
     if not recipe.requirements:
         return ()
     python = interpreter_of(tree, log_path)
-    source = f"images/{recipe.name}/{REQUIREMENTS_FILE} (or its base's)"
-    wheels = fetch(recipe.requirements, python, cache, source, log_path)
+    wheels = fetch(recipe.requirements, python, cache, log_path)
     installed = install(wheels, tree, python)
     code = (
         "import compileall, py_compile, sys\n"

@@ -69,11 +69,16 @@ class Requirement:
     name: str  # canonical (PEP 503)
     version: str
     hashes: tuple[str, ...]  # sha256 hex
-    line: int  # where it starts in the file, for messages
+    line: int  # where it starts in its file, for messages
+    source: str = "requirements.txt"  # its file, as an operator in the checkout names it
 
     @property
     def pin(self) -> str:
         return f"{self.name}=={self.version}"
+
+    @property
+    def where(self) -> str:
+        return f"{self.source}, line {self.line}"
 
 
 def parse_requirements(text: str, source: str) -> tuple[Requirement, ...]:
@@ -110,7 +115,7 @@ def parse_requirements(text: str, source: str) -> tuple[Requirement, ...]:
         if name in seen:
             raise ImageError(f"{where}: {name} is already required on line {seen[name]}")
         seen[name] = number
-        requirements.append(Requirement(name, version, tuple(hashes), number))
+        requirements.append(Requirement(name, version, tuple(hashes), number, source))
     if len(requirements) > MAX_LINES:
         raise ImageError(f"{source}: more than {MAX_LINES} requirements")
     return tuple(requirements)

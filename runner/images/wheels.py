@@ -69,24 +69,23 @@ def interpreter_of(tree: Path, log_path: Path) -> Interpreter:
         raise ImageError(f"the image has no python3 to install wheels for: {proc.stderr.decode()[-500:]}") from exc
 
 
-def fetch(requirements: tuple[Requirement, ...], python: Interpreter, cache: Path, source: str,
-          log_path: Path) -> list[Path]:  # fmt: skip
+def fetch(requirements: tuple[Requirement, ...], python: Interpreter, cache: Path, log_path: Path) -> list[Path]:
     """Each requirement's wheel, from the cache (by hash) or downloaded by pip for the image's
     interpreter: one a line, hash-checked, wheels only."""
     cache.mkdir(parents=True, exist_ok=True)
     wheels = []
     for requirement in requirements:
         cached = next((p for h in requirement.hashes for p in cache.glob(f"{h}/*.whl")), None)
-        wheel = cached if cached is not None else _download(requirement, python, cache, source, log_path)
+        wheel = cached if cached is not None else _download(requirement, python, cache, log_path)
         if sha256_file(wheel) not in requirement.hashes:
             wheel.unlink()  # a cached file that changed: fetched again next time
-            raise ImageError(f"{source}, line {requirement.line}: {wheel.name} hashes to none of the line's hashes")
+            raise ImageError(f"{requirement.where}: {wheel.name} hashes to none of the line's hashes")
         wheels.append(wheel)
     return wheels
 
 
-def _download(requirement: Requirement, python: Interpreter, cache: Path, source: str, log_path: Path) -> Path:
-    where = f"{source}, line {requirement.line}: {requirement.pin}"
+def _download(requirement: Requirement, python: Interpreter, cache: Path, log_path: Path) -> Path:
+    where = f"{requirement.where}: {requirement.pin}"
     scratch = cache / f".download-{requirement.name}"
     scratch.mkdir(exist_ok=True)
     for stale in scratch.iterdir():

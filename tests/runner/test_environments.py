@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.config import paths_from_env
+from runner.config import Paths, paths_from_env
 from runner.images import ImageError, ImageStore, load_recipe, read_lock
 from runner.images.recipes import parse_requirements
 from runner.images.wheels import Interpreter, fetch, install
@@ -187,10 +187,10 @@ def test_a_cached_wheel_that_no_longer_hashes_to_its_line_is_refused_and_dropped
     cached.write_bytes(wheel.read_bytes() + b"tampered")
     (requirement,) = parse_requirements(f"tiny==1.0 --hash=sha256:{digest}\n", "req.txt")
     with pytest.raises(ImageError, match=r"req\.txt, line 1: tiny-1\.0-py3-none-any\.whl hashes to none"):
-        fetch((requirement,), BOOKWORM, cache, "req.txt", tmp_path / "log")
+        fetch((requirement,), BOOKWORM, cache, tmp_path / "log")
     assert not cached.exists()
     cached.write_bytes(wheel.read_bytes())
-    assert fetch((requirement,), BOOKWORM, cache, "req.txt", tmp_path / "log") == [cached]
+    assert fetch((requirement,), BOOKWORM, cache, tmp_path / "log") == [cached]
 
 
 # A wheel for another platform, and an sdist: each the only file a line's hash names.
@@ -206,7 +206,7 @@ def test_a_line_whose_hash_is_no_wheel_for_this_image_is_refused_at_build_naming
     the line's: the build stops naming the line, with pip's own word that the hashes differ."""
     (requirement,) = parse_requirements(f"\n{pin} --hash=sha256:{digest}\n", "images/x/requirements.txt")
     with pytest.raises(ImageError) as refused:
-        fetch((requirement,), BOOKWORM, tmp_path / "wheels", "images/x/requirements.txt", tmp_path / "log")
+        fetch((requirement,), BOOKWORM, tmp_path / "wheels", tmp_path / "log")
     message = str(refused.value)
     assert message.startswith(f"images/x/requirements.txt, line 2: {pin}: no wheel for this image "
                               "(cp311, manylinux_2_36_x86_64) with a hash the line gives")  # fmt: skip
@@ -246,3 +246,33 @@ def test_the_built_python_data_records_its_wheels_and_runs_a_polars_and_duckdb_q
     result = json.loads(out.stdout)
     assert result["image"] == {"name": "python-data", "digest": entry.digest}
     assert result["stdout"] == "[('a', 4), ('b', 2)]\n[('a', 4), ('b', 2)]\n3\n", result["stderr"]
+
+
+@pytest.mark.images
+def test_a_build_whose_wheel_cannot_be_had_fails_naming_its_line_and_leaves_the_previous_build_in_use(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The build's own steps (the tree's python asked, pip's fetch) on a copy of the built python
+    tree (hard links: mmdebstrap's part is not what this is about); the record keeps the last good build."""
+    recipes = tmp_path / "recipes"
+    (recipes / "env").mkdir(parents=True)
+    (recipes / "env" / "recipe.toml").write_text(
+        'suite = "bookworm"\npackages = ["python3"]\nsource_date_epoch = 1\ncommand = ["/usr/bin/python3"]\n'
+    )
+    store = ImageStore(Paths(data_dir=tmp_path / "data", images_dir=tmp_path / "images"), recipes_dir=recipes,
+                       pin_path=tmp_path / "lock.json")  # fmt: skip
+    python = ImageStore(paths_from_env()).resolve("python").rootfs
+
+    def copy_of_python(recipe: object, target: Path, log_path: Path) -> None:
+        subprocess.run(["cp", "-al", str(python), str(target)], check=True)
+
+    monkeypatch.setattr("runner.images.store.mmdebstrap", copy_of_python)
+    (first,) = store.build(["env"], log=lambda _: None)  # no wheels yet: built
+    assert store.built()["env"].digest == first.digest
+    (recipes / "env" / "requirements.txt").write_text(f"# wheels\n{SDIST[0]} --hash=sha256:{SDIST[1]}\n")
+    with pytest.raises(ImageError, match=r"recipes/env/requirements.txt, line 2: six==1\.16\.0: no "
+                       r"wheel for this image \(cp311, manylinux_2_36_x86_64\)"):  # fmt: skip
+        store.build(["env"], log=lambda _: None)
+    assert store.built()["env"].digest == first.digest and store.resolve("env").digest == first.digest
+    assert not list((tmp_path / "images" / "build").iterdir())  # the failed build's tree is gone
+    assert ImageStore(paths_from_env()).verify("python").ok  # the tree it linked to is untouched

@@ -214,6 +214,7 @@ def run_case(supervisor: Supervisor, case: Case, engine: str, tmp: Path) -> tupl
     inputs = Inputs(tmp)
     spec = RunSpec(
         runtime=case.runtime,
+        image=case.expect.get("image"),  # an environment (images/<name>); default: the runtime's own
         script=case.path.read_bytes(),
         limits=case.limits,
         inputs=inputs.build(case.expect.get("inputs", [])),

@@ -324,8 +324,8 @@ def test_the_hostile_battery_through_ready_sandboxes(supervisor: Supervisor, cas
     if "egress" in case.expect:
         pytest.skip("a run with egress starts cold (tested above); the hostile battery has its egress cases")
     case = case.on("namespace")
-    spec = RunSpec(runtime=case.runtime, script=case.path.read_bytes(), limits=case.limits, engine="namespace",
-                   stdin=case.expect.get("stdin", "").encode())  # fmt: skip
+    spec = RunSpec(runtime=case.runtime, image=case.expect.get("image"), script=case.path.read_bytes(),
+                   limits=case.limits, engine="namespace", stdin=case.expect.get("stdin", "").encode())  # fmt: skip
     cls, why = ready_class(spec, supervisor.images.resolve(spec.image_name), supervisor.engines["namespace"])
     ready = wait_ready(supervisor, cls) if cls is not None else None
     result, inputs = run_case(supervisor, case, "namespace", tmp_path)
