@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 from django.conf import settings
 from django.core.files.uploadhandler import FileUploadHandler
@@ -141,15 +141,23 @@ class BodyIn(BaseModel):
     """A JSON object the API reads: a request body, or an object within one. Not ninja's Schema,
     which is made to read Django objects by their attributes and so read the body "AAA" as a
     course titled "AAA".title(): this takes a JSON object and nothing else. A field it does not
-    know is refused (422, naming it): a misspelt field would otherwise run with its default."""
+    know is refused (422, naming it): a misspelt field would otherwise run with its default.
+
+    `answered_by`: what a GET answers of the same thing. Its fields that are not this body's
+    (an id, a rendering, a count) may come back as the GET gave them, and are dropped unread: a
+    script may read, change and send back; any other unknown field is still refused."""
 
     model_config = ConfigDict(extra="forbid")
+    answered_by: ClassVar[type[BaseModel] | None] = None
 
     @model_validator(mode="before")
     @classmethod
     def _an_object(cls, data: Any) -> Any:
         if not isinstance(data, dict | BaseModel):
             raise PydanticCustomError("json_object", "must be a JSON object, not {kind}", {"kind": json_kind(data)})
+        if cls.answered_by is not None and isinstance(data, dict):
+            answered_only = cls.answered_by.model_fields.keys() - cls.model_fields.keys()
+            data = {key: value for key, value in data.items() if key not in answered_only}
         return data
 
 

@@ -50,27 +50,12 @@ from playground.services import notebooks as notebook_services
 CellId = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
 
 
-# What GET answers about a cell or an input besides what a save sets: a page or a script may send a
-# cell back as it read it, and these are taken and ignored; any other field is refused (422, named).
-READ_ONLY = "read-only (what GET answers): ignored"
-
-
-def _read_only() -> Any:
-    return Field(None, description=READ_ONLY)
-
-
-class _InputReadOnly(BodyIn):
-    name: Any = _read_only()
-    broken: Any = _read_only()
-    fix: Any = _read_only()
-
-
-class DatasetRef(_InputReadOnly):
+class DatasetRef(BodyIn):
     kind: Literal["dataset"]
     id: UUID
 
 
-class OutputRef(_InputReadOnly):
+class OutputRef(BodyIn):
     kind: Literal["output"]
     id: OutputId
 
@@ -88,17 +73,6 @@ class CellIn(BodyIn):
     # Checked for shape here, against today's ceiling when the cell runs (a ceiling may change meanwhile).
     egress: EgressPolicy = []
     last_run_id: UUID | None = Field(None, description="read-only: set by running the cell, emptied by clearing it")
-    # read-only, taken and ignored (see READ_ONLY):
-    html: Any = _read_only()
-    stale: Any = _read_only()
-    stale_why: Any = _read_only()
-    starts_from: Any = _read_only()
-    imported: Any = _read_only()
-    fresh_start: Any = _read_only()
-
-
-# What a save sets of a cell (the rest of CellIn is read-only).
-CELL_FIELDS = {"id", "kind", "runtime", "source", "inputs", "limits", "egress", "last_run_id"}
 
 
 NotebookName = Annotated[str, Field(min_length=1, max_length=100, pattern=NOT_BLANK)]
@@ -217,11 +191,7 @@ def _notebook(request: HttpRequest, notebook_id: UUID) -> Notebook:
 
 
 def _cells(cells: list[CellIn]) -> list[dict[str, Any]]:
-    """The cells as a save stores them: what GET answers besides (READ_ONLY) left out."""
-    input_read_only = set(_InputReadOnly.model_fields)
-    cell_read_only = set(CellIn.model_fields) - CELL_FIELDS
-    drop: dict[str, Any] = {**dict.fromkeys(cell_read_only, True), "inputs": {"__all__": input_read_only}}
-    return [{**cell.model_dump(exclude=drop), "limits": limits_set(cell.limits)} for cell in cells]
+    return [{**cell.model_dump(), "limits": limits_set(cell.limits)} for cell in cells]
 
 
 @api.get("/notebooks", response=answers({200: list[NotebookSummaryOut]}), tags=["notebooks"])
@@ -377,3 +347,9 @@ def notebook_export(request: HttpRequest, notebook_id: UUID) -> HttpResponse:
     response = HttpResponse(document, content_type="application/x-ipynb+json")
     response["Content-Disposition"] = content_disposition_header(True, f"{notebook.name}.ipynb") or "attachment"
     return response
+
+
+# What GET answers of each may be sent back as it is (bodies.BodyIn.answered_by).
+DatasetRef.answered_by = OutputRef.answered_by = InputOut
+CellIn.answered_by = CellOut
+NotebookPutIn.answered_by = NotebookOut

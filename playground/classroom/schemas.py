@@ -476,3 +476,9 @@ class SimilarityPairOut(Schema):
     similarity: float
     a: SimilarityCodeOut
     b: SimilarityCodeOut
+
+
+# What GET answers of each may be sent back as it is (bodies.BodyIn.answered_by).
+TestIn.answered_by = TestOut
+AssignmentIn.answered_by = AssignmentOut
+CoursePatchIn.answered_by = CourseOut
