@@ -85,7 +85,7 @@ def run_detail(request: HttpRequest, run_id: UUID) -> HttpResponse:
 
 @login_required
 def images(request: HttpRequest) -> HttpResponse:
-    return render(request, "images.html", {"images": image_list_built()})
+    return render(request, "images.html", {"images": image_list_built(request.user)})
 
 
 # --- accounts: log-in, sign-up (open, or by invite), the account page, invites ---------------------

@@ -13,7 +13,7 @@ from typing import Any
 from django.db.models import Count
 
 from playground.environments import environments
-from playground.models import Assignment, Notebook
+from playground.models import STAFF_ROLES, Assignment, Notebook
 from runner.images import ImageError, load_recipe, read_lock
 
 # The Debian package that is each image's runtime, and what to call it.
@@ -38,15 +38,18 @@ class ImageSummary:
     description: str = ""
     notebooks: int = 0  # how many notebooks and assignments run in it
     assignments: int = 0
+    # Of those, the viewer's own notebooks and the assignments of the courses they teach: (name, link).
+    yours: tuple[tuple[str, str], ...] = ()
 
     @property
     def requested_names(self) -> str:
         return ", ".join(p.name for p in self.requested)
 
 
-def image_list_built() -> list[ImageSummary]:
+def image_list_built(viewer: Any = None) -> list[ImageSummary]:
     summaries = []
     users = _users()
+    yours = _yours(viewer) if viewer is not None else {}
     for name, entry in sorted(read_lock().items()):
         packages = [Package(*line.split("=", 1)) for line in entry.packages]
         versions = {p.name: p.version for p in packages}
@@ -69,9 +72,24 @@ def image_list_built() -> list[ImageSummary]:
                 description=description,
                 notebooks=users[0].get(name, 0),
                 assignments=users[1].get(name, 0),
+                yours=tuple(yours.get(name, ())),
             )
         )
     return summaries
+
+
+def _yours(viewer: Any, most: int = 50) -> dict[str, list[tuple[str, str]]]:
+    """The viewer's own notebooks, and the assignments of the courses they teach, by environment."""
+    found: dict[str, list[tuple[str, str]]] = {}
+    notebooks = Notebook.objects.filter(owner=viewer).exclude(environment="").order_by("name")
+    for notebook_id, name, environment in notebooks.values_list("id", "name", "environment")[:most]:
+        found.setdefault(environment, []).append((f"notebook {name}", f"/notebooks/{notebook_id}/"))
+    taught = Assignment.objects.filter(course__memberships__user=viewer, course__memberships__role__in=STAFF_ROLES)
+    for assignment_id, title, environment in (
+        taught.exclude(environment="").order_by("title").values_list("id", "title", "environment")[:most]
+    ):
+        found.setdefault(environment, []).append((f"assignment {title}", f"/assignments/{assignment_id}/"))
+    return found
 
 
 def _users() -> tuple[dict[str, int], dict[str, int]]:

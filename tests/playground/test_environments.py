@@ -91,8 +91,11 @@ def test_the_environments_are_listed_with_their_wheels_image_and_users(redis_ser
 
 
 def test_the_images_page_shows_what_an_environment_extends_and_adds(redis_server: Any) -> None:
+    viewer, other = UserFactory.create(), UserFactory.create()
+    mine = api(viewer).post("/api/notebooks", {"name": "frames", "environment": "python-data"}, "application/json")
+    api(other).post("/api/notebooks", {"name": "secret plans", "environment": "python-data"}, "application/json")
     client = Client()
-    client.force_login(UserFactory.create())
+    client.force_login(viewer)
     html = client.get("/images/").content.decode()
     section = html[html.index('id="image-python-data"') :]
     section = section[: section.index("</section>")]
@@ -100,7 +103,9 @@ def test_the_images_page_shows_what_an_environment_extends_and_adds(redis_server
     assert "python plus polars, DuckDB and pyarrow" in section and "Python 3.11" in section
     assert '<td>pip:polars</td><td class="hash">2.1.0</td>' in section
     assert '<td>pip:duckdb</td><td class="hash">2.0.1</td>' in section
-    assert re.search(r"used by 0 notebooks and 0\s+assignments", section)
+    assert re.search(r"used by 2 notebooks and 0\s+assignments, among them yours:", section)
+    assert f'<a href="/notebooks/{mine.json()["id"]}/">notebook frames</a>' in section
+    assert "secret plans" not in html  # another user's notebook is counted, never named
 
 
 # --- running in one ---------------------------------------------------------------------------
