@@ -202,7 +202,8 @@ class ExtensionOut(Schema):
 
 class RubricItemIn(BodyIn):
     label: Title
-    points: Number = Field(ge=-1000, le=1000)
+    # Not 0 (an item that moves no score is refused, invalid_points): the document says so too.
+    points: Number = Field(ge=-1000, le=1000, json_schema_extra={"not": {"const": 0}})
 
 
 class RubricIn(BodyIn):
