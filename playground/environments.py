@@ -2,7 +2,7 @@
 (images/<name>/recipe.toml, runner.images), each for one runtime, some extending another with
 Debian packages or wheels pinned by hash. Read from the recipes, again only when one changed;
 whether an environment is built is the worker host's to say (a run of one it has not built ends
-rejected_capacity, saying `make images`). The web only lists and checks; building is an operator's
+sandbox_error, image_unavailable, saying `make images`). The web only lists and checks; building is an operator's
 act (`python -m runner images build NAME`, `make images`)."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """An environment's Python wheels: a requirements file that pins every package to one version by
 hash, wheels only, fetched for the image's own interpreter and platform and unpacked into its tree.
 
-Nothing from a requirements file runs at build: the file is read by this module, not by pip (no
+Nothing from a requirements file runs at build: the file is read by runner.images.recipes, not by pip (no
 options, no includes, no URLs: `name==version --hash=sha256:...` lines only); pip only downloads,
 with --only-binary=:all: and --require-hashes, one line at a time so that a refusal names its line;
 and a wheel is unpacked by `installer` (a zip file laid out by its RECORD), never imported or built.
