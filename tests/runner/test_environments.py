@@ -193,8 +193,9 @@ def test_a_cached_wheel_that_no_longer_hashes_to_its_line_is_refused_and_dropped
     assert fetch((requirement,), BOOKWORM, cache, tmp_path / "log") == [cached]
 
 
-# A wheel for another platform, and an sdist: each the only file a line's hash names.
-OTHER_PLATFORM = ("duckdb==2.0.1", "6034635ec5da2d204e671858287aba90b9174d3e2773db6680f939cbfb810683")  # macOS arm64
+# A wheel for another platform (MarkupSafe's for macOS arm64), and an sdist: each the only file a
+# line's hash names. Small packages: pip fetches the manylinux wheel (23 KB) to compare its hash.
+OTHER_PLATFORM = ("markupsafe==3.0.2", "93335ca3812df2f366e80509ae119189886b0f3c2b81325d39efdb84a1e2ae93")
 SDIST = ("six==1.16.0", "1e61c37477a1626458e36f7b1d82aa5c9b094fa4802892072e49de9c60c4c926")  # six-1.16.0.tar.gz
 
 
