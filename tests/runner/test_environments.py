@@ -221,7 +221,7 @@ def test_a_line_whose_hash_is_no_wheel_for_this_image_is_refused_at_build_naming
 def test_python_data_extends_python_with_hashed_wheels_of_polars_duckdb_and_pyarrow() -> None:
     env, python = load_recipe("python-data"), load_recipe("python")
     assert env.base == "python" and env.runtime == "python" and env.packages == python.packages
-    assert {r.name for r in env.requirements} == {"polars", "polars-runtime-compat", "duckdb", "pyarrow"}
+    assert {r.name for r in env.requirements} == {"polars", "polars-runtime-32", "duckdb", "pyarrow"}
     assert all(r.hashes for r in env.requirements)
     assert {"python3-seaborn", "python3-statsmodels", "python3-ipython"} <= set(python.packages)
 
