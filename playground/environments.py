@@ -87,8 +87,8 @@ def image_for(environment: str, runtime: str) -> str | None:
     """The image a program of `runtime` runs in under `environment`: the environment's when it is
     of that runtime (a notebook's node cell in a python environment runs in node's own), else None
     (the runtime's own image)."""
-    known = environments().get(environment) if environment else None
-    return known.name if known is not None and known.runtime == runtime and known.name != runtime else None
+    chosen = environment_for(environment, runtime)
+    return chosen if chosen and chosen != runtime else None
 
 
 def packages_elsewhere(environment: str) -> str:

@@ -48,8 +48,11 @@ def run_env(ctx: RunContext) -> dict[str, str]:
     """A run's program environment: guest_env, for a run with egress its proxy's names, and for
     a notebook cell what its cell program needs to know."""
     spec = ctx.spec
-    cell = cell_env(ctx.limits, has_state=spec.state is not None, packages_elsewhere=spec.packages_elsewhere)
-    cell = cell if spec.cell else {}
+    cell = (
+        cell_env(ctx.limits, has_state=spec.state is not None, packages_elsewhere=spec.packages_elsewhere)
+        if spec.cell
+        else {}
+    )
     return {**guest_env(ctx.limits), **(ctx.egress.env if ctx.egress is not None else {}), **cell}
 
 
