@@ -12,7 +12,7 @@ DEB_PACKAGES := bubblewrap mmdebstrap redis-server python3-venv libseccomp2 ca-c
 # start private clusters of their own: tests/pg.py; Debian's own cluster is left as it is), ip
 # and openssl (the egress tests' own test host in a network namespace, with its own certificate),
 # and Node (its test runner over the browser code's pure modules: tests/js).
-TEST_DEB_PACKAGES := chromium postgresql iproute2 openssl nodejs
+TEST_DEB_PACKAGES := chromium postgresql iproute2 openssl nodejs qemu-user
 # The browser code's tooling (eslint) and the single sign-on tests' OpenID Provider (oidc-provider)
 # are devDependencies of the package that builds the vendored CodeMirror bundle, installed from its
 # lock; the stamp says it is.

@@ -97,9 +97,11 @@ def test_private_names_come_last_unless_asked_for_and_javascript_gets_its_own_na
     ids=["attribute chain", "open parens", "open string", "many lines", "deep brackets", "many tokens", "long import"],
 )
 def test_bad_input_is_answered_within_its_bound(code: str) -> None:
-    started = time.perf_counter()
+    # The work's own CPU time (this thread's), not the wall clock: a loaded CI machine may leave the
+    # thread waiting for a core, and the bound is on what the answer costs, not on the neighbours.
+    started = time.thread_time()
     answer = complete(code=code, cursor=len(code), runtime="python", state=STATE, index=INDEX)
-    assert time.perf_counter() - started < SCAN_BUDGET_S + 0.5
+    assert time.thread_time() - started < SCAN_BUDGET_S + 0.5
     assert len(answer["matches"]) <= MAX_MATCHES
 
 
@@ -114,9 +116,9 @@ def test_a_manifest_of_100000_names_is_cleaned_to_its_caps_and_completes_within_
     assert len(kept["names"]) == 500 and all(len(e["attributes"]) == 500 for e in kept["names"].values())
     assert len(kept["names"]["n0"]["signature"]) < 400
     assert len(kept["types"]) == 100 and all(attributes == [] for attributes in kept["types"].values())
-    started = time.perf_counter()
+    started = time.thread_time()
     answer = complete(code="n", cursor=1, runtime="python", state=State.from_manifest(manifest), index=INDEX)
-    assert time.perf_counter() - started < 0.5 and len(answer["matches"]) == MAX_MATCHES
+    assert time.thread_time() - started < 0.5 and len(answer["matches"]) == MAX_MATCHES
 
 
 @pytest.mark.django_db

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import shutil
 import subprocess
 import zipfile
 from pathlib import Path
@@ -16,7 +17,7 @@ import pytest
 
 from runner.config import Paths, paths_from_env
 from runner.images import ImageError, ImageStore, load_recipe, read_lock
-from runner.images.recipes import parse_requirements
+from runner.images.recipes import parse_requirements, recipe_names
 from runner.images.wheels import Interpreter, fetch, install
 from tests.conftest import PYTHON, child_env
 
@@ -221,7 +222,7 @@ def test_a_line_whose_hash_is_no_wheel_for_this_image_is_refused_at_build_naming
 def test_python_data_extends_python_with_hashed_wheels_of_polars_duckdb_and_pyarrow() -> None:
     env, python = load_recipe("python-data"), load_recipe("python")
     assert env.base == "python" and env.runtime == "python" and env.packages == python.packages
-    assert {r.name for r in env.requirements} == {"polars", "polars-runtime-32", "duckdb", "pyarrow"}
+    assert {r.name for r in env.requirements} == {"polars", "polars-runtime-compat", "duckdb", "pyarrow"}
     assert all(r.hashes for r in env.requirements)
     assert {"python3-seaborn", "python3-statsmodels", "python3-ipython"} <= set(python.packages)
 
@@ -229,7 +230,7 @@ def test_python_data_extends_python_with_hashed_wheels_of_polars_duckdb_and_pyar
 @pytest.mark.images
 def test_the_built_python_data_records_its_wheels_and_runs_a_polars_and_duckdb_query() -> None:
     entry = read_lock()["python-data"]
-    assert {"pip:polars=2.1.0", "pip:duckdb=2.0.1", "pip:pyarrow=25.0.1"} <= set(entry.packages)
+    assert {"pip:polars=2.1.0", "pip:duckdb=1.5.6", "pip:pyarrow=25.0.1"} <= set(entry.packages)
     assert ImageStore(paths_from_env()).verify("python-data").ok
     script = (
         "import polars as pl, duckdb, pyarrow as pa, seaborn, statsmodels.api\n"
@@ -247,6 +248,51 @@ def test_the_built_python_data_records_its_wheels_and_runs_a_polars_and_duckdb_q
     result = json.loads(out.stdout)
     assert result["image"] == {"name": "python-data", "digest": entry.digest}
     assert result["stdout"] == "[('a', 4), ('b', 2)]\n[('a', 4), ('b', 2)]\n3\n", result["stderr"]
+
+
+# What each environment with wheels must do on a baseline CPU, the image's own python3 and wheels run
+# by QEMU's user-mode emulator as a Nehalem (x86-64-v2: SSE4.2, no AVX), the CPU a microVM on make
+# test-vm's emulated EPYC has (measured there: no avx, no xsave). A wheel built for AVX (DuckDB 2.0's,
+# polars's default runtime) dies of SIGILL on its import.
+BASELINE_CPU = "Nehalem"
+BASELINE_CHECKS = {
+    "python-data": (
+        "import polars as pl, duckdb, pyarrow as pa, pyarrow.parquet as pq, io\n"
+        "df = pl.DataFrame({'k': ['a', 'b', 'a'], 'n': [1, 2, 3]})\n"
+        "print(df.group_by('k').agg(pl.col('n').sum()).sort('k').rows())\n"
+        "print(duckdb.sql('select k, sum(n) from df group by k order by k').fetchall())\n"
+        "sink = io.BytesIO(); pq.write_table(df.to_arrow(), sink)\n"
+        "print(pq.read_table(pa.BufferReader(sink.getvalue())).num_rows)\n"
+        # Under QEMU's user-mode emulator (with its AVX EPYC too) these three libraries' threads
+        # abort the interpreter's teardown ("terminate called without an active exception");
+        # natively the same program exits 0 (the test above, transform_polars.py). Not what this
+        # test is about, so the program leaves without a teardown once its answer is out.
+        "import os, sys; sys.stdout.flush(); os._exit(0)\n",
+        "[('a', 4), ('b', 2)]\n[('a', 4), ('b', 2)]\n3\n",
+    ),
+}
+
+
+def test_every_environment_with_wheels_has_its_baseline_cpu_check() -> None:
+    with_wheels = {name for name in recipe_names() if load_recipe(name).requirements}
+    assert with_wheels == set(BASELINE_CHECKS), "add the environment's program to BASELINE_CHECKS"
+
+
+@pytest.mark.images
+@pytest.mark.parametrize("name", sorted(BASELINE_CHECKS))
+def test_an_environments_wheels_run_on_a_baseline_x86_64_cpu(name: str) -> None:
+    emulator = shutil.which("qemu-x86_64")
+    assert emulator, "qemu-x86_64 is missing: `make test-system` installs qemu-user"
+    root = ImageStore(paths_from_env()).resolve(name).rootfs
+    program, expected = BASELINE_CHECKS[name]
+    out = subprocess.run(
+        [emulator, "-cpu", BASELINE_CPU, "-L", str(root), "-0", "/usr/bin/python3", str(root / "usr/bin/python3.11"),
+         "-c", program],
+        capture_output=True, timeout=240, env={"PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8"}, cwd=root,
+    )  # fmt: skip
+    stderr = out.stderr.decode(errors="replace")[-2000:]
+    assert out.returncode == 0, f"{name} on a {BASELINE_CPU} CPU: exit {out.returncode}\n{stderr}"
+    assert out.stdout.decode() == expected, stderr
 
 
 @pytest.mark.images

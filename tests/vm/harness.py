@@ -82,8 +82,8 @@ PASSES = {
 # The process-cap cases (fork_bomb.py and its kin) do not apply to a VM. Only the per-case test:
 # the concurrent one runs two VMs at once and would not time a boot alone.
 COLD_SELECT = (
-    "test_hostile_case_is_classified and (transform_csv.py or transform_json.js or infinite_loop.py"
-    " or memory_bomb.py or stdout_flood.py or daemon_double_fork.py)"
+    "test_hostile_case_is_classified and (transform_csv.py or transform_json.js or transform_polars.py"
+    " or infinite_loop.py or memory_bomb.py or stdout_flood.py or daemon_double_fork.py)"
 )
 # Notebook cells through microVMs, in the warm pass: state saved in one VM and restored in the
 # next (a data frame among it), what does not carry, a failed cell, the caps, a malicious
