@@ -83,7 +83,7 @@ def test_the_environments_are_listed_with_their_wheels_image_and_users(redis_ser
     assert set(listed) == {"node", "python", "python-data"}
     data, built = listed["python-data"], read_lock()
     assert (data["runtime"], data["base"], data["notebooks"], data["assignments"]) == ("python", "python", 1, 0)
-    assert {"polars==2.1.0", "duckdb==2.0.1", "pyarrow==25.0.1"} <= set(data["wheels"])
+    assert {"polars==2.1.0", "polars-runtime-compat==2.1.0", "duckdb==1.5.6", "pyarrow==25.0.1"} <= set(data["wheels"])
     assert data["digest"] == built["python-data"].digest and "pip:polars=2.1.0" in data["packages"]
     assert listed["python"]["wheels"] == [] and listed["python"]["notebooks"] == 0
     assert {"python3-seaborn", "python3-statsmodels"} <= {p.split("=")[0] for p in listed["python"]["packages"]}
@@ -102,7 +102,7 @@ def test_the_images_page_shows_what_an_environment_extends_and_adds(redis_server
     assert 'extends <a href="#image-python">python</a>' in section
     assert "python plus polars, DuckDB and pyarrow" in section and "Python 3.11" in section
     assert '<td>pip:polars</td><td class="hash">2.1.0</td>' in section
-    assert '<td>pip:duckdb</td><td class="hash">2.0.1</td>' in section
+    assert '<td>pip:duckdb</td><td class="hash">1.5.6</td>' in section
     assert re.search(r"used by 2 notebooks and 0\s+assignments, among them yours:", section)
     assert f'<a href="/notebooks/{mine.json()["id"]}/">notebook frames</a>' in section
     assert "secret plans" not in html  # another user's notebook is counted, never named
