@@ -32,6 +32,11 @@ export async function api(method, path, body, { keepalive = false } = {}) {
   return data;
 }
 
+// The page's status line (#message): a text, and buttons for what can be done about it.
+export function message(text = "", ...actions) {
+  document.getElementById("message").replaceChildren(text, ...actions);
+}
+
 export function el(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
   for (const [key, value] of Object.entries(attrs)) {

@@ -4,7 +4,7 @@
 // submission's grading as it goes, and every earlier submission with its results.
 // CordonEditor: the CodeMirror bundle (static/vendor/codemirror.js), a classic script loaded before.
 
-import { api, el, markdownNodes } from "../cordon.js";
+import { api, el, markdownNodes, message } from "../cordon.js";
 import { RunView } from "../run_view.js";
 import { formatScore, formatWhen, points } from "../format.js";
 import { FINAL, facts, follow, testSpec, view, visibilityMark } from "./submission_view.js";
@@ -23,7 +23,6 @@ let starting = false;
 let submitting = false;
 let followed = 0;  // which submission's grading the page follows (a newer one replaces it)
 
-function message(text) { document.getElementById("message").textContent = text; }
 function code() { return editor ? editor.state.doc.toString() : ""; }
 
 const isPast = (iso) => Boolean(iso) && new Date(iso) <= new Date();

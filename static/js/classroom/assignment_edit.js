@@ -4,7 +4,7 @@
 // the field it names, in the form's words ("Test 2, Points: at most 1000"; form_words.js).
 // CordonEditor: the CodeMirror bundle (static/vendor/codemirror.js), a classic script loaded before.
 
-import { api, clearFieldErrors, el, limitFields, limitValues, showFieldError } from "../cordon.js";
+import { api, clearFieldErrors, el, limitFields, limitValues, message, showFieldError } from "../cordon.js";
 import { egressRules, egressText, egressWords, formatWhen, fromLocalInput, toLocalInput } from "../format.js";
 import { ASSIGNMENT_LABELS, formRefusal } from "./form_words.js";
 import { confirmPublish, wirePublishDialog } from "./publishing.js";
@@ -22,7 +22,6 @@ let starter = null;
 let starterSource = "";
 const tests = [];
 
-function message(text) { document.getElementById("message").textContent = text; }
 function status(text) { document.getElementById("save-status").textContent = text; }
 
 // --- the starter code: CodeMirror in the assignment's language -------------------------------
