@@ -70,9 +70,8 @@ app.autodiscover_tasks()
 
 def engines_here() -> tuple[list[str], dict[str, Any]]:
     """The engines this host can serve, from checks that are quick (no canary boot here)."""
-    from runner.config import paths_from_env
+    from runner.config import SupervisorSettings, paths_from_env
     from runner.registry import Registry
-    from runner.supervisor import SupervisorSettings
 
     registry = Registry(SupervisorSettings.from_env(), paths_from_env().host_state_dir)
     return registry.serves(), registry.report()
@@ -112,9 +111,10 @@ def _serve_engine_queues(sender: Any = None, conf: Any = None, options: Any = No
 def _check_sandbox_paths() -> None:
     """A host whose sandboxes' uid cannot reach their views would fail every run's setup: the
     worker refuses to start, naming the directory (runner's ConfigError), rather than take runs."""
+    from runner import upkeep
     from runner.supervisor import Supervisor
 
-    Supervisor().check_sandbox_paths()
+    upkeep.check_sandbox_paths(Supervisor())
 
 
 # Each worker host's own loop (a thread of the worker's main process): its heartbeat and drain
@@ -171,10 +171,11 @@ def _serve_metrics() -> None:
 
 def _warm_up() -> None:
     """With CORDON_SMOLVM_WARM_BUILD=start, build the warm microVM bases now, not on a run's need."""
+    from runner import upkeep
     from runner.supervisor import Supervisor
 
     try:
-        started = Supervisor().warm_up()
+        started = upkeep.warm_up(Supervisor())
     except Exception:  # a warm start is an optimisation: runs boot cold without it
         log.warning("could not start building warm microVM bases", exc_info=True)
         return

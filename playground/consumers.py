@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import uuid
 from collections import Counter
-from datetime import timedelta
 from typing import Any, ClassVar
 from urllib.parse import parse_qs
 
@@ -22,7 +21,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from playground.live import chunk_message, final_message, run_group, state_message
 from playground.models import ACTIVE_STATES, Run
-from playground.selectors.runs import run_log_read, run_log_replay_span, runs_readable_by, staff_access_recorded_since
+from playground.selectors.runs import run_log_read, run_log_replay_span, runs_readable_by
 from playground.services.audit import record_staff_access
 
 REPLAY_CHUNK = 64 * 1024
@@ -35,9 +34,6 @@ SOCKETS_PER_USER = 256
 SOCKETS_FULL = 4429
 # The close code for a client that sends: clients only listen (RFC 6455's policy violation).
 CLIENTS_ONLY_LISTEN = 1008
-# The page reconnects whenever a socket drops, so a staff member's live view is recorded once per
-# run per this window rather than once per connection.
-STAFF_RECORD_WINDOW = timedelta(minutes=10)
 
 
 class RunConsumer(AsyncJsonWebsocketConsumer):
@@ -128,12 +124,9 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         except ValueError:  # no run has that id: refused like another user's run
             return None
         run = runs_readable_by(user).select_related("owner").filter(id=key).first()
-        if (
-            run is not None
-            and run.owner_id != user.pk
-            and not staff_access_recorded_since(viewer=user, run=run, what="live log", within=STAFF_RECORD_WINDOW)
-        ):
-            record_staff_access(viewer=user, owner=run.owner, what="live log", run=run, path=self.scope.get("path", ""))
+        if run is not None:  # the page reconnects whenever a socket drops: a polled read
+            path = self.scope.get("path", "")
+            record_staff_access(viewer=user, owner=run.owner, what="live log", run=run, path=path, polled=True)
         return run
 
 

@@ -2,8 +2,9 @@
 
 The API's schema for them is built from Limits itself: each field's type, unit, default and this
 service's maximum (read once at start-up, settings.CORDON_MAXIMA) appear in the OpenAPI
-document. A run's stored limits (Limits.to_json) become Limits again only through
-`limits_from_record`, and every run — new, rerun or retried — is checked by `check_limits`.
+document. A run's stored limits (Limits.to_json) become Limits again only as `Run.decoded_limits`,
+a notebook cell's saved ones through `limits_from_record`, and every run — new, rerun or retried
+— is checked by `check_limits`.
 """
 
 from __future__ import annotations
@@ -136,7 +137,7 @@ def limits_set(limits: BodyIn | None) -> dict[str, Any]:
 
 
 def limits_from_record(data: dict[str, Any]) -> Limits:
-    """A run's stored limits -> Limits: the one place they turn back."""
+    """A notebook cell's saved limits -> Limits (a run's are Run.decoded_limits)."""
     return Limits.from_json(data)
 
 

@@ -28,10 +28,9 @@ from prometheus_client.registry import Collector
 
 from playground.models import WORKER_STATES, Run, RunState
 from playground.selectors.runs import grading_in_flight, grading_waiting
-from runner.config import paths_from_env
+from runner.config import SupervisorSettings, paths_from_env
 from runner.ready import status_files
 from runner.registry import Registry
-from runner.supervisor import SupervisorSettings
 
 # Seconds: a queue wait is from under a second to the queue-wait bound; a run from a blink to its
 # wall limit (up to an hour).

@@ -28,6 +28,11 @@ def _each(producers: list[tuple[Operation, int]], targets: list[Operation], para
 def _links() -> list[Link]:
     """Create -> read, change, delete (and what else takes the new id), for runs, datasets,
     notebooks, courses and their members, assignments and submissions; and list -> item."""
+    return [*_own_links(), *_classroom_links()]
+
+
+def _own_links() -> list[Link]:
+    """A user's own: runs and their outputs, datasets, notebooks and their cells."""
     run = ["GET /api/runs/{run_id}", "GET /api/runs/{run_id}/log", "POST /api/runs/{run_id}/cancel",
            "POST /api/runs/{run_id}/rerun"]  # fmt: skip
     output = ["GET /api/runs/{run_id}/outputs/{name}", "GET /api/runs/{run_id}/outputs/{name}/preview"]
@@ -37,27 +42,11 @@ def _links() -> list[Link]:
                 "GET /api/notebooks/{notebook_id}/ipynb", "DELETE /api/notebooks/{notebook_id}"]  # fmt: skip
     cell = ["POST /api/notebooks/{notebook_id}/cells/{cell_id}/run",
             "POST /api/notebooks/{notebook_id}/cells/{cell_id}/clear"]  # fmt: skip
-    course = [
-        "GET /api/courses/{course_id}", "PATCH /api/courses/{course_id}", "POST /api/courses/{course_id}/join-code",
-        "GET /api/courses/{course_id}/members", "GET /api/courses/{course_id}/invitations",
-        "POST /api/courses/{course_id}/roster", "GET /api/courses/{course_id}/datasets",
-        "POST /api/courses/{course_id}/datasets", "GET /api/courses/{course_id}/assignments",
-        "POST /api/courses/{course_id}/assignments", "GET /api/courses/{course_id}/gradebook",
-        "GET /api/courses/{course_id}/gradebook.csv",
-    ]  # fmt: skip
-    member = ["PATCH /api/courses/{course_id}/members/{username}", "DELETE /api/courses/{course_id}/members/{username}"]
-    assignment = [
-        "GET /api/assignments/{assignment_id}", "PUT /api/assignments/{assignment_id}",
-        "POST /api/assignments/{assignment_id}/regrade", "POST /api/assignments/{assignment_id}/try",
-        "POST /api/assignments/{assignment_id}/submissions", "GET /api/assignments/{assignment_id}/submissions",
-        "DELETE /api/assignments/{assignment_id}",
-    ]  # fmt: skip
     new_run = [("POST /api/runs", 201), ("POST /api/runs/{run_id}/rerun", 201),
                ("POST /api/notebooks/{notebook_id}/cells/{cell_id}/run", 201),
                ("POST /api/assignments/{assignment_id}/try", 201)]  # fmt: skip
     new_notebook = [("POST /api/notebooks", 201), ("POST /api/notebooks/import", 201),
                     ("POST /api/notebooks/{notebook_id}/duplicate", 201)]  # fmt: skip
-    joined = [("POST /api/courses/join", 201)]
     return [
         *_each(new_run, run, {"run_id": ID}),
         *_each(
@@ -76,6 +65,28 @@ def _links() -> list[Link]:
         ),
         *_each(new_notebook, cell, {"notebook_id": ID, "cell_id": "$response.body#/cells/0/id"}),
         *_each([("GET /api/notebooks", 200)], notebook, {"notebook_id": FIRST_ID}),
+    ]
+
+
+def _classroom_links() -> list[Link]:
+    """The classroom's: courses, members, course datasets, assignments and submissions."""
+    course = [
+        "GET /api/courses/{course_id}", "PATCH /api/courses/{course_id}", "POST /api/courses/{course_id}/join-code",
+        "GET /api/courses/{course_id}/members", "GET /api/courses/{course_id}/invitations",
+        "POST /api/courses/{course_id}/roster", "GET /api/courses/{course_id}/datasets",
+        "POST /api/courses/{course_id}/datasets", "GET /api/courses/{course_id}/assignments",
+        "POST /api/courses/{course_id}/assignments", "GET /api/courses/{course_id}/gradebook",
+        "GET /api/courses/{course_id}/gradebook.csv",
+    ]  # fmt: skip
+    member = ["PATCH /api/courses/{course_id}/members/{username}", "DELETE /api/courses/{course_id}/members/{username}"]
+    assignment = [
+        "GET /api/assignments/{assignment_id}", "PUT /api/assignments/{assignment_id}",
+        "POST /api/assignments/{assignment_id}/regrade", "POST /api/assignments/{assignment_id}/try",
+        "POST /api/assignments/{assignment_id}/submissions", "GET /api/assignments/{assignment_id}/submissions",
+        "DELETE /api/assignments/{assignment_id}",
+    ]  # fmt: skip
+    joined = [("POST /api/courses/join", 201)]
+    return [
         *_each([("POST /api/courses", 201)], course, {"course_id": ID}),
         *_each(
             [("POST /api/courses", 201)], ["POST /api/courses/join"], {}, {"join_code": "$response.body#/join_code"}

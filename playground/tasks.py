@@ -9,7 +9,6 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
 from playground.classroom import grading_settle, similarity_reports
-from playground.models import RunKind
 from playground.services import dispatch, execution, hosts, retention
 
 
@@ -28,7 +27,7 @@ def execute_run(self: Any, run_id: str) -> str:
         )
         return "sent back: this host is draining" if dispatch.resend(run_id=run_id) else "not claimable"
     final = execution.run_execute(run_id=run_id, worker=settings.CORDON_HOST_NAME)
-    if final is not None and final.kind != RunKind.RUN:
+    if final is not None and final.is_grading:
         grading_settle.settle(run_id=run_id)  # its own result (a bounded comparison), and the slot it freed
     return "not claimable" if final is None else final.outcome or ""
 

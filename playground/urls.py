@@ -2,16 +2,17 @@ from django.contrib import admin
 from django.urls import include, path
 
 from playground import views
-from playground.api import api
+from playground.api import ROUTERS, api
 from playground.classroom import views as classroom_views
 from playground.classroom.api import router as classroom_router
 from playground.sso import views as sso_views
 from playground.throttle import throttled_login
 
-# The site's API: its own domains (playground.api), then the classroom's router.
-api.add_router("/", classroom_router)
+# The site's API: its own domains' routers (playground.api), then the classroom's, in that order.
+for router in (*ROUTERS, classroom_router):
+    api.add_router("/", router)
 
-__all__ = ["api", "urlpatterns"]  # api: the site's whole API, the classroom's router mounted
+__all__ = ["api", "urlpatterns"]  # api: the site's whole API, every router mounted
 
 urlpatterns = [
     path("", views.home, name="home"),

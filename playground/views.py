@@ -37,6 +37,7 @@ from playground.services import notebooks as notebook_services
 from playground.services.accounts import token_create, token_revoke, token_user
 from playground.services.audit import record_staff_access
 from playground.services.invites import InviteInvalid, invite_check, invite_create, invite_redeem, invite_revoke
+from playground.signed_in import signed_in
 from playground.sso.config import password_login, sso_config
 from runner.spec import RUNTIMES
 
@@ -52,13 +53,13 @@ def home(request: HttpRequest) -> HttpResponse:
 @login_required
 def playground(request: HttpRequest) -> HttpResponse:
     """The user's most recently changed notebook (a first one is made for a new user)."""
-    notebook = notebook_services.notebook_default(user=request.user)  # type: ignore[arg-type]
+    notebook = notebook_services.notebook_default(user=signed_in(request))
     return redirect("notebook", notebook_id=notebook.id)
 
 
 @login_required
 def notebook(request: HttpRequest, notebook_id: UUID) -> HttpResponse:
-    found = notebook_get_for_user(user=request.user, notebook_id=notebook_id)  # type: ignore[arg-type]
+    found = notebook_get_for_user(user=signed_in(request), notebook_id=notebook_id)
     choices = [e for e in environments().values() if e.name not in RUNTIMES]  # a runtime's own is the default
     return render(request, "playground.html", {"notebook": found, "environments": choices})
 
@@ -70,14 +71,14 @@ def datasets(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def runs(request: HttpRequest) -> HttpResponse:
-    history = run_history_for_user(user=request.user)  # type: ignore[arg-type]
+    history = run_history_for_user(user=signed_in(request))
     return render(request, "runs.html", {"runs": history})
 
 
 @login_required
 def run_detail(request: HttpRequest, run_id: UUID) -> HttpResponse:
     """The run's page, for its owner or for staff (any run; each staff view is recorded)."""
-    run = run_get_for_viewer(user=request.user, run_id=run_id)  # type: ignore[arg-type]
+    run = run_get_for_viewer(user=signed_in(request), run_id=run_id)
     record_staff_access(viewer=request.user, owner=run.owner, what="run page", run=run, path=request.get_full_path())
     context = {"run": run, "viewed_as_staff": run.owner_id != request.user.pk, "egress": run_egress_view(run=run)}
     return render(request, "run_detail.html", context)
@@ -212,7 +213,7 @@ def account(request: HttpRequest) -> HttpResponse:
 def _account_page(request: HttpRequest, password_form: PasswordChangeForm, status: int = 200) -> HttpResponse:
     # Django's form focuses the old password on load; on this page it would scroll past the tokens.
     password_form.fields["old_password"].widget.attrs.pop("autofocus", None)
-    tokens = token_list_for_user(user=request.user)  # type: ignore[arg-type]
+    tokens = token_list_for_user(user=signed_in(request))
     context = {"tokens": tokens, "token_form": TokenForm(), "password_form": password_form,
                "has_password": _has_password(request)}  # fmt: skip
     return render(request, "account.html", context, status=status)
@@ -227,14 +228,14 @@ def token_new(request: HttpRequest) -> HttpResponse:
         messages.error(request, "A token's name is at most 64 characters.")
         return redirect("account")
     name = form.cleaned_data["name"]
-    key = token_create(user=request.user, name=name)  # type: ignore[arg-type]
+    key = token_create(user=signed_in(request), name=name)
     return render(request, "account_token.html", {"key": key, "name": name})
 
 
 @require_POST
 @login_required
 def token_delete(request: HttpRequest, token_id: int) -> HttpResponse:
-    if not token_revoke(user=request.user, token_id=token_id):  # type: ignore[arg-type]
+    if not token_revoke(user=signed_in(request), token_id=token_id):
         raise Http404("you have no token with that id")
     messages.success(request, "Token revoked: clients using it now get 401.")
     return redirect("account")
@@ -288,7 +289,7 @@ def invite_new(request: HttpRequest) -> HttpResponse:
     form = InviteForm(request.POST)
     if not form.is_valid():
         return _invites_page(request, form, status=400)
-    key = invite_create(by=request.user, **form.cleaned_data)  # type: ignore[arg-type]
+    key = invite_create(by=signed_in(request), **form.cleaned_data)
     link = request.build_absolute_uri(reverse("signup") + "?invite=" + key)
     context = {"link": link, "note": form.cleaned_data["note"], "days": form.cleaned_data["lifetime_days"]}
     return render(request, "account_invite_link.html", context)

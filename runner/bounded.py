@@ -2,15 +2,16 @@
 markdown), done in a child process that carries its own bounds, so no input can stall the process
 that asked for it or outlive it.
 
-`call(job, payload, bounds)` runs `job` ("package.module:function", a pure function of JSON
-values that imports no Django) in `python -m runner.bounded_child`, in the caller's process group and
-cgroup. The child dies with the thread that started it (PR_SET_PDEATHSIG, set by setpriv before
-Python starts; that thread waits for it, so it dies with its parent) and with its process group
-(SIGTERM, SIGINT and SIGHUP back to their defaults before Python starts: a Celery pool process
-ignores SIGTERM, and an ignored signal survives exec). Before it reads a byte of its input it
-limits its CPU time (RLIMIT_CPU) and its address space (RLIMIT_AS), makes no core file, and lowers
-its CPU priority. The parent adds a wall deadline and kills it there. Its input and its answer are
-capped in bytes, the input before it is sent.
+`call(job, payload, bounds)` runs `job` ("package.module:function", a pure function of JSON values
+that imports no Django, in one of runner.bounded_child.JOB_MODULES) in `python -m
+runner.bounded_child`, in the caller's process group and cgroup. The child dies with the thread
+that started it (PR_SET_PDEATHSIG, set by setpriv before Python starts; that thread waits for it,
+so it dies with its parent) and with its process group (SIGTERM, SIGINT and SIGHUP back to their
+defaults before Python starts: a Celery pool process ignores SIGTERM, and an ignored signal
+survives exec). Before it reads a byte of its input it limits its CPU time (RLIMIT_CPU) and its
+address space (RLIMIT_AS), makes no core file, and lowers its CPU priority. The parent adds a wall
+deadline and kills it there. Its input and its answer are capped in bytes, the input before it is
+sent.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from runner.bounded_child import EXIT_MEMORY, EXIT_OUTPUT
+from runner.bounded_child import EXIT_MEMORY, EXIT_OUTPUT, EXIT_UNKNOWN_JOB, JOB_MODULES
 from runner.config import PROJECT_ROOT
 from runner.units import size_words
 
@@ -46,8 +47,9 @@ class Bounds:
 
 
 class HostWorkError(Exception):
-    """A job that gave no answer. `code`: too_large (its input, refused before it started),
-    cpu_time, wall_time, memory, output_too_large, failed (it raised; `message` says what)."""
+    """A job that gave no answer. `code`: unknown_job (its module is not a job module) or too_large
+    (its input), both refused before a child started; cpu_time, wall_time, memory,
+    output_too_large, failed (it raised; `message` says what)."""
 
     def __init__(self, code: str, message: str) -> None:
         super().__init__(f"{code}: {message}")
@@ -56,6 +58,8 @@ class HostWorkError(Exception):
 
 def call(job: str, payload: Any, bounds: Bounds) -> Any:
     """The job's answer to `payload` (keyword arguments, as JSON), or HostWorkError."""
+    if job.partition(":")[0] not in JOB_MODULES:  # a caller's mistake, refused before a child starts
+        raise HostWorkError("unknown_job", f"{job}: its module is not one of runner.bounded_child.JOB_MODULES")
     data = json.dumps(payload).encode()
     if len(data) > bounds.input_max_bytes:
         raise HostWorkError(
@@ -98,6 +102,8 @@ def _answer(returncode: int, out: bytes, err: bytes, bounds: Bounds) -> Any:
         raise HostWorkError("cpu_time", f"it used up its {bounds.cpu_s} s of CPU time")
     if returncode == EXIT_MEMORY:
         raise HostWorkError("memory", f"it ran out of its {bounds.memory_mib} MiB")
+    if returncode == EXIT_UNKNOWN_JOB:
+        raise HostWorkError("unknown_job", "its module is not one of runner.bounded_child.JOB_MODULES")
     if returncode == EXIT_OUTPUT:
         raise HostWorkError("output_too_large", f"its answer was over {size_words(bounds.output_max_bytes)}")
     said = err.decode(errors="replace").strip().splitlines()

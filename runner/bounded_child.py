@@ -3,7 +3,7 @@ runs the job on its input (JSON keyword arguments on stdin) and writes its answe
 
 Started as `python -E -S -m runner.bounded_child JOB PARENT_PID CPU_S MEMORY_MIB OUTPUT_MAX_BYTES
 NICE [PACKAGE_DIR ...]`; it imports only the standard library before it is bounded (its start-up
-is most of a small job's cost), then the job's module.
+is most of a small job's cost), then the job's module, which must be one of JOB_MODULES.
 """
 
 from __future__ import annotations
@@ -19,6 +19,15 @@ import sys
 EXIT_MEMORY = 3  # the job ran out of its address space (MemoryError)
 EXIT_OUTPUT = 4  # the job's answer was over the cap
 EXIT_ORPHAN = 5  # the parent was gone before the child could tie itself to it
+EXIT_UNKNOWN_JOB = 6  # the job's module is not one of JOB_MODULES: nothing was imported
+# The modules whose functions are jobs: pure functions of JSON values that import no Django (an
+# import-linter contract in pyproject.toml holds that, over this same list), and the tests' own.
+# A child imports no other module by name, whatever its command line says.
+JOB_MODULES = frozenset({
+    "playground.displays", "playground.markdown", "playground.ipynb", "playground.matching",
+    "playground.classroom.similarity",
+    "tests.runner.bounded_jobs",  # present only in a checkout: runner.bounded's own tests
+})  # fmt: skip
 _PR_SET_PDEATHSIG = 1
 
 
@@ -49,6 +58,8 @@ def main(argv: list[str]) -> int:
     limit_self(int(cpu_s), int(memory_mib), int(nice))
     sys.path.extend(package_dirs)
     module_name, _, function_name = job.partition(":")
+    if module_name not in JOB_MODULES:
+        return EXIT_UNKNOWN_JOB
     function = getattr(importlib.import_module(module_name), function_name)
     try:
         answer = json.dumps(function(**json.loads(sys.stdin.buffer.read()))).encode()

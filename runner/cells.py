@@ -17,18 +17,24 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runner.files import DIR_FLAGS, OPEN_FLAGS, SAFE_NAME, copy_capped, refused
-from runner.spec import MIB, Limits, OutputFile, RejectedOutput
+from runner.files import DIR_FLAGS, OPEN_FLAGS, copy_capped, refused
+from runner.spec import (
+    MANIFEST_FILE,
+    MIB,
+    RESTORING_FILE,
+    SAFE_NAME,
+    SESSION_DIR,
+    STATE_FILE,
+    Limits,
+    OutputFile,
+    RejectedOutput,
+)
 from runner.units import size_words
 
 # In the sandbox: the programs that run a cell's script, the state it starts from, where it leaves
-# its session files (a folder of the output area, which export keeps apart from the user's files).
+# its session files (SESSION_DIR and its files' names are the contract's, in runner.spec).
 CELL_PROGRAMS = {"python": "/usr/lib/cordon/cell.py", "node": "/usr/lib/cordon/cell.js"}
 STATE_INPUT_NAME = ".cordon-state"
-SESSION_DIR = ".cordon"
-STATE_FILE = "state"  # the snapshot, within SESSION_DIR
-MANIFEST_FILE = "cell.json"  # displays, the names kept and not kept, the error, within SESSION_DIR
-RESTORING_FILE = "restoring"  # present while the state is restored: a memory_limit then says why
 # The session files besides the snapshot (the manifest, images a display showed): a notebook's
 # page reads them, so they are small; more is refused at export, and the cell's page says so.
 SESSION_MAX_FILES = 64

@@ -21,8 +21,7 @@ from __future__ import annotations
 import signal as signals
 from dataclasses import dataclass
 
-from runner.files import OUTPUT_MAX_DEPTH
-from runner.spec import MIB, Limits, Outcome, RunnerError
+from runner.spec import MIB, OUTPUT_MAX_DEPTH, Limits, Outcome, RunnerError
 from runner.units import size_words
 
 

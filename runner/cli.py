@@ -15,7 +15,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import NoReturn
 
-from runner import __version__, receipt
+from runner import __version__, receipt, upkeep
 from runner.config import ENV_FILE, paths_from_env
 from runner.env import ConfigError, load_env_file
 from runner.images import BuildResult, ImageError, ImageStore, recipe_names
@@ -126,9 +126,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0 if any(report["engines"].values()) else 1
         if args.command == "sweep":
             supervisor = Supervisor()
-            lines = supervisor.sweep()
+            lines = upkeep.sweep(supervisor)
             if args.bases:
-                lines += supervisor.sweep_bases()
+                lines += upkeep.sweep_bases(supervisor)
             for line in lines:
                 print(f"swept {line}")
             return 0
@@ -229,8 +229,8 @@ def _run(args: argparse.Namespace) -> int:
     for signo in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signo, lambda *_: cancel.set())
     supervisor = Supervisor()
-    supervisor.check_sandbox_paths()
-    supervisor.sweep()
+    upkeep.check_sandbox_paths(supervisor)
+    upkeep.sweep(supervisor)
     if args.output_dir is not None:
         args.output_dir.mkdir(parents=True, exist_ok=True)
     result = supervisor.run(

@@ -6,11 +6,12 @@ No machine-specific paths: everything hangs off the checkout or the data directo
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner.env import env_int, env_path
+from runner.env import ConfigError, env_bool, env_float, env_int, env_path, env_str
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 RECIPES_DIR = PROJECT_ROOT / "images"
@@ -60,3 +61,29 @@ def host_slots(environ: Mapping[str, str] | None = None) -> int:
     each of which waits on one sandbox (playground.settings)."""
     cores = os.cpu_count() or 1
     return env_int("CORDON_MAX_SLOTS", max(4, 2 * cores), minimum=1, maximum=1000, environ=environ)
+
+
+@dataclass(frozen=True)
+class SupervisorSettings:
+    """The settings every engine shares; each engine reads its own (Engine.from_host)."""
+
+    uid_base: int = 1_900_000
+    stop_grace_s: float = 0.5
+    cgroup_parent: str = "cordon"
+    require_vm: bool = False
+
+    @classmethod
+    def from_env(cls) -> SupervisorSettings:
+        return cls(
+            uid_base=env_int("CORDON_SANDBOX_UID_BASE", 1_900_000, minimum=1000),
+            cgroup_parent=_cgroup_parent(env_str("CORDON_CGROUP_PARENT", "cordon")),
+            stop_grace_s=env_float("CORDON_STOP_GRACE_S", 0.5, minimum=0.0),
+            require_vm=env_bool("CORDON_REQUIRE_VM", False),
+        )
+
+
+def _cgroup_parent(name: str) -> str:
+    """One cgroup directory name: a run's cgroups live under it, and a sweep reclaims what is there."""
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", name):
+        raise ConfigError(f"CORDON_CGROUP_PARENT must be one directory name (letters, digits, ._-); got {name!r}")
+    return name

@@ -10,6 +10,7 @@ import time
 from dataclasses import asdict
 from typing import Any
 
+from runner import upkeep
 from runner.engines.base import Check, DoctorContext
 from runner.env import ConfigError
 from runner.host import netns
@@ -91,7 +92,7 @@ def _cgroups() -> Check:
 
 def _sandbox_paths(supervisor: Supervisor) -> Check:
     try:
-        supervisor.check_sandbox_paths()
+        upkeep.check_sandbox_paths(supervisor)
     except ConfigError as exc:
         return Check("sandbox paths", False, str(exc))
     return Check(

@@ -10,24 +10,16 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runner.spec import Limits, Outcome, OutputFile, RejectedOutput, RunnerError
+from runner.spec import OUTPUT_MAX_DEPTH, SAFE_NAME, Limits, Outcome, OutputFile, RejectedOutput, RunnerError
 from runner.units import size_words
 
-# \A and \Z, not ^ and $: `$` also matches before a final newline, so "x.csv\n" would pass.
-# Anchored at both ends, `match` and `fullmatch` agree, whichever a caller uses.
-SAFE_NAME = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._+-]{0,127}\Z")
 # An input's name may name folders too ("outputs/figure-1.png"), each part a SAFE_NAME.
 INPUT_MAX_DEPTH = 4
-# Folders export enters below /output; a deeper one is refused (output_limit), not walked. Ample
-# for real trees, and it keeps the walk's open fds (one per level) and an exported name (at most
-# 17 parts of 128 characters, some 2.2 KiB) well within PATH_MAX where the host copies it.
-OUTPUT_MAX_DEPTH = 16
 # Bytes of a file's path below /output: a path a file system holds as one name, and what the web's
 # record of an output (RunOutputFile.name, 300 characters) keeps.
 OUTPUT_NAME_MAX = 255

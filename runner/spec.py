@@ -7,6 +7,7 @@ maxima before anything runs. Unknown figures are None, never 0.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from enum import StrEnum
@@ -17,6 +18,22 @@ from runner.env import env_float, env_int
 from runner.units import size_words
 
 MIB = 1024 * 1024
+
+# --- names of the sandbox's file contract, which the host's file code and the web both read ----
+
+# \A and \Z, not ^ and $: `$` also matches before a final newline, so "x.csv\n" would pass.
+# Anchored at both ends, `match` and `fullmatch` agree, whichever a caller uses.
+SAFE_NAME = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._+-]{0,127}\Z")
+# Folders export enters below /output; a deeper one is refused (output_limit), not walked. Ample
+# for real trees, and it keeps the walk's open fds (one per level) and an exported name (at most
+# 17 parts of 128 characters, some 2.2 KiB) well within PATH_MAX where the host copies it.
+OUTPUT_MAX_DEPTH = 16
+# A notebook cell's session files: a folder of the output area, which export keeps apart from the
+# user's files (runner.cells), and which the web stores as the cell's record.
+SESSION_DIR = ".cordon"
+STATE_FILE = "state"  # the snapshot, within SESSION_DIR
+MANIFEST_FILE = "cell.json"  # displays, the names kept and not kept, the error, within SESSION_DIR
+RESTORING_FILE = "restoring"  # present while the state is restored: a memory_limit then says why
 
 
 class Outcome(StrEnum):

@@ -42,6 +42,7 @@ from playground.selectors.hosts import WORKER_LIVE_S, hosts_with_active_runs
 from playground.selectors.receipts import receipt_check
 from playground.services.accounts import tokens_revoke
 from playground.services.hosts import hosts_drain
+from playground.signed_in import signed_in
 from runner import receipt as receipts
 
 
@@ -290,7 +291,7 @@ class ApiTokenAdmin(RecordAdmin):
 
     @admin.action(description="Revoke: they stop at once (the records stay)", permissions=["revoke"])
     def revoke_tokens(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
-        revoked = tokens_revoke(tokens=queryset, by=request.user)  # type: ignore[arg-type]
+        revoked = tokens_revoke(tokens=queryset, by=signed_in(request))
         self.message_user(request, f"revoked {revoked} token(s); clients using them now get 401")
 
 

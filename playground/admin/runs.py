@@ -35,7 +35,7 @@ from playground.admin.display import (
 )
 from playground.csvcells import csv_cell
 from playground.errors import ServiceError
-from playground.limits import limit_pairs, limits_from_record
+from playground.limits import limit_pairs
 from playground.models import (
     ACTIVE_STATES,
     CleanupCheck,
@@ -48,6 +48,7 @@ from playground.selectors.runs import LIST_DEFERRED, run_egress_view, run_log_re
 from playground.services.audit import record_staff_access
 from playground.services.retention import purge_user_data
 from playground.services.runs import run_cancel, run_rerun
+from playground.signed_in import signed_in
 from runner.receipt import ReceiptError
 from runner.units import size_words
 
@@ -205,7 +206,7 @@ class RunAdmin(RecordAdmin):
 
     @admin.display(description="limits")
     def limits_shown(self, run: Run) -> str:
-        return pairs_table(limit_pairs(limits_from_record(run.limits)))
+        return pairs_table(limit_pairs(run.decoded_limits))
 
     @admin.display(description="timings")
     def timings_shown(self, run: Run) -> str:
@@ -328,7 +329,7 @@ class RunAdmin(RecordAdmin):
 
     @admin.action(description="Cancel the selected runs")
     def cancel_runs(self, request: HttpRequest, queryset: QuerySet[Run]) -> None:
-        done = [run for run in queryset if run_cancel(run=run, by=request.user).cancel_requested]  # type: ignore[arg-type]
+        done = [run for run in queryset if run_cancel(run=run, by=signed_in(request)).cancel_requested]
         self.message_user(request, f"cancel requested for {len(done)} of {queryset.count()} runs", messages.SUCCESS)
 
     @admin.action(description="Re-run the selected runs (as their owners)")
@@ -336,7 +337,7 @@ class RunAdmin(RecordAdmin):
         created = []
         for run in queryset.defer(None):  # a rerun takes the run's code, stdin and args
             try:
-                created.append(str(run_rerun(run=run, by=request.user).id))  # type: ignore[arg-type]
+                created.append(str(run_rerun(run=run, by=signed_in(request)).id))
             except ServiceError as exc:
                 self.message_user(request, f"run {run.id}: {exc.message}", messages.WARNING)
         self.message_user(request, f"{len(created)} runs queued: {', '.join(created)}", messages.SUCCESS)
@@ -344,7 +345,7 @@ class RunAdmin(RecordAdmin):
     @admin.action(description="Purge the owners' data (datasets, logs, outputs; metadata stays)")
     def purge_owner_data(self, request: HttpRequest, queryset: QuerySet[Run]) -> None:
         for owner in {run.owner for run in queryset}:
-            counts = purge_user_data(user=owner, by=request.user)  # type: ignore[arg-type]
+            counts = purge_user_data(user=owner, by=signed_in(request))
             self.message_user(request, f"{owner}: purged {counts}", messages.SUCCESS)
 
 

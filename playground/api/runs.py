@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from datetime import timedelta
 from typing import Any, Literal
 from uuid import UUID
 
@@ -13,10 +12,9 @@ from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.core.files.storage import default_storage
 from django.http import Http404, HttpRequest
-from ninja import Status
+from ninja import Router, Status
 from ninja.params.functions import Query
 
-from playground.api.base import api
 from playground.api.schemas import (
     PREVIEW_ROWS,
     LogOut,
@@ -43,16 +41,19 @@ from playground.selectors import receipts as receipt_selectors
 from playground.selectors import runs as run_selectors
 from playground.services import runs as run_services
 from playground.services.audit import record_staff_access
+from playground.signed_in import signed_in
+
+router = Router()
 
 LOG_READ_MAX = 1 << 20
 # Offsets into a run's log: far beyond any cap, and within what a file seek takes.
 LOG_OFFSET_MAX = 1 << 48
 
 
-@api.post("/runs", response=answers({201: RunOut}, 404, 422, 503), tags=["runs"])
+@router.post("/runs", response=answers({201: RunOut}, 404, 422, 503), tags=["runs"])
 def run_create(request: HttpRequest, payload: RunIn) -> Status[Any]:
     run = run_services.run_create(
-        user=request.user,  # type: ignore[arg-type]
+        user=signed_in(request),
         runtime=payload.runtime,
         code=payload.code,
         dataset_ids=payload.dataset_ids,
@@ -65,34 +66,25 @@ def run_create(request: HttpRequest, payload: RunIn) -> Status[Any]:
     return Status(201, run_out(run))
 
 
-@api.get("/runs", response=answers({200: list[RunOut]}, 422), tags=["runs"])
+@router.get("/runs", response=answers({200: list[RunOut]}, 422), tags=["runs"])
 def run_list(
     request: HttpRequest, state: str | None = None, outcome: str | None = None, runtime: str | None = None,
     limit: int = Query(50, ge=1, le=500),
 ) -> list[dict[str, Any]]:  # fmt: skip
-    runs = run_selectors.run_list_for_user(user=request.user, state=state, outcome=outcome, runtime=runtime)  # type: ignore[arg-type]
+    runs = run_selectors.run_list_for_user(user=signed_in(request), state=state, outcome=outcome, runtime=runtime)
     return [run_out(r) for r in runs[:limit]]
 
 
 # Staff may read any user's run (its record and code, log and outputs; cancel and rerun stay the
 # owner's), and each such read is recorded (services/audit.py). The run page fetches the record
-# several times and polls the log while a run is live, so those two are recorded once per run per
-# staff member per window, not once per request; a page load and each output read are recorded every time.
-STAFF_POLL_RECORD_WINDOW = timedelta(minutes=10)
-
-
+# several times and polls the log while a run is live: those two are polled reads; a page load and
+# each output read are recorded every time.
 def _record_staff_read(request: HttpRequest, run: Run, what: str, detail: str = "", polled: bool = False) -> None:
-    if run.owner_id == request.user.pk:
-        return
-    if polled and run_selectors.staff_access_recorded_since(
-        viewer=request.user, run=run, what=what, within=STAFF_POLL_RECORD_WINDOW
-    ):
-        return
     record_staff_access(viewer=request.user, owner=run.owner, what=what, run=run, detail=detail,
-                        path=request.get_full_path())  # fmt: skip
+                        path=request.get_full_path(), polled=polled)  # fmt: skip
 
 
-@api.get("/runs/{run_id}", response=answers({200: RunDetailOut}, 404, 422), tags=["runs"])
+@router.get("/runs/{run_id}", response=answers({200: RunDetailOut}, 404, 422), tags=["runs"])
 def run_get(request: HttpRequest, run_id: UUID) -> dict[str, Any]:
     return _run_detail(request, run_id)
 
@@ -108,7 +100,7 @@ WAITS_PER_USER = 64
 _waits: Counter[int] = Counter()
 
 
-@api.get("/runs/{run_id}/wait", response=answers({200: RunDetailOut}, 404, 422, 429), tags=["runs"])
+@router.get("/runs/{run_id}/wait", response=answers({200: RunDetailOut}, 404, 422, 429), tags=["runs"])
 async def run_wait(
     request: HttpRequest, run_id: UUID, timeout_s: float = Query(30.0, ge=0, le=WAIT_MAX_S)
 ) -> dict[str, Any]:
@@ -129,13 +121,13 @@ async def run_wait(
 
 def _run_detail(request: HttpRequest, run_id: UUID) -> dict[str, Any]:
     """GET /runs/{run_id}'s answer, in one trip to the synchronous thread (every wait shares it)."""
-    run = run_selectors.run_get_for_viewer(user=request.user, run_id=run_id)  # type: ignore[arg-type]
+    run = run_selectors.run_get_for_viewer(user=signed_in(request), run_id=run_id)
     _record_staff_read(request, run, "run record and code (API)", polled=True)
     return run_out(run, detail=True)
 
 
 def _run_state(request: HttpRequest, run_id: UUID) -> str:
-    return run_selectors.run_state_for_viewer(user=request.user, run_id=run_id)  # type: ignore[arg-type]
+    return run_selectors.run_state_for_viewer(user=signed_in(request), run_id=run_id)
 
 
 async def _until_finished(request: HttpRequest, run_id: UUID, timeout_s: float) -> dict[str, Any]:
@@ -179,38 +171,38 @@ async def _final_heard(layer: Any, channel: str) -> None:
             return
 
 
-@api.get("/runs/{run_id}/receipt", response=answers({200: ReceiptOut}, 404, 409, 422), tags=["receipts"])
+@router.get("/runs/{run_id}/receipt", response=answers({200: ReceiptOut}, 404, 409, 422), tags=["receipts"])
 def run_receipt(request: HttpRequest, run_id: UUID) -> dict[str, Any]:
     """The finished run's signed receipt (metadata only: no code, no data), for whoever may read
     the run; 409 run_not_finished before its end. Check it offline with
     `python -m runner receipt verify FILE --key KEY`, KEY from GET /api/receipts/key."""
-    return receipt_selectors.receipt_for_viewer(user=request.user, run_id=run_id)  # type: ignore[arg-type]
+    return receipt_selectors.receipt_for_viewer(user=signed_in(request), run_id=run_id)
 
 
-@api.get("/receipts/key", auth=None, response=answers({200: ReceiptKeyOut}), tags=["receipts"])
+@router.get("/receipts/key", auth=None, response=answers({200: ReceiptKeyOut}), tags=["receipts"])
 def receipt_key(request: HttpRequest) -> dict[str, str]:
     """The public key that checks this site's run receipts; anyone may read it."""
     return receipt_selectors.site_public_key()
 
 
-@api.post("/runs/{run_id}/cancel", response=answers({200: RunOut}, 404, 422), tags=["runs"])
+@router.post("/runs/{run_id}/cancel", response=answers({200: RunOut}, 404, 422), tags=["runs"])
 def run_cancel(request: HttpRequest, run_id: UUID) -> dict[str, Any]:
-    run = run_selectors.run_get_for_user(user=request.user, run_id=run_id)  # type: ignore[arg-type]
-    return run_out(run_services.run_cancel(run=run, by=request.user))  # type: ignore[arg-type]
+    run = run_selectors.run_get_for_user(user=signed_in(request), run_id=run_id)
+    return run_out(run_services.run_cancel(run=run, by=signed_in(request)))
 
 
-@api.post("/runs/{run_id}/rerun", response=answers({201: RunOut}, 404, 422, 503), tags=["runs"])
+@router.post("/runs/{run_id}/rerun", response=answers({201: RunOut}, 404, 422, 503), tags=["runs"])
 def run_rerun(request: HttpRequest, run_id: UUID) -> Status[Any]:
-    run = run_selectors.run_get_for_user(user=request.user, run_id=run_id)  # type: ignore[arg-type]
-    return Status(201, run_out(run_services.run_rerun(run=run, by=request.user)))  # type: ignore[arg-type]
+    run = run_selectors.run_get_for_user(user=signed_in(request), run_id=run_id)
+    return Status(201, run_out(run_services.run_rerun(run=run, by=signed_in(request))))
 
 
-@api.get("/runs/{run_id}/log", response=answers({200: LogOut}, 404, 422), tags=["runs"])
+@router.get("/runs/{run_id}/log", response=answers({200: LogOut}, 404, 422), tags=["runs"])
 def run_log(
     request: HttpRequest, run_id: UUID, stream: Literal["stdout", "stderr"] = "stdout",
     offset: int = Query(0, ge=0, le=LOG_OFFSET_MAX), limit: int = Query(65536, ge=1, le=LOG_READ_MAX),
 ) -> dict[str, Any]:  # fmt: skip
-    run = run_selectors.run_get_for_viewer(user=request.user, run_id=run_id)  # type: ignore[arg-type]
+    run = run_selectors.run_get_for_viewer(user=signed_in(request), run_id=run_id)
     _record_staff_read(request, run, "log (API)", polled=True)
     data, next_offset, complete = run_selectors.run_log_read(run=run, stream=stream, offset=offset, limit=limit)
     return {"data": data.decode("utf-8", errors="replace"), "offset": offset, "next_offset": next_offset,
@@ -218,12 +210,12 @@ def run_log(
 
 
 # Registered ahead of the download below, whose `path:` name would take ".../preview" as a file name.
-@api.get("/runs/{run_id}/outputs/{path:name}/preview", response=answers({200: PreviewOut}, 404, 422),
+@router.get("/runs/{run_id}/outputs/{path:name}/preview", response=answers({200: PreviewOut}, 404, 422),
          tags=["runs"])  # fmt: skip
 def run_output_preview(request: HttpRequest, run_id: UUID, name: str, rows: int = PREVIEW_ROWS) -> Any:
     """The first rows of a CSV, TSV or JSON output as a typed table (422 not_tabular otherwise)."""
     try:
-        output = run_selectors.output_get_for_viewer(user=request.user, run_id=run_id, name=name)  # type: ignore[arg-type]
+        output = run_selectors.output_get_for_viewer(user=signed_in(request), run_id=run_id, name=name)
     except Http404:
         # An output that is itself named ".../preview" is a download, as its URL says.
         return run_output(request, run_id, f"{name}/preview")
@@ -232,7 +224,7 @@ def run_output_preview(request: HttpRequest, run_id: UUID, name: str, rows: int 
         return table_preview(handle, output.name, max_rows=rows)
 
 
-@api.get(
+@router.get(
     "/runs/{run_id}/outputs/{path:name}",
     response=answers({200: None}, 404, 422),
     tags=["runs"],
@@ -241,14 +233,14 @@ def run_output_preview(request: HttpRequest, run_id: UUID, name: str, rows: int 
                                                                                              "format": "binary"}}}}}},
 )  # fmt: skip
 def run_output(request: HttpRequest, run_id: UUID, name: str) -> FileStream:
-    output = run_selectors.output_get_for_viewer(user=request.user, run_id=run_id, name=name)  # type: ignore[arg-type]
+    output = run_selectors.output_get_for_viewer(user=signed_in(request), run_id=run_id, name=name)
     _record_staff_read(request, output.run, "output", detail=output.name)
     response = FileStream(output.file.open("rb"), as_attachment=True, filename=output.name.rsplit("/", 1)[-1],
                           content_type="application/octet-stream")  # fmt: skip
     return response  # nosniff, as on every response, from Django's SecurityMiddleware
 
 
-@api.get(
+@router.get(
     "/runs/{run_id}/images/{path:name}",
     response=answers({200: None}, 404, 422),
     tags=["runs"],
@@ -256,7 +248,7 @@ def run_output(request: HttpRequest, run_id: UUID, name: str) -> FileStream:
                                          "content": {"image/*": {"schema": {"type": "string", "format": "binary"}}}}}},
 )  # fmt: skip
 def run_output_image(request: HttpRequest, run_id: UUID, name: str) -> FileStream:
-    output = run_selectors.output_get_for_viewer(user=request.user, run_id=run_id, name=name)  # type: ignore[arg-type]
+    output = run_selectors.output_get_for_viewer(user=signed_in(request), run_id=run_id, name=name)
     _record_staff_read(request, output.run, "output image", detail=output.name)
     content_type = image_content_type(output.name)
     if content_type is None:
@@ -264,7 +256,7 @@ def run_output_image(request: HttpRequest, run_id: UUID, name: str) -> FileStrea
     return inline_image(output.file.open("rb"), content_type)
 
 
-@api.get(
+@router.get(
     "/runs/{run_id}/displays/{index}",
     response=answers({200: None}, 404, 422),
     tags=["runs"],
@@ -272,7 +264,7 @@ def run_output_image(request: HttpRequest, run_id: UUID, name: str) -> FileStrea
                                          "content": {"image/*": {"schema": {"type": "string", "format": "binary"}}}}}},
 )  # fmt: skip
 def run_display_image(request: HttpRequest, run_id: UUID, index: int) -> FileStream:
-    run = run_selectors.run_get_for_viewer(user=request.user, run_id=run_id)  # type: ignore[arg-type]
+    run = run_selectors.run_get_for_viewer(user=signed_in(request), run_id=run_id)
     display = cell_selectors.displayed_image(run=run, index=index)
     _record_staff_read(request, run, "displayed image", detail=str(index))
     return inline_image(default_storage.open(display["path"], "rb"), display["mime"])

@@ -25,7 +25,6 @@ from playground.errors import ServiceError
 from playground.limits import (
     LimitsIn,
     LimitsOut,
-    limits_from_record,
 )
 from playground.models import Run, RunOutputFile
 from playground.previews import output_kind
@@ -326,7 +325,7 @@ def run_out(run: Run, *, detail: bool = False) -> dict[str, Any]:
         "error": {"code": run.error_code, "message": run.error_message, "field": None} if run.error_code else None,
         "retry_of": run.retry_of_id, "retries": [r.id for r in run.retries.all()],
         "outputs": [output_out(o) for o in run.outputs.all()],
-        "limits": limits_from_record(run.limits).to_json(), "egress": run.egress, "created_at": run.created_at,
+        "limits": run.decoded_limits.to_json(), "egress": run.egress, "created_at": run.created_at,
         "started_at": run.started_at, "finished_at": run.finished_at,
     }  # fmt: skip
     if detail:

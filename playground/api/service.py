@@ -5,9 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import HttpRequest
-from ninja import Field, Schema
+from ninja import Field, Router, Schema
 
-from playground.api.base import api
 from playground.api.schemas import ErrorOut, ImageOut, answers
 from playground.egress import site_ceiling
 from playground.limits import (
@@ -17,8 +16,10 @@ from playground.limits import (
 from playground.selectors.images import environment_list
 from runner.images import read_lock
 
+router = Router()
 
-@api.get("/limits", response=answers({200: list[LimitOut]}), tags=["service"])
+
+@router.get("/limits", response=answers({200: list[LimitOut]}), tags=["service"])
 def limits(request: HttpRequest) -> list[dict[str, Any]]:
     """Every limit a run takes: its unit, default and the maximum on this service."""
     return limits_described()
@@ -28,13 +29,13 @@ class EgressCeilingOut(Schema):
     ceiling: list[str] = Field(description="the destinations any run's egress policy may name at most (empty: none)")
 
 
-@api.get("/egress", response=answers({200: EgressCeilingOut}), tags=["service"])
+@router.get("/egress", response=answers({200: EgressCeilingOut}), tags=["service"])
 def egress_ceiling(request: HttpRequest) -> dict[str, Any]:
     """This service's egress ceiling: a run's policy (and a course's ceiling) must be within it."""
     return {"ceiling": site_ceiling().to_json()}
 
 
-@api.get("/images", response=answers({200: list[ImageOut]}), tags=["service"])
+@router.get("/images", response=answers({200: list[ImageOut]}), tags=["service"])
 def images(request: HttpRequest) -> list[dict[str, str]]:
     return [{"name": name, "digest": entry.digest} for name, entry in sorted(read_lock().items())]
 
@@ -51,7 +52,7 @@ class EnvironmentOut(Schema):
     assignments: int = Field(description="assignments whose runs run in it")
 
 
-@api.get("/environments", response=answers({200: list[EnvironmentOut]}), tags=["service"])
+@router.get("/environments", response=answers({200: list[EnvironmentOut]}), tags=["service"])
 def environments(request: HttpRequest) -> list[dict[str, Any]]:
     """The environments a run (`environment`), a notebook or an assignment may name: each a guest
     image's recipe (images/NAME), with what it holds. Building one is an operator's act
@@ -63,7 +64,7 @@ class HealthOut(Schema):
     ok: bool
 
 
-@api.get("/health", auth=None, response={200: HealthOut, 429: ErrorOut}, tags=["service"])
+@router.get("/health", auth=None, response={200: HealthOut, 429: ErrorOut}, tags=["service"])
 def health(request: HttpRequest) -> dict[str, Any]:
     from django.db import connection
 

@@ -11,7 +11,6 @@ import io
 from typing import Any
 from uuid import UUID
 
-from django.contrib.auth.models import User
 from django.http import Http404, HttpRequest, HttpResponse
 from django.utils.http import content_disposition_header
 from ninja import File, Router, Status
@@ -20,7 +19,6 @@ from ninja.params.functions import Query
 
 from playground import throttle
 from playground.api.datasets import REPLACE_DOC
-from playground.api.runs import STAFF_POLL_RECORD_WINDOW
 from playground.api.schemas import DatasetOut, RunOut, answers, run_out, uploaded_file
 from playground.classroom import adjustments, grading, similarity_reports
 from playground.classroom import courses as course_services
@@ -78,12 +76,11 @@ from playground.models import (
     Extension,
     Membership,
     Role,
-    SimilarityReport,
 )
-from playground.selectors.runs import staff_access_recorded_since
 from playground.services import datasets as dataset_services
 from playground.services.audit import record_staff_access
-from runner.units import size_words
+from playground.signed_in import signed_in
+from playground.uploads import check_upload_size
 
 router = Router(tags=["courses"])
 ROSTER_MAX_BYTES = 1 << 20
@@ -106,7 +103,7 @@ def course_create(request: HttpRequest, payload: CourseIn) -> Status[Any]:
     if not may_create_courses(request.user):
         raise ServiceError("not_an_instructor", "only instructors may create courses on this site", status=403)
     policy = payload.model_dump(exclude={"title"}, exclude_none=True, exclude_unset=True)
-    course = course_services.course_create(user=request.user, title=payload.title, policy=policy)  # type: ignore[arg-type]
+    course = course_services.course_create(user=signed_in(request), title=payload.title, policy=policy)
     _, membership = course_selectors.course_for_member(user=request.user, course_id=course.id)
     return Status(201, course_out(course, membership))
 
@@ -122,7 +119,7 @@ def course_join(request: HttpRequest, payload: JoinIn) -> Status[Any]:
     if wait_s is not None:  # before the code is looked up: a right one is refused too
         raise ServiceError("throttled", throttle.join_refusal(wait_s), status=429, retry_after_s=wait_s)
     try:
-        membership = course_services.course_join(user=request.user, join_code=payload.join_code)  # type: ignore[arg-type]
+        membership = course_services.course_join(user=signed_in(request), join_code=payload.join_code)
     except ServiceError as exc:
         if exc.code == "invalid_join_code":
             throttle.join_failed(request)
@@ -183,9 +180,8 @@ def roster_import(request: HttpRequest, course_id: UUID, file: UploadedFile | No
     assistant); each one not yet a member gets an invitation, accepted from their courses page."""
     course, _ = course_selectors.course_for_staff(user=request.user, course_id=course_id, instructor=True)
     upload = uploaded_file(request, file, "roster")
-    if (upload.size or 0) > ROSTER_MAX_BYTES:
-        raise ServiceError("too_large", f"a roster is at most {size_words(ROSTER_MAX_BYTES)}", field="file", status=413)
-    return course_services.roster_import(course=course, by=request.user, data=upload.read())  # type: ignore[arg-type]
+    check_upload_size(upload, ROSTER_MAX_BYTES, "the roster")
+    return course_services.roster_import(course=course, by=signed_in(request), data=upload.read())
 
 
 @router.get("/courses/{course_id}/invitations", response=answers({200: list[CourseInvitationOut]}, 404, 422))
@@ -209,10 +205,10 @@ def my_invitations(request: HttpRequest) -> list[dict[str, Any]]:
 
 @router.post("/invitations/{invitation_id}/accept", response=answers({201: MembershipOut}, 404, 422))
 def invitation_accept(request: HttpRequest, invitation_id: int) -> Status[Any]:
-    invitation = course_selectors.invitations_for_user(user=request.user).filter(id=invitation_id).first()
+    invitation = course_selectors.invitation_for_user(user=request.user, invitation_id=invitation_id)
     if invitation is None:
         raise ServiceError("not_found", "no such invitation for you", status=404)
-    membership = course_services.invitation_accept(user=request.user, invitation=invitation)  # type: ignore[arg-type]
+    membership = course_services.invitation_accept(user=signed_in(request), invitation=invitation)
     return Status(201, membership_out(membership, staff_view=False))
 
 
@@ -241,7 +237,7 @@ def course_dataset_upload(
 ) -> Status[Any]:
     course, _ = course_selectors.course_for_staff(user=request.user, course_id=course_id)
     upload = uploaded_file(request, file, "dataset")
-    made = dataset_services.dataset_create(user=request.user, upload=upload, course=course, replace=replace)  # type: ignore[arg-type]
+    made = dataset_services.dataset_create(user=signed_in(request), upload=upload, course=course, replace=replace)
     return Status(201, made)
 
 
@@ -267,7 +263,7 @@ def assignment_create(request: HttpRequest, course_id: UUID, payload: Assignment
     course, membership = course_selectors.course_for_staff(user=request.user, course_id=course_id, instructor=True)
     assignment = course_services.assignment_save(course=course, data=_assignment_data(payload))
     if payload.publish:
-        course_services.assignment_publish(assignment=assignment, by=request.user, confirm=True)  # type: ignore[arg-type]
+        course_services.assignment_publish(assignment=assignment, by=signed_in(request), confirm=True)
     return Status(201, assignment_out(assignment, membership))
 
 
@@ -302,7 +298,7 @@ def assignment_update(request: HttpRequest, assignment_id: UUID, payload: Assign
     )
     course_services.assignment_save(course=assignment.course, data=_assignment_data(payload), assignment=assignment)
     if payload.publish:
-        course_services.assignment_publish(assignment=assignment, by=request.user, confirm=True)  # type: ignore[arg-type]
+        course_services.assignment_publish(assignment=assignment, by=signed_in(request), confirm=True)
     return assignment_out(assignment, membership)
 
 
@@ -341,7 +337,7 @@ def assignment_try(request: HttpRequest, assignment_id: UUID, payload: TryIn) ->
 @router.post("/assignments/{assignment_id}/submissions", response=answers({201: SubmissionOut}, 404, 422))
 def submission_create(request: HttpRequest, assignment_id: UUID, payload: SubmissionIn) -> Status[Any]:
     assignment, membership = course_selectors.assignment_for_member(user=request.user, assignment_id=assignment_id)
-    submission = grading.submission_create(user=request.user, assignment=assignment, code=payload.code)  # type: ignore[arg-type]
+    submission = grading.submission_create(user=signed_in(request), assignment=assignment, code=payload.code)
     numbers = attempt_numbers(course_selectors.submissions_of(assignment=assignment, student=request.user))
     full = submission_out(submission, staff=is_staff(membership), attempt=numbers.get(submission.id), full=True)
     return Status(201, full)
@@ -363,15 +359,11 @@ def submission_list(request: HttpRequest, assignment_id: UUID, student: str | No
 def submission_get(request: HttpRequest, submission_id: UUID) -> dict[str, Any]:
     submission, membership = course_selectors.submission_for_viewer(user=request.user, submission_id=submission_id)
     staff = is_staff(membership)
-    # The page polls this while grading runs: recorded once per staff member per window, as a run's
-    # polled record is (the page's own load is recorded every time).
-    if submission.student_id != request.user.pk and not staff_access_recorded_since(
-        viewer=request.user, what="submission", detail=str(submission.id), within=STAFF_POLL_RECORD_WINDOW
-    ):
-        record_staff_access(
-            viewer=request.user, owner=submission.student, what="submission", detail=str(submission.id),
-            path=request.get_full_path(),
-        )  # fmt: skip
+    # The page polls this while grading runs: a polled read, as a run's record is.
+    record_staff_access(
+        viewer=request.user, owner=submission.student, what="submission", detail=str(submission.id),
+        path=request.get_full_path(), polled=True,
+    )  # fmt: skip
     siblings = course_selectors.attempts_beside(submission)
     return submission_out(submission, staff=staff, attempt=attempt_numbers(siblings).get(submission.id), full=True)
 
@@ -454,7 +446,7 @@ def assignment_publish(request: HttpRequest, assignment_id: UUID, payload: Publi
     assignment, membership = course_selectors.assignment_for_member(
         user=request.user, assignment_id=assignment_id, instructor=True
     )
-    course_services.assignment_publish(assignment=assignment, by=request.user, confirm=payload.confirm)  # type: ignore[arg-type]
+    course_services.assignment_publish(assignment=assignment, by=signed_in(request), confirm=payload.confirm)
     return assignment_out(assignment, membership)
 
 
@@ -494,7 +486,7 @@ def extension_set(request: HttpRequest, assignment_id: UUID, payload: ExtensionI
     if due_at is None:
         raise ServiceError("invalid_date", "due_at is needed", field="due_at", status=422)
     extension = course_services.extension_set(
-        assignment=assignment, student=member.user, due_at=due_at, reason=payload.reason, by=request.user,  # type: ignore[arg-type]
+        assignment=assignment, student=member.user, due_at=due_at, reason=payload.reason, by=signed_in(request),
     )  # fmt: skip
     return _extension_out(extension)
 
@@ -526,7 +518,7 @@ def adjustment_add(request: HttpRequest, submission_id: UUID, payload: Adjustmen
     """Add points to a graded submission (negative: take them), with a comment or a rubric item."""
     submission = course_selectors.submission_for_staff(user=request.user, submission_id=submission_id)
     made = adjustments.adjustment_add(
-        submission=submission, by=request.user, points=payload.points, comment=payload.comment,  # type: ignore[arg-type]
+        submission=submission, by=signed_in(request), points=payload.points, comment=payload.comment,
         rubric_item_id=payload.rubric_item_id,
     )  # fmt: skip
     return Status(201, adjustment_out(made, staff=True))
@@ -538,21 +530,11 @@ def adjustment_add(request: HttpRequest, submission_id: UUID, payload: Adjustmen
 def adjustment_withdraw(request: HttpRequest, submission_id: UUID, adjustment_id: int) -> dict[str, Any]:
     """Withdraw an adjustment: it stops counting, and stays on record with who withdrew it."""
     submission = course_selectors.submission_for_staff(user=request.user, submission_id=submission_id)
-    adjustment = submission.adjustments.filter(id=adjustment_id).first()
-    if adjustment is None:
-        raise Http404("no such adjustment")
-    return adjustment_out(adjustments.adjustment_withdraw(adjustment=adjustment, by=request.user), staff=True)  # type: ignore[arg-type]
+    adjustment = course_selectors.adjustment_of(submission, adjustment_id)
+    return adjustment_out(adjustments.adjustment_withdraw(adjustment=adjustment, by=signed_in(request)), staff=True)
 
 
 # --- similarity -----------------------------------------------------------------------------
-
-
-def _report_for_staff(user: Any, report_id: UUID) -> SimilarityReport:
-    report = SimilarityReport.objects.select_related("assignment", "requested_by").filter(id=report_id).first()
-    if report is None:
-        raise Http404("no such report")
-    course_selectors.assignment_for_member(user=user, assignment_id=report.assignment_id, staff=True)
-    return report
 
 
 @router.post("/assignments/{assignment_id}/similarity", response=answers({202: SimilarityReportOut}, 404, 422, 503))
@@ -561,7 +543,9 @@ def similarity_request(request: HttpRequest, assignment_id: UUID, payload: Simil
     is tokenised, never run; the starter code does not count). A report still being made is
     answered instead of a second one. Follow it with GET /api/similarity/{id}."""
     assignment, _ = course_selectors.assignment_for_member(user=request.user, assignment_id=assignment_id, staff=True)
-    report = similarity_reports.report_request(assignment=assignment, by=request.user, threshold=payload.threshold)  # type: ignore[arg-type]
+    report = similarity_reports.report_request(
+        assignment=assignment, by=signed_in(request), threshold=payload.threshold
+    )
     return Status(202, similarity_reports.report_out(report))
 
 
@@ -569,23 +553,23 @@ def similarity_request(request: HttpRequest, assignment_id: UUID, payload: Simil
 def similarity_list(request: HttpRequest, assignment_id: UUID) -> list[dict[str, Any]]:
     """The assignment's reports, newest first (at most 10)."""
     assignment, _ = course_selectors.assignment_for_member(user=request.user, assignment_id=assignment_id, staff=True)
-    return [similarity_reports.report_out(r) for r in assignment.similarity_reports.select_related("requested_by")[:10]]
+    return [similarity_reports.report_out(r) for r in course_selectors.similarity_reports_recent(assignment)]
 
 
 @router.get("/similarity/{report_id}", response=answers({200: SimilarityReportOut}, 404, 422))
 def similarity_get(request: HttpRequest, report_id: UUID) -> dict[str, Any]:
-    return similarity_reports.report_out(_report_for_staff(request.user, report_id))
+    return similarity_reports.report_out(
+        course_selectors.similarity_report_for_staff(user=request.user, report_id=report_id)
+    )
 
 
 @router.get("/similarity/{report_id}/pairs/{index}", response=answers({200: SimilarityPairOut}, 404, 422))
 def similarity_pair(request: HttpRequest, report_id: UUID, index: int) -> dict[str, Any]:
     """One pair side by side: both submissions' code and the regions that match. Each read is a
     staff access to both students' work, recorded in the audit console."""
-    report = _report_for_staff(request.user, report_id)
+    report = course_selectors.similarity_report_for_staff(user=request.user, report_id=report_id)
     pair = similarity_reports.pair_side_by_side(report, index)
-    owners = {u.pk: u for u in User.objects.filter(submissions__id__in=[pair["a"]["submission_id"],
-                                                                        pair["b"]["submission_id"]])}  # fmt: skip
-    for owner in owners.values():
+    for owner in course_selectors.submission_owners([pair["a"]["submission_id"], pair["b"]["submission_id"]]):
         record_staff_access(viewer=request.user, owner=owner, what="similarity pair",
                             detail=f"{report.id} #{index}", path=request.get_full_path())  # fmt: skip
     return pair

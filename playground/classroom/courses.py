@@ -8,9 +8,9 @@ from __future__ import annotations
 import csv
 import io
 import itertools
+import logging
 import re
 import secrets
-from dataclasses import fields
 from datetime import datetime
 from typing import Any
 
@@ -19,12 +19,13 @@ from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 from django.db.models.functions import Lower
 from django.utils import timezone
+from pydantic import ValidationError
 
 from playground import matching
 from playground.classroom.selectors import course_by_join_code
 from playground.environments import check_environment
 from playground.errors import ServiceError
-from playground.limits import over_maximum
+from playground.limits import LimitsIn, describe_validation_error, limits_set, over_maximum
 from playground.markdown import SOURCE_MAX_BYTES as MARKDOWN_MAX_BYTES
 from playground.markdown import render_bounded
 from playground.models import (
@@ -41,15 +42,17 @@ from playground.models import (
 )
 from playground.selectors.datasets import current_versions
 from playground.services.runs import check_egress, check_program_input
+from runner.registry import requested_for
 from runner.spec import RUNTIMES, Limits
 from runner.units import size_words
+
+log = logging.getLogger(__name__)
 
 JOIN_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I: read aloud in a classroom
 JOIN_CODE_LENGTH = 8
 MAX_TESTS = 50
 MAX_TEST_TEXT = 256 * 1024  # a test's stdin, expected stdout or check program
 MAX_ROSTER_LINES = 2000
-LIMIT_NAMES = tuple(f.name for f in fields(Limits))
 _EMAIL = re.compile(r"\A[^@\s\x00]+@[^@\s\x00]+\Z")
 _USERNAME = re.compile(r"\A[\w.@+-]{1,150}\Z")
 
@@ -137,6 +140,20 @@ def _add_member(*, course: Course, user: User, role: str) -> Membership:
             return Membership.objects.create(course=course, user=user, role=role)
     except IntegrityError:  # a parallel join won
         return Membership.objects.get(course=course, user=user)
+
+
+def member_sync(*, course: Course, user: User, role: str) -> Membership:
+    """The role another system's roster gives `user` in the course (an LMS's, through LTI): a new
+    member joins with it, a member's role follows it, except that the last instructor stays one."""
+    membership = Membership.objects.filter(course=course, user=user).first()
+    if membership is None:
+        return _add_member(course=course, user=user, role=role)
+    if membership.role != role:
+        try:
+            return member_set_role(course=course, membership=membership, role=role)
+        except ServiceError:
+            log.info("classroom: kept %s instructor of course %s (its last)", user, course.id)
+    return membership
 
 
 def member_set_role(*, course: Course, membership: Membership, role: str) -> Membership:
@@ -243,26 +260,17 @@ def _title(value: Any) -> str:
 
 
 def check_partial_limits(values: Any, *, field: str, ceiling: Limits | None = None) -> dict[str, Any]:
-    """Some limits by name, each a positive number within `ceiling` (default: the operator's
-    maxima); returns them as stored."""
-    if not isinstance(values, dict):
-        raise ServiceError("invalid_limit", f"{field} must be an object of limits", field=field, status=422)
-    ceiling = ceiling or settings.CORDON_MAXIMA
-    clean: dict[str, Any] = {}
-    for name, value in values.items():
-        where = f"{field}.{name}"
-        if name not in LIMIT_NAMES:
-            raise ServiceError(
-                "unknown_limit", f"unknown limit {name!r}; known: {', '.join(LIMIT_NAMES)}", field=where, status=422
-            )
-        whole = isinstance(getattr(Limits(), name), int)
-        if isinstance(value, bool) or not isinstance(value, int | float) or value != value or value <= 0:
-            raise ServiceError("invalid_limit", f"{where} must be a positive number", field=where, status=422)
-        if whole and not float(value).is_integer():
-            raise ServiceError("invalid_limit", f"{where} must be a whole number", field=where, status=422)
-        clean[name] = int(value) if whole else float(value)
+    """Some limits by name, as stored: checked by the API's own schema for them (names, types, the
+    operator's maxima), whoever calls, then against `ceiling` (a course's), which no schema knows."""
+    try:
+        clean = limits_set(LimitsIn.model_validate(values))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join([field, *(str(part) for part in first["loc"])])
+        code, message = describe_validation_error(dict(first), where) or ("invalid_limit", f"{where}: {first['msg']}")
+        raise ServiceError(code, message, field=where, status=422) from None
     limits = Limits.from_json({**Limits().to_json(), **clean})
-    for where, code, message in over_maximum(limits, ceiling, field=field, names=clean):
+    for where, code, message in over_maximum(limits, ceiling, field=field, names=clean) if ceiling else ():
         raise ServiceError(code, message, field=where, status=422)
     return clean
 
@@ -272,6 +280,11 @@ def course_ceiling(course: Course) -> Limits:
     maxima = settings.CORDON_MAXIMA.to_json()
     own = {name: min(value, maxima[name]) for name, value in (course.limits_ceiling or {}).items() if name in maxima}
     return Limits.from_json({**maxima, **own})
+
+
+def course_engine(course: Course) -> str:
+    """What a course's runs ask for: a microVM's isolation when the course requires one, else auto."""
+    return requested_for(require_vm=course.require_vm)
 
 
 def effective_limits(course: Course, limits: dict[str, Any]) -> Limits:

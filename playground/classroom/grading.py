@@ -37,7 +37,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from playground import throttle
-from playground.classroom.courses import effective_limits
+from playground.classroom.courses import course_engine, effective_limits
 from playground.classroom.grading_queue import pump
 from playground.classroom.grading_results import finish_submission
 from playground.classroom.selectors import assignment_is_open, due_for, late_day_standing
@@ -206,7 +206,7 @@ def assignment_try(
     return run_create(
         user=user, runtime=assignment.runtime, code=code, dataset_ids=[], limits=effective_limits(course,
                                                                                                assignment.limits),
-        engine="smolvm" if course.require_vm else "auto", course=course, datasets=list(assignment.datasets.all()),
+        engine=course_engine(course), course=course, datasets=list(assignment.datasets.all()),
         stdin=stdin, args=args or [], egress=assignment.egress or [],
         environment=environment_for(assignment.environment, assignment.runtime),
     )  # fmt: skip

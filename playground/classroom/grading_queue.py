@@ -17,7 +17,7 @@ from django.core.files.storage import default_storage
 from django.db import transaction
 from django.utils import timezone
 
-from playground.classroom.courses import effective_limits
+from playground.classroom.courses import course_engine, effective_limits
 from playground.classroom.grading_compare import COMPARE_MAX
 from playground.classroom.grading_results import IN_PROGRESS, finish_submission, give_up
 from playground.environments import environment_for
@@ -251,7 +251,7 @@ def _grading_run(
     datasets: list[Any], egress: list[str], staged: list[dict[str, str]] | None = None,
 ) -> Run | None:  # fmt: skip
     course = submission.assignment.course
-    engine = "smolvm" if course.require_vm else "auto"
+    engine = course_engine(course)
     try:
         queue = choose_queue(engine)
         # The assignment's policy against the ceilings of today (the course's may have been lowered

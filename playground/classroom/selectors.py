@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.db.models import Q, QuerySet, Sum
 from django.http import Http404
 from django.utils import timezone
@@ -24,6 +25,8 @@ from playground.models import (
     LateDaySpend,
     Membership,
     Role,
+    ScoreAdjustment,
+    SimilarityReport,
     Submission,
     SubmissionState,
     TestResult,
@@ -345,3 +348,35 @@ def submission_for_staff(*, user: Any, submission_id: Any) -> Submission:
     if not is_staff(membership):
         raise Http404("no such submission")
     return submission
+
+
+def invitation_for_user(*, user: Any, invitation_id: Any) -> CourseInvitation | None:
+    """One of the open invitations `user` may accept, or None."""
+    return invitations_for_user(user=user).filter(id=invitation_id).first()
+
+
+def adjustment_of(submission: Submission, adjustment_id: Any) -> ScoreAdjustment:
+    """One adjustment of a submission (the caller checked its staff); 404 if it has none by that id."""
+    adjustment = submission.adjustments.filter(id=adjustment_id).first()
+    if adjustment is None:
+        raise Http404("no such adjustment")
+    return adjustment
+
+
+def similarity_report_for_staff(*, user: Any, report_id: Any) -> SimilarityReport:
+    """A similarity report, for the staff of its assignment's course; 404 for anyone else."""
+    report = SimilarityReport.objects.select_related("assignment", "requested_by").filter(id=report_id).first()
+    if report is None:
+        raise Http404("no such report")
+    assignment_for_member(user=user, assignment_id=report.assignment_id, staff=True)
+    return report
+
+
+def similarity_reports_recent(assignment: Assignment, count: int = 10) -> list[SimilarityReport]:
+    """The assignment's newest reports, newest first."""
+    return list(assignment.similarity_reports.select_related("requested_by")[:count])
+
+
+def submission_owners(submission_ids: list[Any]) -> list[User]:
+    """The students who made these submissions."""
+    return list(User.objects.filter(submissions__id__in=submission_ids).distinct())

@@ -26,6 +26,7 @@ from playground.classroom.selectors import (
 from playground.errors import ServiceError
 from playground.models import Membership, Role, SimilarityReport
 from playground.services.audit import record_staff_access
+from playground.signed_in import signed_in
 from runner.spec import RUNTIMES
 
 
@@ -66,7 +67,7 @@ def course_join(request: HttpRequest, code: str) -> HttpResponse:
     error = None
     if request.method == "POST":
         try:
-            join_course(user=request.user, join_code=code)  # type: ignore[arg-type]
+            join_course(user=signed_in(request), join_code=code)
         except ServiceError as exc:
             error = exc.message
         else:

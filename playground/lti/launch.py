@@ -22,12 +22,12 @@ from pylti1p3.exception import LtiException, OIDCException
 
 from playground.classroom import courses as course_services
 from playground.classroom.selectors import membership_of
-from playground.errors import ServiceError
 from playground.lti.config import STATE_LIFETIME_S, LaunchStore, ToolConf, platform_for
 from playground.lti.http import BoundedSession
 from playground.lti.models import ContextLink, LineItem, LtiUser, Platform, ResourceLink
 from playground.lti.roles import role_for
-from playground.models import Assignment, Course, Membership, Role
+from playground.models import Assignment, Course, Role
+from playground.services.identities import linked_user
 
 log = logging.getLogger(__name__)
 
@@ -179,7 +179,7 @@ def launch_accept(*, launch: Launch) -> Accepted:
         raise NotSetUp()
     user = user_for(platform=platform, sub=sub, claims=data)
     context = context_for(launch=launch, claim=claim, user=user, link=link)
-    member_ensure(course=context.course, user=user, role=role)
+    course_services.member_sync(course=context.course, user=user, role=role)
     resource_link = None
     if launch.message_type == RESOURCE_LINK_REQUEST:
         resource_link = resource_link_for(launch=launch, context=context)
@@ -208,28 +208,20 @@ def user_for(*, platform: Platform, sub: str, claims: dict[str, Any]) -> User:
     an unusable password (they log in through the LMS) and no email (the LMS's is not verified
     here, and an email address would accept course invitations sent to it)."""
     now = timezone.now()
-    link = LtiUser.objects.filter(platform=platform, sub=sub).select_related("user").first()
-    if link is not None:
-        LtiUser.objects.filter(id=link.id).update(last_launch_at=now)
-        return link.user
     base = f"{_username_base(claims)}.lti{platform.pk}"
     candidates = [base] + [f"{base}-{n}" for n in range(2, 20)] + [f"{base}-{secrets.token_hex(4)}"]
-    for username in candidates:
-        try:
-            with transaction.atomic():
-                user = User(
-                    username=username, first_name=str(claims.get("given_name") or "")[:150],
-                    last_name=str(claims.get("family_name") or "")[:150],
-                )  # fmt: skip
-                user.set_unusable_password()
-                user.save()
-                LtiUser.objects.create(platform=platform, sub=sub, user=user, last_launch_at=now)
-                return user
-        except IntegrityError:
-            link = LtiUser.objects.filter(platform=platform, sub=sub).select_related("user").first()
-            if link is not None:  # a parallel launch of the same person won
-                return link.user
-    raise Refused("no username could be made for this LMS user", 500)
+    profile = {"first_name": str(claims.get("given_name") or "")[:150],
+               "last_name": str(claims.get("family_name") or "")[:150]}  # fmt: skip
+    made = linked_user(
+        link_model=LtiUser, identity={"platform": platform, "sub": sub}, usernames=candidates, profile=profile,
+        link_fields={"last_launch_at": now},
+    )  # fmt: skip
+    if made is None:
+        raise Refused("no username could be made for this LMS user", 500)
+    link, new = made
+    if not new:
+        LtiUser.objects.filter(id=link.id).update(last_launch_at=now)
+    return link.user
 
 
 def context_for(*, launch: Launch, claim: dict[str, Any], user: User, link: ContextLink | None) -> ContextLink:
@@ -269,25 +261,8 @@ def _course_to_bind(user: User, data: dict[str, Any]) -> Course | None:
     course_id = _uuid(custom.get(COURSE_PARAM))
     if course_id is None:
         return None
-    membership = Membership.objects.filter(course_id=course_id, user=user, role=Role.INSTRUCTOR).first()
-    return None if membership is None else membership.course
-
-
-def member_ensure(*, course: Course, user: User, role: str) -> Membership:
-    """The LMS's role in its course is the role in Cordon's, except that the last instructor stays."""
-    membership = membership_of(user, course)
-    if membership is None:
-        try:
-            with transaction.atomic():
-                return Membership.objects.create(course=course, user=user, role=role)
-        except IntegrityError:
-            return Membership.objects.get(course=course, user=user)
-    if membership.role != role:
-        try:
-            course_services.member_set_role(course=course, membership=membership, role=role)
-        except ServiceError:
-            log.info("lti: kept %s instructor of course %s (its last)", user, course.id)
-    return membership
+    membership = membership_of(user, course_id)
+    return membership.course if membership is not None and membership.role == Role.INSTRUCTOR else None
 
 
 def resource_link_for(*, launch: Launch, context: ContextLink) -> ResourceLink:

@@ -11,12 +11,13 @@ from pylti1p3.exception import LtiException, LtiServiceException
 from pylti1p3.names_roles import NamesRolesProvisioningService
 from pylti1p3.service_connector import ServiceConnector
 
+from playground.classroom import courses as course_services
+from playground.classroom.selectors import membership_of
 from playground.lti.config import registration_for
 from playground.lti.http import BoundedSession
-from playground.lti.launch import member_ensure, user_for
+from playground.lti.launch import user_for
 from playground.lti.models import ContextLink
 from playground.lti.roles import role_for
-from playground.models import Membership
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +67,9 @@ def roster_sync(*, context: ContextLink) -> RosterResult:
             result.skipped.append(sub)
             continue
         user = user_for(platform=context.platform, sub=sub, claims=member)
-        before = Membership.objects.filter(course=context.course, user=user).values_list("role", flat=True).first()
-        member_ensure(course=context.course, user=user, role=role)
+        membership = membership_of(user, context.course)
+        before = membership.role if membership is not None else None
+        course_services.member_sync(course=context.course, user=user, role=role)
         if before is None:
             result.added += 1
         elif before != role:

@@ -12,15 +12,14 @@ from typing import Any
 from django.contrib import messages
 from django.contrib.auth import login
 from django.contrib.auth.decorators import login_required
-from django.db.models import Sum
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from playground.classroom.selectors import assignment_for_member, course_for_staff
-from playground.lti import deep_linking, framing, keys, tasks
+from playground.lti import deep_linking, framing, keys, selectors, tasks
 from playground.lti.launch import (
     DEEP_LINKING_REQUEST,
     DEEP_LINKING_SETTINGS,
@@ -32,7 +31,7 @@ from playground.lti.launch import (
     launch_validate,
     oidc_redirect,
 )
-from playground.lti.models import ContextLink, Passback, PassbackState
+from playground.lti.models import ContextLink, PassbackState
 from playground.lti.passback import passback_resend, passbacks_of
 from playground.lti.roster import RosterError, roster_sync
 from playground.models import Assignment, Course
@@ -95,14 +94,10 @@ def _pick_start(request: HttpRequest, accepted: Accepted, checked: Launch) -> Ht
 def _picker(
     request: HttpRequest, context: ContextLink, course: Course, token: str, origins: list[str], error: str = ""
 ) -> HttpResponse:
-    assignments = _assignments_of(course)
+    assignments = selectors.assignments_for_picker(course)
     response = render(request, "lti/pick.html", {"course": course, "assignments": assignments, "token": token,
                       "platform": context.platform, "error": error}, status=422 if error else 200)  # fmt: skip
     return framing.framable(response, origins=origins)
-
-
-def _assignments_of(course: Course) -> list[Assignment]:
-    return list(Assignment.objects.filter(course=course).annotate(points=Sum("tests__points")).order_by("title"))
 
 
 @csrf_exempt  # posted from the picker in the LMS's frame, where no cookie comes: the token authorises it
@@ -117,7 +112,9 @@ def deep_link(request: HttpRequest) -> HttpResponse:
     except Refused as refusal:
         return _refused(request, refusal, "deep link")
     origins = framing.lms_origins(platform=context.platform, return_url=ticket.return_url)
-    chosen = next((a for a in _assignments_of(course) if str(a.id) == request.POST.get("assignment")), None)
+    chosen = next(
+        (a for a in selectors.assignments_for_picker(course) if str(a.id) == request.POST.get("assignment")), None
+    )
     if chosen is None:  # the token is not used up: the same picker may still pick
         return _picker(request, context, course, token, origins, error="Choose one of the assignments.")
     try:
@@ -156,7 +153,7 @@ def jwks(request: HttpRequest) -> JsonResponse:
 @require_GET
 def course_page(request: HttpRequest, course_id: Any) -> HttpResponse:
     course, _ = course_for_staff(user=request.user, course_id=course_id, instructor=True)
-    contexts = ContextLink.objects.filter(course=course).select_related("platform")
+    contexts = selectors.contexts_of(course)
     passbacks = list(passbacks_of(course)[:PASSBACKS_SHOWN])
     failed = sum(1 for p in passbacks if p.state == PassbackState.FAILED)
     return render(request, "lti/course.html", {"course": course, "contexts": contexts, "passbacks": passbacks,
@@ -167,7 +164,7 @@ def course_page(request: HttpRequest, course_id: Any) -> HttpResponse:
 @require_POST
 def course_roster_sync(request: HttpRequest, course_id: Any) -> HttpResponse:
     course, _ = course_for_staff(user=request.user, course_id=course_id, instructor=True)
-    contexts = [c for c in ContextLink.objects.filter(course=course).select_related("platform") if c.nrps_url]
+    contexts = selectors.roster_contexts_of(course)
     if not contexts:
         messages.error(request, "No LMS launch of this course carried a roster service: launch it from the LMS first.")
     for context in contexts:
@@ -182,9 +179,7 @@ def course_roster_sync(request: HttpRequest, course_id: Any) -> HttpResponse:
 @login_required
 @require_POST
 def passback_send_again(request: HttpRequest, passback_id: int) -> HttpResponse:
-    row = Passback.objects.filter(id=passback_id).select_related("line_item__resource_link__context").first()
-    if row is None:
-        raise Http404("no such score")
+    row = selectors.passback_get(passback_id)
     course, _ = course_for_staff(
         user=request.user, course_id=row.line_item.resource_link.context.course_id, instructor=True
     )

@@ -16,8 +16,7 @@ from django.db.models import QuerySet
 from playground.displays import IMAGES, clean_bounded, clean_budget_s
 from playground.models import Notebook, Run, RunCell
 from playground.storage import StorageIntegrityError, save_verified
-from runner.cells import MANIFEST_FILE, SESSION_DIR, STATE_FILE
-from runner.spec import Limits, Outcome, OutputFile, RunResult
+from runner.spec import MANIFEST_FILE, SESSION_DIR, STATE_FILE, Limits, Outcome, OutputFile, RunResult
 
 
 def cell_record_create(*, run: Run, notebook: Notebook, cell_id: str, state_from: Run | None) -> RunCell:

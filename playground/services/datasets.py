@@ -16,8 +16,9 @@ from django.utils import timezone
 
 from playground.errors import ServiceError
 from playground.models import Assignment, Course, Dataset, RunOutputFile
-from runner.files import SAFE_NAME
-from runner.units import size_words, size_words_or_unknown
+from playground.uploads import check_upload_size
+from runner.spec import SAFE_NAME
+from runner.units import size_words
 
 
 def dataset_create(*, user: User, upload: UploadedFile, course: Course | None = None, replace: bool = False) -> Dataset:
@@ -30,15 +31,8 @@ def dataset_create(*, user: User, upload: UploadedFile, course: Course | None = 
         raise ServiceError(
             "unsafe_name", f"file name {name!r} is not allowed: letters, digits and ._+- only, no paths", field="file"
         )
-    limit = settings.CORDON_DATASET_MAX_BYTES
-    if upload.size is None or upload.size > limit:
-        raise ServiceError(
-            "too_large",
-            f"the file is {size_words_or_unknown(upload.size)}; the maximum is {size_words(limit)}",
-            field="file",
-            status=413,
-        )
-    _check_storage_quota(user, upload.size)
+    size = check_upload_size(upload, settings.CORDON_DATASET_MAX_BYTES)
+    _check_storage_quota(user, size)
     same_name = Dataset.objects.filter(course=course, name=name, replaced_at=None)
     same_name = same_name if course is not None else same_name.filter(owner=user)
     if not replace and same_name.exists():
@@ -51,7 +45,7 @@ def dataset_create(*, user: User, upload: UploadedFile, course: Course | None = 
             head += chunk[: 4096 - len(head)]
     upload.seek(0)
     dataset = Dataset(
-        owner=user, course=course, name=name, size=upload.size, sha256=digest.hexdigest(), sniffed_type=sniff(head)
+        owner=user, course=course, name=name, size=size, sha256=digest.hexdigest(), sniffed_type=sniff(head)
     )
     dataset.file.save(secrets.token_hex(16), File(upload), save=False)
     try:

@@ -16,8 +16,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from playground.errors import ServiceError
-from playground.limits import limits_from_record
-from playground.models import Run, RunKind, RunState
+from playground.models import Run, RunState
 from playground.selectors.hosts import live_engines
 from runner.registry import auto_choice
 
@@ -39,10 +38,6 @@ GRADING_PRIORITY = 9
 GRADING_SUFFIX = "-grading"
 
 
-def is_grading(run: Run) -> bool:
-    return run.kind in (RunKind.TEST, RunKind.CHECK)
-
-
 def grading_queue(engine_queue: str) -> str:
     """Where a grading run of this engine is sent: its own queue, which `make run`'s grading worker
     consumes (playground/celery.py), so that grading never holds a pool process a person's run needs."""
@@ -50,7 +45,7 @@ def grading_queue(engine_queue: str) -> str:
 
 
 def _sending(run: Run, time_limit: int) -> _Sending:
-    if is_grading(run):
+    if run.is_grading:
         return _Sending(grading_queue(run.queue), time_limit, GRADING_PRIORITY)
     return _Sending(run.queue, time_limit, PERSON_PRIORITY)
 
@@ -72,7 +67,7 @@ def choose_queue(engine: str) -> str:
 
 def task_time_limit_s(run: Run) -> int:
     """The hard time limit of the run's task: past it Celery kills the process running it."""
-    return int(limits_from_record(run.limits).wall_timeout_s + TASK_TIME_MARGIN_S)
+    return int(run.decoded_limits.wall_timeout_s + TASK_TIME_MARGIN_S)
 
 
 def enqueue(*, run: Run) -> None:

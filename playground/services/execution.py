@@ -24,10 +24,9 @@ from django.utils import timezone
 from playground.dbclock import db_after
 from playground.egress import egress_problem, record_for_storage
 from playground.environments import image_for, packages_elsewhere
-from playground.limits import limits_from_record
 from playground.live import ChunkBatcher, LivePublisher, final_message, state_message
 from playground.logs import log_append, log_release, log_store
-from playground.models import WORKER_STATES, CleanupCheck, Run, RunCell, RunKind, RunOutputFile, RunState
+from playground.models import WORKER_STATES, CleanupCheck, Run, RunCell, RunOutputFile, RunState
 from playground.services.cells import cell_finish_read, cell_finish_store
 from playground.services.dispatch import task_time_limit_s
 from playground.services.receipts import receipt_issue
@@ -193,13 +192,13 @@ def run_spec(*, run: Run, staging: Path) -> RunSpec:
         script=run.code.encode(),
         stdin=run.stdin.encode(),
         args=tuple(run.args),
-        limits=limits_from_record(run.limits),
+        limits=run.decoded_limits,
         inputs=tuple(inputs),
         input_names=tuple(name for _, _, name in wanted),
         engine=run.engine_requested,
         egress=tuple(run.egress),
         # Grading is nobody's screen: beside a person's run it takes a tenth of the CPU.
-        cpu_weight=BACKGROUND_CPU_WEIGHT if run.kind in (RunKind.TEST, RunKind.CHECK) else DEFAULT_CPU_WEIGHT,
+        cpu_weight=BACKGROUND_CPU_WEIGHT if run.is_grading else DEFAULT_CPU_WEIGHT,
         cell=cell is not None,
         state=state,
         packages_elsewhere=packages_elsewhere(run.environment or run.runtime) if cell is not None else "",
@@ -331,7 +330,7 @@ def run_finish(
     }
     finish = None
     if result.session:
-        finish = cell_finish_read(result=result, exported=exported, limits=limits_from_record(run.limits))
+        finish = cell_finish_read(result=result, exported=exported, limits=run.decoded_limits)
         if finish.clean_s is not None:  # the cleaning is the cell's: its record says what it took
             values["timings"]["clean_s"] = round(finish.clean_s, 4)
     log_store(run_id=run.id)  # before the end is committed: a reader who sees it finished finds the log

@@ -58,10 +58,11 @@ def host_sweep(*, min_age_s: float = LOCAL_DEBRIS_AGE_S) -> list[str]:
     """Reclaim what crashed runs left on this host (cgroups, mounts, directories; the worker's own
     copies of their inputs, outputs and logs); a problem is logged, not raised, so that the reaper
     goes on, and is tried again on its next round."""
+    from runner import upkeep
     from runner.supervisor import Supervisor
 
     try:
-        return Supervisor().sweep() + worker_debris_sweep(min_age_s=min_age_s)
+        return upkeep.sweep(Supervisor()) + worker_debris_sweep(min_age_s=min_age_s)
     except Exception:
         log.warning("sweep failed", exc_info=True)
         return []

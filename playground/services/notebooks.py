@@ -42,8 +42,9 @@ from playground.selectors.cells import notebook_chain
 from playground.selectors.notebooks import input_key, inputs_found
 from playground.services import runs as run_services
 from playground.services.cells import cell_record_create
+from playground.uploads import check_upload_size
 from runner.spec import RUNTIMES
-from runner.units import size_words, size_words_or_unknown
+from runner.units import size_words
 
 MAX_NOTEBOOKS = 100
 SAVE_TRIES = 3  # a save races a cell's run at most this often before it says "changed elsewhere"
@@ -184,13 +185,7 @@ def notebook_import(*, user: User, upload: UploadedFile) -> Notebook:
         raise ServiceError(
             "unsupported_file", "import a .ipynb notebook or a .py or .js script", field="file", status=422
         )
-    if upload.size is None or upload.size > IMPORT_MAX_BYTES:
-        raise ServiceError(
-            "too_large",
-            f"the file is {size_words_or_unknown(upload.size)}; at most {size_words(IMPORT_MAX_BYTES)}",
-            field="file",
-            status=413,
-        )
+    check_upload_size(upload, IMPORT_MAX_BYTES)
     data = upload.read()
     if suffix == ".ipynb":
         runtime, imported = cells_from_ipynb(data)

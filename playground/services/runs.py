@@ -18,7 +18,7 @@ from playground.dbclock import db_now
 from playground.egress import egress_problem, normalised
 from playground.environments import check_environment
 from playground.errors import ServiceError
-from playground.limits import limits_from_record, over_maximum
+from playground.limits import over_maximum
 from playground.logs import log_release, log_store
 from playground.models import (
     ACTIVE_STATES,
@@ -28,7 +28,6 @@ from playground.models import (
     Membership,
     Run,
     RunEvent,
-    RunKind,
     RunOutputFile,
     RunState,
 )
@@ -217,12 +216,12 @@ def run_cancel(*, run: Run, by: User) -> Run:
 
 
 def run_rerun(*, run: Run, by: User) -> Run:
-    if run.kind != RunKind.RUN:  # as its owner's run it would show them a hidden test's stdin
+    if run.is_grading:  # as its owner's run it would show them a hidden test's stdin
         raise ServiceError("not_rerunnable", "a grading run is run again by a regrade, not rerun", status=422)
     datasets = list(run.datasets.all())
     new = run_create(
         user=run.owner, runtime=run.runtime, code=run.code, dataset_ids=[d.id for d in datasets if d.course is None],
-        output_ids=[o.id for o in run.input_outputs.all()], limits=limits_from_record(run.limits),
+        output_ids=[o.id for o in run.input_outputs.all()], limits=run.decoded_limits,
         engine=run.engine_requested, course=run.course, datasets=[d for d in datasets if d.course is not None],
         stdin=run.stdin, args=run.args, egress=run.egress, environment=run.environment,
     )  # fmt: skip
@@ -233,10 +232,10 @@ def run_rerun(*, run: Run, by: User) -> Run:
 
 def retry_once(*, run: Run) -> Run | None:
     """A sandbox error is not the user's: run it once more, as a new, linked run."""
-    if run.retry_count >= 1 or run.cancel_requested or run.kind != RunKind.RUN:
+    if run.retry_count >= 1 or run.cancel_requested or run.is_grading:
         return None  # a grading run is tried again by the grading queue (classroom/grading.py)
     try:  # the same checks as a new run's: the maxima or a ceiling may have been lowered since
-        check_limits(limits=limits_from_record(run.limits))
+        check_limits(limits=run.decoded_limits)
         check_egress(run.egress, course=run.course)
     except ServiceError as exc:
         record_event(run=run, state="retry_refused", detail={"reason": exc.message})

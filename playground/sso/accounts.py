@@ -12,11 +12,12 @@ from typing import Any
 from django.contrib.auth.models import Group, Permission, User
 from django.core.exceptions import ValidationError
 from django.core.validators import validate_email
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
 from playground.models import SsoIdentity
+from playground.services.identities import linked_user
 from playground.sso.config import SsoConfig, SsoRefused
 
 log = logging.getLogger(__name__)
@@ -37,9 +38,7 @@ def sso_sign_in(*, config: SsoConfig, claims: dict[str, Any]) -> User:
     if not subject:
         raise SsoRefused("missing_claim", "the provider sent no subject (sub) for this person")
     with transaction.atomic():
-        identity = SsoIdentity.objects.select_related("user").filter(issuer=config.issuer, subject=subject).first()
-        if identity is None:
-            identity = _first_sign_in(config=config, subject=subject, claims=claims)
+        identity = _identity(config=config, subject=subject, claims=claims)
         user = identity.user
         if not user.is_active:
             raise SsoRefused("inactive_account", "this account has been deactivated on this site; ask its staff")
@@ -50,24 +49,20 @@ def sso_sign_in(*, config: SsoConfig, claims: dict[str, Any]) -> User:
     return user
 
 
-def _first_sign_in(*, config: SsoConfig, subject: str, claims: dict[str, Any]) -> SsoIdentity:
+def _identity(*, config: SsoConfig, subject: str, claims: dict[str, Any]) -> SsoIdentity:
+    """The person's link to their account; on their first sign-in, a new account (services/identities.py)."""
     wanted = _username(claims.get(config.username_claim) or claims.get("email") or subject)
-    for attempt in range(1, 100):
-        username = wanted if attempt == 1 else f"{wanted[: USERNAME_MAX - 4]}-{attempt}"
-        # Case-insensitively free: "Alice" beside a local "alice" would be the same person to a reader.
-        if User.objects.filter(username__iexact=username).exists():
-            continue
-        try:
-            with transaction.atomic():
-                user = User.objects.create_user(username)  # no usable password: only SSO opens it
-                identity = SsoIdentity.objects.create(issuer=config.issuer, subject=subject, user=user)
-        except IntegrityError:  # taken in between by another sign-in
-            continue
-        if username != wanted:
-            log.info("sso: %r is another account's name; %s at %s is %r", wanted, subject, config.issuer, username)
+    names = (wanted if attempt == 1 else f"{wanted[: USERNAME_MAX - 4]}-{attempt}" for attempt in range(1, 100))
+    made = linked_user(link_model=SsoIdentity, identity={"issuer": config.issuer, "subject": subject}, usernames=names)
+    if made is None:
+        raise SsoRefused("username_taken", f"no free user name like {wanted!r}; ask this site's staff")
+    identity, new = made
+    username = identity.user.username
+    if new and username != wanted:
+        log.info("sso: %r is another account's name; %s at %s is %r", wanted, subject, config.issuer, username)
+    if new:
         log.info("sso: account %r made for %s at %s", username, subject, config.issuer)
-        return identity
-    raise SsoRefused("username_taken", f"no free user name like {wanted!r}; ask this site's staff")
+    return identity
 
 
 def _username(value: Any) -> str:

@@ -24,8 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from runner.cells import SESSION_DIR, STATE_FILE
-from runner.spec import Limits, RunSpec
+from runner.spec import SESSION_DIR, STATE_FILE, Limits, RunSpec
 from runner.supervisor import Supervisor
 from tests.bench import Row, p50, targeted
 from tests.bench.bench_web import Stack

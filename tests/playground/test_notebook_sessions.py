@@ -17,8 +17,7 @@ from django.db import transaction
 from django.test import Client
 
 from playground.models import Run, RunCell
-from runner.cells import SESSION_DIR
-from runner.spec import Outcome, OutputFile, RunResult
+from runner.spec import SESSION_DIR, Outcome, OutputFile, RunResult
 from tests.playground.conftest import api, json_error
 from tests.playground.factories import UserFactory
 from tests.playground.test_notebooks import code_cell, create, save, upload

@@ -289,9 +289,9 @@ def test_the_warm_bases_an_engine_keeps_are_gauged_by_image_and_state(tmp_path: 
     import psutil
 
     from playground.metrics import _kept
+    from runner.config import SupervisorSettings
     from runner.engines.smolvm.bases import BaseKey, BaseRecord
     from runner.registry import Registry, build
-    from runner.supervisor import SupervisorSettings
 
     settings = SupervisorSettings.from_env()
     engine: Any = build("smolvm", settings, environ={**os.environ, "CORDON_SMOLVM_STATE_DIR": str(tmp_path / "vms")})

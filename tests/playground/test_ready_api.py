@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from runner import upkeep
 from runner.doctor import ready_checks
 from runner.host.cgroups import CgroupLayout
 from runner.ready import PREFIX, ReadySettings
@@ -47,7 +48,7 @@ def test_a_workers_second_run_takes_a_ready_sandbox_and_the_record_and_doctor_sa
     # Stopped as the tests stop it (SIGTERM to its whole process group), its pool process may have
     # had no time to tear its waiting sandbox down: the sweep a restarted worker runs removes it.
     supervisor = Supervisor()
-    supervisor.sweep()
+    upkeep.sweep(supervisor)
     parents = CgroupLayout.detect().parents(supervisor.settings.cgroup_parent)
     left = [p.name for parent in parents if parent.exists() for p in parent.iterdir() if p.name.startswith(PREFIX)]
     left += [p.name for p in supervisor.views_dir.iterdir() if p.name.startswith(PREFIX)]

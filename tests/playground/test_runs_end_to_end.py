@@ -135,9 +135,10 @@ def test_a_killed_worker_is_reaped_as_a_sandbox_error_and_nothing_is_left(worker
 
 
 def _assert_nothing_left(run_key: str) -> None:
+    from runner.config import SupervisorSettings
     from runner.host import hostfs
     from runner.host.cgroups import CgroupLayout
-    from runner.supervisor import Supervisor, SupervisorSettings
+    from runner.supervisor import Supervisor
 
     supervisor = Supervisor()
     deadline = time.monotonic() + 20

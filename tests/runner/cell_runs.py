@@ -10,8 +10,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from runner.cells import MANIFEST_FILE, SESSION_DIR, STATE_FILE
-from runner.spec import Limits, RunResult, RunSpec
+from runner.spec import MANIFEST_FILE, SESSION_DIR, STATE_FILE, Limits, RunResult, RunSpec
 from runner.supervisor import Supervisor
 from tests.runner.test_hostile import assert_nothing_left, retrying
 

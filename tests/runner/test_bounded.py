@@ -9,12 +9,14 @@ import subprocess
 import sys
 import textwrap
 import time
+import tomllib
 from pathlib import Path
 
 import pytest
 
 from runner import bounded
 from runner.bounded import Bounds, HostWorkError
+from runner.bounded_child import EXIT_UNKNOWN_JOB, JOB_MODULES
 from runner.config import PROJECT_ROOT
 
 JOBS = "tests.runner.bounded_jobs"
@@ -102,6 +104,28 @@ def test_a_job_that_raises_says_why() -> None:
     with pytest.raises(HostWorkError) as caught:
         bounded.call(f"{JOBS}:fail", {"why": "a reason"}, QUICK)
     assert caught.value.code == "failed" and caught.value.message == "ValueError: a reason"
+
+
+def test_a_job_outside_the_job_modules_is_refused_and_nothing_of_it_is_imported(tmp_path: Path) -> None:
+    marker = tmp_path / "imported"
+    (tmp_path / "planted_job.py").write_text(f"open({str(marker)!r}, 'w').close()\ndef job(): return 1\n")
+    with pytest.raises(HostWorkError) as caught:
+        bounded.call("planted_job:job", {}, QUICK)
+    assert caught.value.code == "unknown_job" and "planted_job:job" in caught.value.message
+    # The child refuses on its own too, whoever starts it: its module is never imported.
+    child = subprocess.run(
+        [sys.executable, "-E", "-S", "-m", bounded.MARK, "planted_job:job", str(os.getpid()), "1", "256", "1000", "0",
+         str(tmp_path)],
+        cwd=PROJECT_ROOT, input=b"{}", capture_output=True, timeout=30,
+    )  # fmt: skip
+    assert child.returncode == EXIT_UNKNOWN_JOB and child.stdout == b"" and not marker.exists()
+
+
+def test_the_job_modules_are_the_ones_the_import_contract_keeps_free_of_django() -> None:
+    config = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())
+    [contract] = [c for c in config["tool"]["importlinter"]["contracts"] if "bounded child's jobs" in c["name"]]
+    assert "django" in contract["forbidden_modules"]
+    assert set(contract["source_modules"]) == JOB_MODULES - {JOBS}
 
 
 # A parent as a Celery pool process is: SIGTERM ignored (the child inherits an ignored signal

@@ -14,8 +14,7 @@ from typing import Any
 
 import pytest
 
-from runner.cells import SESSION_DIR, STATE_FILE
-from runner.spec import Outcome
+from runner.spec import SESSION_DIR, STATE_FILE, Outcome
 from tests.runner.cell_runs import ANSI, Cells
 
 pytestmark = pytest.mark.images

@@ -11,8 +11,7 @@ from typing import Any
 
 import pytest
 
-from runner.cells import MANIFEST_FILE, SESSION_DIR, STATE_FILE
-from runner.spec import Limits, Outcome, RunResult, RunSpec
+from runner.spec import MANIFEST_FILE, SESSION_DIR, STATE_FILE, Limits, Outcome, RunResult, RunSpec
 from runner.supervisor import Supervisor
 from tests.runner.cell_runs import budget_s
 from tests.runner.test_hostile import assert_nothing_left, retrying

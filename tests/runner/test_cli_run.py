@@ -13,11 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from runner.config import paths_from_env
+from runner.config import SupervisorSettings, paths_from_env
 from runner.host import hostfs
 from runner.host.cgroups import CgroupLayout
 from runner.images import read_lock
-from runner.supervisor import SupervisorSettings
 from tests.conftest import child_env
 
 pytestmark = pytest.mark.images

@@ -18,7 +18,8 @@ from runner.engines.base import GUEST_ENV, RunContext, guest_env
 from runner.engines.common import decode_exit_status
 from runner.engines.namespace import NamespaceEngine, NamespaceState, bwrap_argv, parse_status, rlimits
 from runner.engines.smolvm.control import ControlChannel
-from runner.engines.smolvm.engine import SmolvmEngine, child_config, guest_argv
+from runner.engines.smolvm.engine import SmolvmEngine
+from runner.engines.smolvm.guest import child_config, guest_argv
 from runner.engines.smolvm.protocol import (
     EVENTS,
     ChildConfig,

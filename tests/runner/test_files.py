@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.files import OUTPUT_MAX_DEPTH, OUTPUT_NAME_MAX, SAFE_NAME, TOO_DEEP, export_outputs, stage_inputs
-from runner.spec import Limits, Outcome, OutputFile, RunnerError
+from runner.files import OUTPUT_NAME_MAX, TOO_DEEP, export_outputs, stage_inputs
+from runner.spec import OUTPUT_MAX_DEPTH, SAFE_NAME, Limits, Outcome, OutputFile, RunnerError
 
 
 def _stage(tmp_path: Path, inputs: list[Path], **limits: int) -> list[OutputFile]:

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from runner import upkeep
 from runner.config import PROJECT_ROOT, paths_from_env
 from runner.egress.policy import Policy
 from runner.egress.proxy import EgressSettings
@@ -133,7 +134,7 @@ def supervisor() -> Supervisor:
         public_for_tests=(TEST_NET,),
     )
     sup = Supervisor(paths=paths, admission=Admission(paths.host_state_dir / "admission", capacity), egress=egress)
-    sup.sweep()
+    upkeep.sweep(sup)
     return sup
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from runner import upkeep
 from runner.config import PROJECT_ROOT, Paths, paths_from_env
 from runner.env import ConfigError
 from runner.host.admission import Admission, Capacity
@@ -50,7 +51,7 @@ def _supervisor(state_dir: Path, *, ready: bool = False) -> Supervisor:
 
 def test_a_sandbox_never_set_up_is_a_sandbox_error_named_by_its_step_never_the_programs_failure(parent: Path) -> None:
     supervisor = _supervisor(parent / "locked" / "state")
-    supervisor.check_sandbox_paths()  # reachable at start-up ...
+    upkeep.check_sandbox_paths(supervisor)  # reachable at start-up ...
     (parent / "locked").chmod(0o700)  # ... and then an operator's chmod while it serves
     result = supervisor.run(RunSpec(runtime="python", script=b"print('never')", engine="namespace"))
     assert result.outcome is Outcome.SANDBOX_ERROR, result.to_json()
@@ -60,7 +61,7 @@ def test_a_sandbox_never_set_up_is_a_sandbox_error_named_by_its_step_never_the_p
     assert result.reason.endswith(": Permission denied"), result.reason  # bwrap's own words, its fd's path before
     assert result.stdout == b"" and result.cleanup_ok, result.to_json()
     with pytest.raises(ConfigError, match=f"cannot enter {parent / 'locked'} \\(mode 0700, owner uid 0\\)"):
-        supervisor.check_sandbox_paths()
+        upkeep.check_sandbox_paths(supervisor)
 
 
 def test_a_program_that_prints_bwraps_words_and_exits_1_is_still_the_programs_failure() -> None:
@@ -110,6 +111,7 @@ def test_the_cli_and_the_doctor_refuse_a_state_dir_the_sandboxes_cannot_reach_na
     assert f"cannot enter {parent / 'locked'} (mode 0700, owner uid 0), on the way to {state / 'views'}" in run.stderr
     assert f"chmod o+x {parent / 'locked'}" in run.stderr
     doctor = _cli(state, "doctor", "--json", script=script)
+    assert doctor.stdout, doctor.stderr  # a report, whatever it finds
     [check] = [c for c in json.loads(doctor.stdout)["checks"] if c["name"] == "sandbox paths"]
     assert check["ok"] is False and f"cannot enter {parent / 'locked'}" in check["detail"]
     (parent / "locked").chmod(0o711)  # put right: the same command runs the program

@@ -20,6 +20,7 @@ from typing import Any, cast
 
 import pytest
 
+from runner import upkeep
 from runner.config import paths_from_env
 from runner.doctor import ready_checks
 from runner.engines.common import CgroupState
@@ -309,7 +310,7 @@ def test_a_killed_worker_leaves_its_ready_sandboxes_to_the_sweep_which_removes_e
     while processes_of(made["uid"]) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert processes_of(made["uid"]) == []
-    swept = supervisor.sweep()
+    swept = upkeep.sweep(supervisor)
     assert f"cgroup {made['id']}" in swept and f"view {made['id']}" in swept
     assert not any(c.exists() for c in cgroups)
     assert not view.exists() and not hostfs.mounts_under(view)

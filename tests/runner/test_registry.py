@@ -10,12 +10,12 @@ from typing import Any, cast
 import pytest
 
 from runner.cli import _parser
+from runner.config import SupervisorSettings
 from runner.engines.base import Availability, Engine
 from runner.engines.smolvm.checks import canary_age_s, canary_record, canary_verdict, write_json
 from runner.engines.smolvm.engine import SmolvmEngine
 from runner.registry import ENGINES, REQUESTABLE, Registry
 from runner.spec import CleanupCheck, Outcome, RunnerError, RunResult
-from runner.supervisor import SupervisorSettings
 
 NO_CANARY = "no smolvm canary boot has run on this host (python -m runner doctor)"
 PASSED = {"ok": True, "reason": "booted in 1.2 s and ran python3", "at": "2026-12-01T10:00:00Z"}
@@ -225,6 +225,14 @@ def test_the_command_line_refuses_an_engine_the_registry_does_not_list(capsys: p
 
 def test_the_command_line_asks_for_auto_by_default() -> None:
     assert _parser().parse_args(["run", "--runtime", "python", "job.py"]).engine == "auto"
+
+
+def test_each_engines_isolation_is_known_without_importing_it_and_a_vm_policy_asks_for_the_vm_engine() -> None:
+    from runner.registry import ENGINE_ISOLATION, VM_ISOLATION, engine_class, requested_for
+
+    assert {name: engine_class(name).isolation for name in ENGINES} == ENGINE_ISOLATION
+    assert requested_for(require_vm=False) == "auto"
+    assert ENGINE_ISOLATION[requested_for(require_vm=True)] == VM_ISOLATION == "vm"
 
 
 def test_auto_prefers_the_strongest_isolation_usable_and_falls_back_to_namespace() -> None:

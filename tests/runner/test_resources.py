@@ -11,7 +11,8 @@ import pytest
 
 from runner.engines.common import Peaks
 from runner.spec import DEFAULT_MAXIMA, MIB, Limits, Outcome, RunResult, RunSpec
-from runner.supervisor import SAMPLE_INTERVAL_S, Supervisor, record_interval
+from runner.supervisor import Supervisor
+from runner.watch import SAMPLE_INTERVAL_S, record_interval
 
 
 def _run(script: str, **limits: Any) -> tuple[RunResult, list[dict[str, Any]]]:

@@ -16,21 +16,16 @@ from typing import Any
 
 import pytest
 
-from runner.config import PROJECT_ROOT, paths_from_env
+from runner.config import PROJECT_ROOT, SupervisorSettings, paths_from_env
 from runner.egress.policy import Policy
 from runner.egress.proxy import EgressSettings
 from runner.engines.base import EngineHost, RunContext
 from runner.engines.smolvm.control import ControlChannel
-from runner.engines.smolvm.engine import (
-    STDIN_REDIRECT,
-    SmolvmEngine,
-    child_config,
-    machine_name,
-    state_root_from_env,
-)
+from runner.engines.smolvm.engine import SmolvmEngine, state_root_from_env
+from runner.engines.smolvm.guest import STDIN_REDIRECT, child_config, machine_name
 from runner.engines.smolvm.protocol import ChildConfig, Facts
 from runner.spec import Limits, Outcome, RunSpec
-from runner.supervisor import Supervisor, SupervisorSettings, program_argv
+from runner.supervisor import Supervisor, program_argv
 from tests.conftest import child_env
 
 pytestmark = pytest.mark.images

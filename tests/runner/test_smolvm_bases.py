@@ -19,7 +19,8 @@ from typing import Any
 import psutil
 import pytest
 
-from runner.config import PROJECT_ROOT
+from runner import upkeep
+from runner.config import PROJECT_ROOT, SupervisorSettings
 from runner.engines.smolvm.bases import BASE_PREFIX, FAILED_BASE_RETRY_S, MAX_BRANCH_FAILURES, BaseKey
 from runner.engines.smolvm.engine import SmolvmEngine, state_root_from_env
 from runner.engines.smolvm.protocol import Facts
@@ -30,7 +31,7 @@ from runner.host.cgroups import CgroupLayout
 from runner.images import ImageRef
 from runner.ready import ReadyPool, ReadySettings, ready_class
 from runner.spec import Limits, Outcome, RunResult, RunSpec
-from runner.supervisor import Supervisor, SupervisorSettings
+from runner.supervisor import Supervisor
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="cgroups and mounts need root")
 
@@ -146,11 +147,11 @@ def test_a_new_image_digest_builds_a_new_base_and_the_superseded_one_is_swept(
     holding = engine.bases.lock(old, exclusive=False)
     assert holding is not None
     try:
-        assert not [line for line in supervisor.sweep() if old in line]
+        assert not [line for line in upkeep.sweep(supervisor) if old in line]
         assert engine.bases.read(old) is not None and old_keeper.keeper_alive()
     finally:
         os.close(holding)
-    swept = supervisor.sweep()
+    swept = upkeep.sweep(supervisor)
     assert [line for line in swept if old in line] == [
         f"smolvm base {old} (superseded by {new} (image sha256:eeeeeeeeeeee))"
     ]
@@ -171,7 +172,7 @@ def test_a_dead_keeper_or_warm_turned_off_gets_its_base_swept(
     psutil.Process(record.keeper_pid).wait(5) if psutil.pid_exists(record.keeper_pid) else None
     gone = _run(supervisor)
     assert gone.vm_start == "cold" and "the warm base's keeper is gone" in gone.engine_note
-    assert [line for line in supervisor.sweep() if name in line] == [
+    assert [line for line in upkeep.sweep(supervisor) if name in line] == [
         f"smolvm base {name} (its keeper is gone (frozen))"
     ]
     rebuilt = _frozen_base(supervisor)  # the next run builds it again
@@ -179,7 +180,7 @@ def test_a_dead_keeper_or_warm_turned_off_gets_its_base_swept(
     engine.warm = dataclasses.replace(engine.warm, mode="false")
     off = _run(supervisor)
     assert off.vm_start == "cold" and "warm starts are off" in off.engine_note
-    assert [line for line in supervisor.sweep() if name in line] == [f"smolvm base {name} (warm starts are off)"]
+    assert [line for line in upkeep.sweep(supervisor) if name in line] == [f"smolvm base {name} (warm starts are off)"]
     assert engine.bases.names() == []
 
 
@@ -199,7 +200,7 @@ def test_a_failed_branch_boots_cold_and_retires_the_base_after_three_in_a_row(
     assert engine.bases.served(name) == 0
     retired = _run(supervisor)
     assert retired.vm_start == "cold" and f"failed {MAX_BRANCH_FAILURES} branches in a row" in retired.engine_note
-    assert [line for line in supervisor.sweep() if name in line] == [
+    assert [line for line in upkeep.sweep(supervisor) if name in line] == [
         f"smolvm base {name} ({MAX_BRANCH_FAILURES} failed branches in a row)"
     ]
 
@@ -235,7 +236,7 @@ def test_a_base_that_fails_to_build_is_swept(supervisor: Supervisor) -> None:
     record = engine.wait_for_base(name, timeout_s=20)
     assert record is not None and record.state == "failed"
     psutil.Process(record.keeper_pid).wait(10) if record.keeper_alive() else None  # it holds the base's lock
-    assert [line for line in supervisor.sweep() if name in line] == [
+    assert [line for line in upkeep.sweep(supervisor) if name in line] == [
         f"smolvm base {name} (failed: SmolError: fake boot failure)"
     ]
 
@@ -353,7 +354,7 @@ def test_a_ready_branch_of_the_frozen_base_takes_one_run_and_one_that_fails_at_h
     finally:
         pool.close()
         left = engine.sweep_bases(everything=True)
-    assert not [line for line in supervisor.sweep() if "ready-" in line]  # the pool left nothing
+    assert not [line for line in upkeep.sweep(supervisor) if "ready-" in line]  # the pool left nothing
     assert not [line for line in left if "LEFT" in line], left
 
 
@@ -400,7 +401,7 @@ def _child_events(
     import smol
 
     from runner.engines.smolvm import child as smolvm_child
-    from runner.engines.smolvm.engine import child_config
+    from runner.engines.smolvm.guest import child_config
     from tests.runner.test_smolvm import _ctx, run_child
 
     branch, created, calls = _FakeBranch(skew), [], []

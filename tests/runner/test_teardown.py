@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from runner import upkeep
 from runner.engines.base import RunContext
 from runner.engines.namespace import NamespaceEngine
 from runner.spec import Limits, RunSpec
@@ -29,4 +30,4 @@ def test_a_second_teardown_of_a_finished_run_is_green(tmp_path: Path) -> None:
     checks = engine.teardown(ctx)
     assert [c.name for c in checks] == ["processes", "cgroups", "mounts"]
     assert all(c.ok for c in checks), checks
-    assert supervisor.sweep() == []
+    assert upkeep.sweep(supervisor) == []

@@ -16,13 +16,28 @@ import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from runner.engines.base import Availability, Check, Diagnosis, DoctorContext
 from runner.spec import Limits, Outcome, RunResult, RunSpec
 
-if TYPE_CHECKING:
-    from runner.engines.smolvm.engine import SmolvmEngine
+
+class CanaryEngine(Protocol):
+    """What the canary boots and the doctor's checks use of the smolvm engine (engine.py's
+    SmolvmEngine, which calls them: so this module imports nothing of it)."""
+
+    warm: Any  # its WarmSettings (warm.py), which the warm canary sets for its own boots
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def canary_path(self) -> Path | None: ...
+    def installed(self) -> Availability: ...
+    def read_canary(self) -> dict[str, Any] | None: ...
+    def warm_enabled(self) -> tuple[bool, str]: ...
+    def ensure_base(self, image: Any, limits: Limits) -> Any: ...
+    def describe_bases(self) -> list[dict[str, Any]]: ...
+
 
 CANARY_FILE = "smolvm-canary.json"
 WARM_CANARY_FILE = "smolvm-warm-canary.json"
@@ -101,7 +116,7 @@ def _now() -> str:
     return datetime.now(UTC).strftime(_CANARY_TIME)
 
 
-def run_canary(engine: SmolvmEngine, run: Callable[[RunSpec], RunResult]) -> dict[str, Any]:
+def run_canary(engine: CanaryEngine, run: Callable[[RunSpec], RunResult]) -> dict[str, Any]:
     """Boot a tiny microVM through the real engine (`run`: a RunSpec through the supervisor) and run
     a no-op in it; keep the verdict in the engine's canary file."""
     started = time.monotonic()
@@ -155,7 +170,7 @@ def freshness(results: list[tuple[RunResult, float, float]]) -> dict[str, Any]:
     return figures
 
 
-def run_warm_canary(engine: SmolvmEngine, ctx: DoctorContext) -> dict[str, Any]:
+def run_warm_canary(engine: CanaryEngine, ctx: DoctorContext) -> dict[str, Any]:
     """Build (or reuse) the python base at the canary's size, run the probe in two branches of it,
     check that they are fresh; keep the verdict, which CORDON_SMOLVM_WARM=auto follows."""
     started = time.monotonic()
@@ -193,7 +208,7 @@ def run_warm_canary(engine: SmolvmEngine, ctx: DoctorContext) -> dict[str, Any]:
     return out
 
 
-def diagnose(engine: SmolvmEngine, ctx: DoctorContext) -> Diagnosis:
+def diagnose(engine: CanaryEngine, ctx: DoctorContext) -> Diagnosis:
     """The smolvm engine's doctor checks: installed, /dev/kvm, the canary boot (run when none is
     kept, when it is stale, or when asked), then warm starts and every base."""
     installed = engine.installed()
@@ -230,7 +245,7 @@ def kvm_check() -> Check:
     return Check("kvm", True, f"/dev/kvm {group} mode {mode:04o}; opening it proves nothing, only a canary boot does")
 
 
-def warm_checks(engine: SmolvmEngine, ctx: DoctorContext, *, booted: bool) -> list[Check]:
+def warm_checks(engine: CanaryEngine, ctx: DoctorContext, *, booted: bool) -> list[Check]:
     """Warm starts: the setting, the warm canary (run when a microVM boots here), and every base."""
     checks = []
     canary = read_json(engine.warm.canary_file) if engine.warm.canary_file else None

@@ -320,7 +320,6 @@ def main(config_path: str) -> int:
     os.environ["HOME"] = str(state_root)  # the SDK keeps its state under $HOME
     # Stopping is the supervisor's: SIGTERM unwinds into the finally below, which deletes the VM.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-
     if config.sdk_path:
         sys.path.insert(0, config.sdk_path)  # the copy the per-VM uid can reach, not the venv's
     import smol
@@ -376,23 +375,9 @@ def main(config_path: str) -> int:
         boot_s = round(time.monotonic() - started, 3)
         phases = {name: timings.get(name) for name in READY_TIMINGS}
         control.say(Ready(boot_s=boot_s, vm_start=vm_start, vm_note=note or None, facts=facts, **phases))
-        stream = machine.exec_stream(
-            config.argv,
-            ExecOptions(
-                env=config.env,
-                workdir=config.workdir,
-                user=user,
-                timeout=config.exec_timeout_s,
-            ),
-        )
-        for event in stream:
-            kind = event.get("kind")
-            if kind in ("stdout", "stderr"):
-                write_all(1 if kind == "stdout" else 2, str(event.get("data", "")).encode("utf-8", "replace"))
-            elif kind == "exit":
-                control.say(Exit(exit_code=int(event["exit_code"])))
-            elif kind == "error":
-                control.say(Error(phase="exec", code="exec_error", message=str(event.get("message"))))
+        relay(machine.exec_stream(config.argv, ExecOptions(
+            env=config.env, workdir=config.workdir, user=user, timeout=config.exec_timeout_s,
+        )), control)  # fmt: skip
         return 0
     except SmolError as exc:
         code, retryable = classify_engine_error(exc.code, exc.message, phase="exec")
@@ -407,6 +392,19 @@ def main(config_path: str) -> int:
                 control.say(Deleted())
             except SmolError as exc:
                 control.say(DeleteFailed(message=exc.message))
+
+
+def relay(stream: Any, control: Control) -> None:
+    """The program's output to this process's stdout and stderr (the supervisor's pipes, which it
+    caps), and its exit or the exec's error to the supervisor."""
+    for event in stream:
+        kind = event.get("kind")
+        if kind in ("stdout", "stderr"):
+            write_all(1 if kind == "stdout" else 2, str(event.get("data", "")).encode("utf-8", "replace"))
+        elif kind == "exit":
+            control.say(Exit(exit_code=int(event["exit_code"])))
+        elif kind == "error":
+            control.say(Error(phase="exec", code="exec_error", message=str(event.get("message"))))
 
 
 def keep(config_path: str) -> int:

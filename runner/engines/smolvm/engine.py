@@ -49,14 +49,12 @@ from runner.engines.common import (
 from runner.engines.smolvm import checks
 from runner.engines.smolvm.bases import Bases
 from runner.engines.smolvm.control import ControlChannel
-from runner.engines.smolvm.protocol import ChildConfig, Mount
+from runner.engines.smolvm.guest import MACHINE_PREFIX, child_config, guest_argv, machine_name, write_stdin
 from runner.engines.smolvm.runtime import (
-    OVERLAY_GB,
     VMM_OVERHEAD_MIB,
     component_hashes,
     engine_version,
     runtime_copy,
-    storage_gb,
     wheel_dir,
 )
 from runner.engines.smolvm.warm import WarmSettings, WarmStarts
@@ -71,9 +69,6 @@ from runner.spec import MIB, CleanupCheck, Limits, RunnerError, RunSpec
 DEFAULT_STATE_ROOT = Path("/var/lib/cordon/smolvm")
 # Harness-only smolvm switches an engine passes on to smolvm when its environment sets them.
 PASSTHROUGH = frozenset({"SMOLVM_VM_UID_DROP"})
-GUEST_WORKDIR = "/tmp"
-MACHINE_PREFIX = "cordon-"
-GUEST_UID = "1000:1000"
 _PR_SET_PDEATHSIG = 1
 # A ready branch's hand-over: the child refreshes the guest's entropy and clock (bounded by its
 # REFRESH_TIMEOUT_S) before it answers.
@@ -83,75 +78,6 @@ HAND_OVER_TIMEOUT_S = 60.0
 def state_root_from_env(environ: Mapping[str, str] | None = None) -> Path:
     """Where VMs keep their state: CORDON_SMOLVM_STATE_DIR, relative to the project if not absolute."""
     return env_path("CORDON_SMOLVM_STATE_DIR", DEFAULT_STATE_ROOT, base=PROJECT_ROOT, environ=environ)
-
-
-def machine_name(run_id: str) -> str:
-    return f"{MACHINE_PREFIX}{run_id}"
-
-
-def child_config(
-    ctx: RunContext,
-    *,
-    state_root: Path,
-    boot_timeout_s: float,
-    control_fd: int,
-    sdk_dir: Path | None = None,
-    base: str | None = None,
-    base_lock: Path | None = None,
-    cold_reason: str = "",
-    ready_fd: int | None = None,
-) -> ChildConfig:
-    """What the child needs to create, run and delete the machine."""
-    limits = ctx.limits
-    return ChildConfig(
-        sdk_path=str(sdk_dir.parent) if sdk_dir else None,
-        name=machine_name(ctx.run_id),
-        state_root=str(state_root),
-        image=str(ctx.view_dir / "root"),
-        cpus=max(1, round(limits.cpus)),
-        memory_mib=limits.memory_mib,
-        storage_gb=storage_gb(limits),
-        overlay_gb=OVERLAY_GB,
-        mounts=[
-            Mount(str(ctx.view_dir / "in"), "/input", read_only=True),
-            Mount(str(ctx.scratch_dir), "/job", read_only=True),
-            Mount(str(ctx.output_dir), "/output", read_only=False),
-        ],
-        output_dir=str(ctx.output_dir),
-        argv=guest_argv(ctx),
-        env=run_env(ctx),
-        network=ctx.egress is not None,
-        user=GUEST_UID,
-        workdir=GUEST_WORKDIR,
-        # The guest's own timeout is a backstop; the supervisor's deadline on the host decides.
-        exec_timeout_s=limits.wall_timeout_s + 5.0,
-        boot_timeout_s=boot_timeout_s,
-        control_fd=control_fd,
-        base=base,
-        base_lock=str(base_lock) if base_lock else None,
-        cold_reason=cold_reason,
-        ready_fd=ready_fd,
-    )
-
-
-# A run's stdin, written beside the script in /job (read-only) and given to the program by the
-# guest's shell: smolvm's agent hands a streamed command no stdin (ExecOptions.stdin reached the
-# program empty under make test-vm). The shell's script is this constant; the program and its
-# arguments reach it as positional parameters, never parsed as shell text.
-STDIN_NAME = "stdin"
-STDIN_REDIRECT = ["/bin/sh", "-c", f'exec "$@" < /job/{STDIN_NAME}', "sh"]
-
-
-def guest_argv(ctx: RunContext) -> list[str]:
-    """The program with exactly Cordon's guest environment (the agent's container adds its own,
-    e.g. TERM; the namespace engine's job sees guest_env and PWD, so this one does too), under
-    an in-guest process cap (the guest kernel has no pids cgroup for it), its stdin from /job."""
-    env = [f"{key}={value}" for key, value in sorted({**run_env(ctx), "PWD": GUEST_WORKDIR}.items())]
-    redirect = STDIN_REDIRECT if ctx.spec.stdin else []
-    return [
-        "/usr/bin/env", "-i", *env,
-        "/usr/bin/prlimit", f"--nproc={ctx.limits.max_processes}", "--core=0", "--", *redirect, *ctx.argv,
-    ]  # fmt: skip
 
 
 @dataclass
@@ -323,7 +249,7 @@ class SmolvmEngine(WarmStarts, CgroupEngine[SmolvmState]):
         # the read-only mount keeps even a VMM running as root from writing into the image.
         bind_views(ctx, {"root": ctx.image.rootfs, "in": ctx.input_dir})
         ctx.scratch_dir.mkdir(mode=0o755)  # holds the script, mounted read-only at /job
-        _write_stdin(ctx)  # and the stdin, which the guest's shell opens as the program's fd 0
+        write_stdin(ctx)  # and the stdin, which the guest's shell opens as the program's fd 0
         # The VMM runs as a per-VM uid known only once it starts; it is in the kvm group (it opens
         # /dev/kvm), so the area is root:kvm 0770 until the child hands it to that uid.
         mount_output_area(ctx, uid=0, gid=_kvm_gid(), mode=0o770)
@@ -405,7 +331,7 @@ class SmolvmEngine(WarmStarts, CgroupEngine[SmolvmState]):
         and clock and starts it."""
         self.bind_run_limits(ctx)
         try:
-            _write_stdin(ctx)
+            write_stdin(ctx)
         except OSError as exc:
             raise HandOverError(f"its stdin could not be written: {exc}") from exc
         order = {"argv": guest_argv(ctx), "env": run_env(ctx), "exec_timeout_s": ctx.limits.wall_timeout_s + 5.0}
@@ -556,14 +482,6 @@ class SmolvmEngine(WarmStarts, CgroupEngine[SmolvmState]):
                 if not config or _names(Path(config).parent, name) or not Path(config).parent.exists():
                     found.append(int(entry.name))
         return found
-
-
-def _write_stdin(ctx: RunContext) -> None:
-    """A run's stdin, beside its script in /job (STDIN_REDIRECT)."""
-    if ctx.spec.stdin:
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        with os.fdopen(os.open(ctx.scratch_dir / STDIN_NAME, flags, 0o444), "wb") as handle:
-            handle.write(ctx.spec.stdin)
 
 
 def _names(vm_dir: Path, name: str) -> bool:

@@ -246,6 +246,29 @@ def test_a_course_ceiling_over_the_operators_maximum_is_refused() -> None:
     assert json_error(unknown, 422)["field"] == "limits_ceiling.speed"
 
 
+@pytest.mark.parametrize(
+    ("values", "code", "field"),
+    [
+        ({"speed": 1}, "unknown_limit", "limits_ceiling.speed"),
+        ({"wall_timeout_s": -1}, "invalid_limit", "limits_ceiling.wall_timeout_s"),
+        ({"max_processes": 2.5}, "invalid_limit", "limits_ceiling.max_processes"),
+        ({"memory_mib": "64"}, "invalid_limit", "limits_ceiling.memory_mib"),
+        ([1, 2], "invalid_limit", "limits_ceiling"),
+        ({"memory_mib": 10**9}, "limit_over_maximum", "limits_ceiling.memory_mib"),
+    ],
+)
+def test_a_service_caller_gets_the_api_schemas_own_check_of_limits(values: Any, code: str, field: str) -> None:
+    """Not only the API: a course's policy set from elsewhere (course creation's policy, a test)
+    is checked by the same generated schema, in the same words."""
+    from playground.classroom import courses as course_services
+    from playground.errors import ServiceError
+
+    with pytest.raises(ServiceError) as caught:
+        course_services.check_partial_limits(values, field="limits_ceiling")
+    assert (caught.value.code, caught.value.field) == (code, field), caught.value.message
+    assert course_services.check_partial_limits({"max_processes": 8.0}, field="limits") == {"max_processes": 8}
+
+
 # --- assignment validation -----------------------------------------------------------------
 
 
