@@ -114,7 +114,7 @@ def _check_sandbox_paths() -> None:
     from runner import upkeep
     from runner.supervisor import Supervisor
 
-    upkeep.check_sandbox_paths(Supervisor())
+    upkeep.check_sandbox_paths(Supervisor.here())
 
 
 # Each worker host's own loop (a thread of the worker's main process): its heartbeat and drain
@@ -175,7 +175,7 @@ def _warm_up() -> None:
     from runner.supervisor import Supervisor
 
     try:
-        started = upkeep.warm_up(Supervisor())
+        started = upkeep.warm_up(Supervisor.here())
     except Exception:  # a warm start is an optimisation: runs boot cold without it
         log.warning("could not start building warm microVM bases", exc_info=True)
         return

@@ -10,13 +10,14 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from runner.cells import CELL_PROGRAMS, export_session, stage_state
 from runner.classify import Evidence, classify
@@ -75,6 +76,23 @@ class _Attempt:
 
 
 class Supervisor:
+    """Runs on this host, each from admission to audit. A worker process has one (Supervisor.here),
+    which owns the process's ready pool; the CLI, the doctor and tests make their own."""
+
+    _mine: ClassVar[dict[tuple[Any, ...], Supervisor]] = {}
+    _mine_lock = threading.Lock()
+
+    @classmethod
+    def here(cls) -> Supervisor:
+        """This process's supervisor, made on first use from the environment (CORDON_*): a forked
+        child makes its own, and so does a process whose CORDON_* environment changed (a test's)."""
+        key = (os.getpid(), tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("CORDON_"))))
+        with cls._mine_lock:
+            found = cls._mine.get(key)
+            if found is None:
+                found = cls._mine[key] = cls()
+            return found
+
     def __init__(
         self,
         *,

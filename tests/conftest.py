@@ -14,7 +14,7 @@ from runner.config import PROJECT_ROOT, paths_from_env
 PYTHON = sys.executable
 
 # Ready sandboxes (runner.ready) hold a slot and memory in each process that has run something, and
-# many tests count both: they are off here unless a test turns them on (tests/runner/test_ready.py,
+# many tests count both: they are off here unless a test turns them on (tests/runner/ready/test_ready.py,
 # the hostile battery's ready pass, the API's ready test), as every process these tests start inherits.
 os.environ.setdefault("CORDON_READY", "false")
 

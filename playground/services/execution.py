@@ -83,7 +83,7 @@ def _run_claimed(*, run: Run, events: RunEvents, work: Path) -> Run:
                 result = staging_failed(run=run, error=exc)
             else:
                 # The events write every chunk to the stored log; the supervisor need not keep them.
-                result = Supervisor().run(
+                result = Supervisor.here().run(
                     spec, on_event=events, cancelled=events.cancelled, output_dir=work / "export",
                     run_id=run.id.hex[:16], keep_output=False,
                 )  # fmt: skip

@@ -62,7 +62,7 @@ def host_sweep(*, min_age_s: float = LOCAL_DEBRIS_AGE_S) -> list[str]:
     from runner.supervisor import Supervisor
 
     try:
-        return upkeep.sweep(Supervisor()) + worker_debris_sweep(min_age_s=min_age_s)
+        return upkeep.sweep(Supervisor.here()) + worker_debris_sweep(min_age_s=min_age_s)
     except Exception:
         log.warning("sweep failed", exc_info=True)
         return []

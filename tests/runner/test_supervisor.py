@@ -152,3 +152,26 @@ def test_admission_reserves_the_engines_share_plus_the_streams_the_supervisor_ke
         spec = RunSpec(runtime="python", script=b"pass", limits=limits, engine="namespace")
         assert supervisor.run(spec, keep_output=keep).outcome is Outcome.SUCCEEDED
     assert asked == [(share.memory_mib + 6, share.cpus), (share.memory_mib, share.cpus)]
+
+
+def test_a_process_has_one_supervisor_which_a_forked_child_or_a_new_environment_does_not_share(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import os
+
+    first = Supervisor.here()
+    assert Supervisor.here() is first  # a worker's runs share it, and through it the ready pool
+    monkeypatch.setenv("CORDON_STOP_GRACE_S", "0.25")
+    changed = Supervisor.here()
+    assert changed is not first and changed.settings.stop_grace_s == 0.25
+    monkeypatch.undo()
+    assert Supervisor.here() is first
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its own, never its parent's (whose threads and pool it has not)
+        os.write(write, b"1" if Supervisor.here() is not first else b"0")
+        os._exit(0)
+    os.close(write)
+    assert os.read(read, 1) == b"1"
+    os.close(read)
+    os.waitpid(pid, 0)

@@ -46,7 +46,12 @@ def _freshness(ok: bool, **more: object) -> str:
     fresh = {"vm_starts": 6, "distinct_urandom": 6 if ok else 1, "distinct_os_urandom": 6, "distinct_random": 6,
              "max_clock_skew_s": 0.4, "ok": ok, **more}  # fmt: skip
     status = "passed" if ok else "failed"
-    line = {"test": "tests/runner/test_warm.py::test_fresh[smolvm]", "pass": "warm", "status": status, "when": "call"}
+    line = {
+        "test": "tests/runner/engines/smolvm/test_warm.py::test_fresh[smolvm]",
+        "pass": "warm",
+        "status": status,
+        "when": "call",
+    }
     return "@@CASE " + json.dumps({**line, "cordon_freshness": fresh})
 
 

@@ -11,9 +11,9 @@ and smolvm boots real microVMs on that (12-22 s a boot, measured). This harness:
 2. boots it with QEMU (`-accel tcg,thread=multi -cpu EPYC`); its init (tests/vm/l1-init)
    loads kvm_amd, runs `python -m runner doctor` (the canary must boot), then the
    engine-parametrised hostile battery with `--engine smolvm` in two passes: "warm" (warm
-   starts on: runs branch a frozen base VM) runs the whole battery, the freshness checks
-   of tests/runner/test_warm.py and the notebook-state cases (STATE_CASES); "cold" (warm
-   starts off) runs a few single cases (COLD_SELECT) for the cold boot's time;
+   starts on: runs branch a frozen base VM) runs the whole battery, the freshness checks of
+   tests/runner/engines/smolvm/test_warm.py and the notebook-state cases (STATE_CASES); "cold"
+   (warm starts off) runs a few single cases (COLD_SELECT) for the cold boot's time;
 3. reads the results from the console (`@@` markers), with a watchdog: a silent emulated
    host is stopped after its vCPU state is dumped, and reported as an infrastructure failure;
    a restart carries on with the passes not finished and, in each, the cases not yet reported;
@@ -565,7 +565,7 @@ def warm_cold(passes: dict[str, dict[str, Any]], freshness: list[dict[str, Any]]
 
 
 def freshness_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The freshness checks' records (tests/runner/test_warm.py), each with its test and pass."""
+    """The freshness checks' records (tests/runner/engines/smolvm/test_warm.py), each with its test and pass."""
     found = []
     for r in records:
         if "cordon_freshness" in r:

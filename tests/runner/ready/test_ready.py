@@ -292,7 +292,7 @@ def test_a_killed_worker_leaves_its_ready_sandboxes_to_the_sweep_which_removes_e
         time.sleep(600)
     """)
     child = subprocess.Popen([sys.executable, "-c", program], stdout=subprocess.PIPE, env=child_env(),
-                             cwd=Path(__file__).parents[2])  # fmt: skip
+                             cwd=Path(__file__).parents[3])  # fmt: skip
     try:
         assert child.stdout is not None
         line = child.stdout.readline()

@@ -402,7 +402,7 @@ def _child_events(
 
     from runner.engines.smolvm import child as smolvm_child
     from runner.engines.smolvm.guest import child_config
-    from tests.runner.test_smolvm import _ctx, run_child
+    from tests.runner.engines.smolvm.test_smolvm import _ctx, run_child
 
     branch, created, calls = _FakeBranch(skew), [], []
 
