@@ -156,6 +156,14 @@ class Run(models.Model):
         return Limits.from_json(self.limits)
 
     @property
+    def cell_record(self) -> RunCell | None:
+        """Its notebook cell's record (RunCell) if it is a cell's run, else None; read once."""
+        try:
+            return self.cell
+        except RunCell.DoesNotExist:
+            return None
+
+    @property
     def is_grading(self) -> bool:
         """A grading run (a test or a check, RunKind): read by the course's staff only, queued on the
         grading queue, run at background CPU weight, settled into its submission when it ends."""

@@ -117,7 +117,7 @@ def _last_runs(ids: list[Any]) -> dict[str, Run]:
 
 def run_cell(*, run: Run) -> RunCell | None:
     """A run's notebook cell record, if it is a cell's run (the caller may read the run)."""
-    return RunCell.objects.filter(run=run).first()
+    return run.cell_record
 
 
 def displayed_image(*, run: Run, index: int) -> dict[str, Any]:
