@@ -143,15 +143,27 @@ def chromium(site: str) -> Iterator[Browser]:
 def test_analyst_keeps_two_notebooks_with_markdown_tables_and_chained_outputs_across_reloads(
     chromium: Browser, site: str, shots: Path, tmp_path: Path
 ) -> None:
-    from playwright.sync_api import expect
-
     page = chromium.logged_in()
     first_url = page.url
+    _a_dataset_previewed_as_a_sorted_table(page, shots, site, tmp_path)
+    _cell_one_reads_it_and_writes_outputs(first_url, page)
+    _cell_two_keeps_its_runtime(page)
+    rendered = _cell_three_is_markdown_rendered_by_the_server(page)
+    _cell_four_runs_and_makes_cell_five(page, rendered, shots)
+    fourth = _after_a_reload_every_cell_shows_its_run(page)
+    _use_in_next_cell_makes_one(fourth, page, shots)
+    second_url = _a_second_notebook_keeps_its_own(first_url, page)
+    _duplicate_then_delete_the_copy(page, second_url)
+    _export_as_ipynb(first_url, page)
+
+
+def _a_dataset_previewed_as_a_sorted_table(page: Any, shots_dir: Any, base: Any, tmp_path: Any) -> None:
+    from playwright.sync_api import expect
 
     # A dataset, previewed as a table sorted by a column's values, not their text.
     csv = tmp_path / "people.csv"
     csv.write_text(PEOPLE)
-    page.goto(f"{site}/datasets/")
+    page.goto(f"{base}/datasets/")
     page.set_input_files("#file", str(csv))
     expect(page.locator("#dataset-list")).to_contain_text("people.csv")
     page.get_by_role("button", name="preview people.csv").click()
@@ -159,7 +171,11 @@ def test_analyst_keeps_two_notebooks_with_markdown_tables_and_chained_outputs_ac
     expect(table.locator("th").nth(1)).to_contain_text("integer")
     table.get_by_role("button", name="sort by age").click()
     expect(table.locator("tbody tr").first.locator("td").first).to_have_text("alan")
-    page.screenshot(path=shots / "datasets-1280.png", full_page=True)
+    page.screenshot(path=shots_dir / "datasets-1280.png", full_page=True)
+
+
+def _cell_one_reads_it_and_writes_outputs(first_url: Any, page: Any) -> None:
+    from playwright.sync_api import expect
 
     # Cell 1: reads the dataset, prints live, writes a JSON and a CSV.
     page.goto(first_url)
@@ -186,11 +202,19 @@ def test_analyst_keeps_two_notebooks_with_markdown_tables_and_chained_outputs_ac
     preview.get_by_role("button", name="sort by age").click()  # again: the other way
     expect(preview.locator("tbody tr").first).to_contain_text("grace")
 
+
+def _cell_two_keeps_its_runtime(page: Any) -> None:
+    from playwright.sync_api import expect
+
     # Cell 2 takes the notebook's runtime; made JavaScript, it keeps that when chained into.
     page.click("#add-code")
     second = _cell(page, 1)
     expect(second.locator("select.cell-type")).to_have_value("python")
     second.locator("select.cell-type").select_option("node")
+
+
+def _cell_three_is_markdown_rendered_by_the_server(page: Any) -> Any:
+    from playwright.sync_api import expect
 
     # Cell 3: markdown, rendered by the server (its <script> is not run), Shift+Enter moves on.
     page.click("#add-markdown")
@@ -203,6 +227,11 @@ def test_analyst_keeps_two_notebooks_with_markdown_tables_and_chained_outputs_ac
     expect(rendered.locator("script, img")).to_have_count(0)  # raw HTML is shown as text, never run
     expect(rendered).to_contain_text("<script>window.pwned = 1</script>")
     expect(page.locator("section.cell")).to_have_count(4)  # Shift+Enter on the last cell made one
+    return rendered
+
+
+def _cell_four_runs_and_makes_cell_five(page: Any, rendered: Any, shots_dir: Any) -> None:
+    from playwright.sync_api import expect
 
     # Cell 4: typed straight away (the new cell has the focus), Shift+Enter runs it and makes cell 5.
     fourth = _cell(page, 3)
@@ -216,7 +245,11 @@ def test_analyst_keeps_two_notebooks_with_markdown_tables_and_chained_outputs_ac
     _expect_outcome(fourth, "succeeded")
     expect(_cell(page, 4).locator("select.cell-type")).to_have_value("python")
     _expect_saved(page)
-    page.screenshot(path=shots / "notebook-before-reload-1280.png", full_page=True)
+    page.screenshot(path=shots_dir / "notebook-before-reload-1280.png", full_page=True)
+
+
+def _after_a_reload_every_cell_shows_its_run(page: Any) -> Any:
+    from playwright.sync_api import expect
 
     # After a reload every cell shows its last run, and chaining still works.
     page.reload()
@@ -233,6 +266,11 @@ def test_analyst_keeps_two_notebooks_with_markdown_tables_and_chained_outputs_ac
     page.keyboard.press("Control+Enter")  # runs in place
     _expect_outcome(second, "succeeded")
     expect(second.locator("pre.stdout")).to_contain_text("total is 130")
+    return fourth
+
+
+def _use_in_next_cell_makes_one(fourth: Any, page: Any, shots_dir: Any) -> None:
+    from playwright.sync_api import expect
 
     # With no cell after it, "Use in next cell" makes one of the same runtime (a Python one here).
     _cell(page, 4).get_by_role("button", name="delete this cell").click()
@@ -251,11 +289,15 @@ def test_analyst_keeps_two_notebooks_with_markdown_tables_and_chained_outputs_ac
     page.press("#notebook-name", "Enter")
     expect(page.locator("#notebook-list [aria-current=page]")).to_have_text("Analysis")
     _expect_saved(page)
-    page.screenshot(path=shots / "notebook-1280.png", full_page=True)
+    page.screenshot(path=shots_dir / "notebook-1280.png", full_page=True)
     page.set_viewport_size({"width": 800, "height": 900})
-    page.screenshot(path=shots / "notebook-800.png", full_page=True)
+    page.screenshot(path=shots_dir / "notebook-800.png", full_page=True)
     assert page.evaluate("document.documentElement.scrollWidth") <= 800  # no sideways scrolling
     page.set_viewport_size({"width": 1280, "height": 900})
+
+
+def _a_second_notebook_keeps_its_own(first_url: Any, page: Any) -> Any:
+    from playwright.sync_api import expect
 
     # A second notebook, then back: each keeps its own cells and runs.
     page.click("#new-notebook")
@@ -279,6 +321,11 @@ def test_analyst_keeps_two_notebooks_with_markdown_tables_and_chained_outputs_ac
     expect(page).to_have_url(second_url)
     expect(page.locator("section.cell")).to_have_count(1)
     expect(_cell(page, 0).locator("pre.stdout")).to_have_text("second notebook\n", timeout=RUN_S)
+    return second_url
+
+
+def _duplicate_then_delete_the_copy(page: Any, second_url: Any) -> None:
+    from playwright.sync_api import expect
 
     # Duplicate (cells and last runs copied), then delete the copy.
     page.click("#duplicate-notebook")
@@ -293,6 +340,8 @@ def test_analyst_keeps_two_notebooks_with_markdown_tables_and_chained_outputs_ac
     expect(page.locator("#notebook-list li")).to_have_count(2)
     expect(page.locator("#notebook-list")).not_to_contain_text("(copy)")
 
+
+def _export_as_ipynb(first_url: Any, page: Any) -> None:
     # Export as .ipynb: code and markdown cells, the last stdout as a stream output.
     page.goto(first_url)
     with page.expect_download() as download_info:
@@ -409,12 +458,19 @@ def test_scripts_and_notebooks_open_by_upload_and_drop_broken_inputs_are_fixed_a
     expect(page.locator("#notebook-name")).to_have_value("study")
     expect(_cell(page, 0).locator(".markdown-view h2")).to_have_text("A study")
     expect(_cell(page, 1).locator(".cm-content")).to_have_text("print(6 * 7)")
+    _a_deleted_input_is_fixed_and_a_conflict_is_shown(chromium, page, shots, site, tmp_path)
+
+
+def _a_deleted_input_is_fixed_and_a_conflict_is_shown(
+    browser: Any, page: Any, shots_dir: Any, base: Any, tmp_path: Any
+) -> None:
+    from playwright.sync_api import expect
 
     # An input whose dataset was deleted and uploaded again: shown as deleted, fixed in one click.
     study = page.url
     csv = tmp_path / "people.csv"
     csv.write_text(PEOPLE)
-    page.goto(f"{site}/datasets/")
+    page.goto(f"{base}/datasets/")
     page.set_input_files("#file", str(csv))
     expect(page.locator("#dataset-list")).to_contain_text("people.csv")
     page.goto(study)
@@ -422,7 +478,7 @@ def test_scripts_and_notebooks_open_by_upload_and_drop_broken_inputs_are_fixed_a
     _type_code(page, reader, "print(open('/input/people.csv').read().count('\\n'))")
     reader.get_by_label("add a dataset as input").select_option(label="people.csv")
     _expect_saved(page)
-    page.goto(f"{site}/datasets/")
+    page.goto(f"{base}/datasets/")
     page.once("dialog", lambda dialog: dialog.accept())
     page.get_by_role("button", name="delete people.csv").click()
     expect(page.locator("#dataset-list")).not_to_contain_text("people.csv")
@@ -431,7 +487,7 @@ def test_scripts_and_notebooks_open_by_upload_and_drop_broken_inputs_are_fixed_a
     page.goto(study)
     reader = _cell(page, 1)
     expect(reader.locator(".chip.broken")).to_contain_text("people.csv")
-    page.screenshot(path=shots / "notebook-broken-input-1280.png", full_page=True)
+    page.screenshot(path=shots_dir / "notebook-broken-input-1280.png", full_page=True)
     reader.get_by_role("button", name="use current people.csv").click()
     expect(reader.locator(".chip.broken")).to_have_count(0)
     reader.get_by_role("button", name="run this cell").click()
@@ -439,7 +495,7 @@ def test_scripts_and_notebooks_open_by_upload_and_drop_broken_inputs_are_fixed_a
     expect(reader.locator("pre.stdout")).to_have_text("4\n")
 
     # The same notebook changed in another tab: this one says so and offers a reload.
-    other = chromium.page(page.context, label="other tab")
+    other = browser.page(page.context, label="other tab")
     other.goto(study)
     expect(other.locator("#notebook")).to_have_attribute("data-ready", "true")
     _type_code(page, _cell(page, 1), "print('from the first tab')")
@@ -448,15 +504,15 @@ def test_scripts_and_notebooks_open_by_upload_and_drop_broken_inputs_are_fixed_a
     conflict = other.locator("#conflict")
     expect(conflict).to_contain_text("changed elsewhere", timeout=10_000)
     expect(other.locator("#save-status")).to_have_text("not saved (conflict)")
-    other.screenshot(path=shots / "notebook-conflict-1280.png")
+    other.screenshot(path=shots_dir / "notebook-conflict-1280.png")
     other.get_by_role("button", name=re.compile("^Reload")).click()
     expect(_cell(other, 1).locator(".cm-content")).to_have_text("print('from the first tab')")
-    chromium.errors = [e for e in chromium.errors if not (e[0] == "other tab" and "status of 409" in e[1])]
+    browser.errors = [e for e in browser.errors if not (e[0] == "other tab" and "status of 409" in e[1])]
 
-    page.goto(f"{site}/api/docs")
+    page.goto(f"{base}/api/docs")
     expect(page.locator(".opblock-tag", has_text="notebooks")).to_be_visible(timeout=15_000)
     expect(page.locator('.opblock-summary-path[data-path="/api/notebooks/{notebook_id}"]').first).to_be_visible()
-    page.screenshot(path=shots / "api-docs-1280.png")
+    page.screenshot(path=shots_dir / "api-docs-1280.png")
 
 
 def test_images_written_or_drawn_by_a_cell_show_under_it(chromium: Browser, shots: Path) -> None:

@@ -8,6 +8,7 @@ import io
 import re
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
@@ -78,6 +79,14 @@ def test_an_admin_audits_a_run_reads_the_overview_and_exports_csv(
     page.get_by_role("link", name="24 hours", exact=True).click()
     expect(page.locator('#overview-range a[aria-current="page"]')).to_have_text("24 hours")
     expect(page.locator("#chart-range canvas")).to_have_count(1)
+    _the_hours_bar_opens_its_runs_and_they_export(page, run, shots, site, tmp_path)
+
+
+def _the_hours_bar_opens_its_runs_and_they_export(
+    page: Any, run: Any, shots_dir: Any, base: Any, tmp_path: Any
+) -> None:
+    from playwright.sync_api import expect
+
     # The one run is of the current hour: its bar is drawn with the hour's width, not as a line.
     red = page.evaluate("""() => {
         const canvas = document.querySelector("#chart-range canvas");
@@ -91,7 +100,7 @@ def test_an_admin_audits_a_run_reads_the_overview_and_exports_csv(
     assert red > 1500, f"the current hour's bar of failed runs covers {red} pixels"
     expect(page.locator("#percentiles")).to_contain_text("1.300 s")
     expect(page.locator("#images")).to_contain_text("python")
-    page.screenshot(path=str(shots / "audit-overview.png"), full_page=True)
+    page.screenshot(path=str(shots_dir / "audit-overview.png"), full_page=True)
     # The bar opens the runs behind it: the run list, filtered to its hour.
     box = page.locator("#chart-range .u-over").bounding_box()
     assert box is not None
@@ -105,7 +114,7 @@ def test_an_admin_audits_a_run_reads_the_overview_and_exports_csv(
 
     # The CSV export of the filtered list.
     page.set_viewport_size({"width": 1400, "height": 900})
-    page.goto(f"{site}/admin/playground/run/?outcome__exact=failed")
+    page.goto(f"{base}/admin/playground/run/?outcome__exact=failed")
     # At 1400 px every column of the list is in view, ids on one line.
     widths = page.evaluate("""() => ({
         right: document.querySelector('#result_list').getBoundingClientRect().right,
@@ -115,7 +124,7 @@ def test_an_admin_audits_a_run_reads_the_overview_and_exports_csv(
     assert widths["right"] <= widths["window"] + 1, f"the run list is cut in a 1400 px window: {widths}"
     short_id = page.locator("#result_list tbody tr").first.locator("th span[title]")
     assert short_id.evaluate("(span) => span.getClientRects().length") == 1, "the id wraps"  # one line box
-    page.screenshot(path=str(shots / "audit-run-list-1400.png"), full_page=True)
+    page.screenshot(path=str(shots_dir / "audit-run-list-1400.png"), full_page=True)
     with page.expect_download() as download_info:
         page.click("#export-csv")
     saved = tmp_path / "runs.csv"

@@ -79,6 +79,13 @@ def test_command_mode_adds_moves_deletes_with_undo_retypes_runs_and_hides_output
     output = _cell(page, 1).locator("pre.stdout")
     expect(output).to_contain_text(re.compile(r"^43\n0\n1\n"))
     expect(_cell(page, 1)).to_be_focused()
+    _outputs_scroll_and_hide(cells, output, page, shots)
+    _a_adds_above_m_and_y_change_kind_h_lists_the_keys(cells, chromium, page, shots)
+
+
+def _outputs_scroll_and_hide(cells: Any, output: Any, page: Any, shots_dir: Any) -> None:
+    from playwright.sync_api import expect
+
     # A long output scrolls inside its box, not the page.
     assert page.evaluate("(pre) => pre.scrollHeight > pre.clientHeight + 100", output.element_handle())
 
@@ -87,7 +94,7 @@ def test_command_mode_adds_moves_deletes_with_undo_retypes_runs_and_hides_output
     expect(_cell(page, 1).locator(".run-view")).to_be_hidden()
     expect(_cell(page, 1).locator(".collapsed-note")).to_be_visible()
     expect(_cell(page, 1).get_by_role("button", name="show this cell's output")).to_have_text("Show output")
-    page.screenshot(path=shots / "command-mode-hidden-1280.png", full_page=True)
+    page.screenshot(path=shots_dir / "command-mode-hidden-1280.png", full_page=True)
     page.keyboard.press("o")
     expect(output).to_be_visible()
     _cell(page, 1).get_by_role("button", name="hide this cell's output").click()
@@ -112,6 +119,10 @@ def test_command_mode_adds_moves_deletes_with_undo_retypes_runs_and_hides_output
     expect(page.locator("#notebook")).to_have_attribute("data-ready", "true")
     expect(_cell(page, 1).locator("pre.stdout")).to_contain_text(re.compile(r"^43\n"))
     expect(_cell(page, 1).locator(".cm-content")).to_have_text(re.compile(r"^print\(x \+ 1\)"))
+
+
+def _a_adds_above_m_and_y_change_kind_h_lists_the_keys(cells: Any, browser: Any, page: Any, shots_dir: Any) -> None:
+    from playwright.sync_api import expect
 
     # a adds above; m makes it markdown, y code again; the Undo in the message works as z does.
     _cell(page, 0).focus()
@@ -141,9 +152,9 @@ def test_command_mode_adds_moves_deletes_with_undo_retypes_runs_and_hides_output
     keys = page.locator("#keys")
     expect(keys).to_have_attribute("open", "")
     expect(keys.locator("#keys-list")).to_contain_text("undo the last deletion")
-    page.screenshot(path=shots / "command-mode-1280.png", full_page=True)
-    expect_fits_a_phone(page, shots / "command-mode-390.png")
-    assert not chromium.errors, chromium.errors
+    page.screenshot(path=shots_dir / "command-mode-1280.png", full_page=True)
+    expect_fits_a_phone(page, shots_dir / "command-mode-390.png")
+    assert not browser.errors, browser.errors
 
 
 def test_a_new_code_cell_takes_the_notebooks_runtime_and_a_cell_of_another_says_so(

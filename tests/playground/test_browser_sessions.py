@@ -101,6 +101,12 @@ def test_a_notebook_runs_top_to_bottom_with_state_displays_variables_stale_marks
     expect(_cell(page, 4).locator(".displays pre")).to_have_text("42")
     handle = _cell(page, 5).locator(".cell-state")
     expect(handle).to_contain_text("not carried to the next cell: fh (open file)")
+    _the_variables_and_stale_marks(page, shots)
+    _restart_then_run_from_here(page, shots)
+
+
+def _the_variables_and_stale_marks(page: Any, shots_dir: Any) -> None:
+    from playwright.sync_api import expect
 
     # The variables: what a new cell at the end would start with; a frame opens as a table.
     panel = page.locator("#variables")
@@ -113,8 +119,8 @@ def test_a_notebook_runs_top_to_bottom_with_state_displays_variables_stale_marks
     expect(panel.locator("tr.variable-table table caption")).to_have_text("3 rows")
     for cell in range(len(CELLS)):
         expect(_cell(page, cell)).not_to_have_class(re.compile(r"\bstale\b"))
-    page.screenshot(path=shots / "sessions-ran-1280.png", full_page=True)
-    expect_fits_a_phone(page, shots / "sessions-ran-390.png")
+    page.screenshot(path=shots_dir / "sessions-ran-1280.png", full_page=True)
+    expect_fits_a_phone(page, shots_dir / "sessions-ran-390.png")
 
     # An edit to cell 1, once saved, makes every cell below it stale, said in words.
     _type_code(page, _cell(page, 0), CELLS[0] + "\n# the regions")
@@ -124,6 +130,10 @@ def test_a_notebook_runs_top_to_bottom_with_state_displays_variables_stale_marks
         expect(_cell(page, index)).to_have_class(re.compile(r"\bstale\b"))
         expect(_cell(page, index).locator(".stale-badge")).to_have_text("stale")
     expect(_cell(page, 1).locator(".chain")).to_contain_text("stale: cell 1, whose state it started from, is stale")
+
+
+def _restart_then_run_from_here(page: Any, shots_dir: Any) -> None:
+    from playwright.sync_api import expect
 
     # Restart: asked first; then nothing passes down, so every cell is stale and starts from nothing.
     asked: list[str] = []
@@ -140,7 +150,7 @@ def test_a_notebook_runs_top_to_bottom_with_state_displays_variables_stale_marks
         expect(_cell(page, index)).to_have_class(re.compile(r"\bstale\b"))
         expect(_cell(page, index).locator(".chain")).to_contain_text("starts from nothing")
     expect(page.locator("#variables-body")).to_have_text("No variables yet: run a cell.")
-    page.screenshot(path=shots / "sessions-restarted-1280.png", full_page=True)
+    page.screenshot(path=shots_dir / "sessions-restarted-1280.png", full_page=True)
 
     page.click("#run-all")
     expect(page.locator("#message")).to_have_text("Run all: 6 code cells succeeded", timeout=RUN_S * len(CELLS))
@@ -409,6 +419,11 @@ def test_ipython_cells_show_a_figure_the_failed_line_what_it_kept_coloured_help_
     expect(stderr).to_contain_text("ValueError: no")
     expect(stderr.locator("span.ansi-1").first).to_be_visible()
     expect(printed.locator("pre.stdout")).to_have_text("6\n")
+    _help_and_the_failed_lines_mark_after_a_reload(helped, page, shots)
+
+
+def _help_and_the_failed_lines_mark_after_a_reload(helped: Any, page: Any, shots_dir: Any) -> None:
+    from playwright.sync_api import expect
 
     # `len?`: IPython's help, a display in colour.
     help_text = helped.locator(".displays pre.display-text")
@@ -420,8 +435,8 @@ def test_ipython_cells_show_a_figure_the_failed_line_what_it_kept_coloured_help_
     expect(counts.nth(1)).to_have_text("In [2]")
     expect(counts.nth(2)).to_have_text("In [3]")
     expect(counts.nth(3)).to_have_text("In [4]")  # `len?` is a cell of the count too
-    page.screenshot(path=shots / "sessions-ipython-1280.png", full_page=True)
-    expect_fits_a_phone(page, shots / "sessions-ipython-390.png")
+    page.screenshot(path=shots_dir / "sessions-ipython-1280.png", full_page=True)
+    expect_fits_a_phone(page, shots_dir / "sessions-ipython-390.png")
 
     # Read again, the page shows the same marks; an edit takes the line's mark away, for good.
     page.reload()

@@ -19,7 +19,7 @@ from playground.services import datasets as dataset_services
 from playground.services.accounts import token_create
 from playground.services.invites import invite_create
 from playground.services.receipts import receipt_issue
-from tests.playground.classroom.test_courses_access import build_world, finished_run
+from tests.playground.classroom.course_world import build_world, finished_run
 from tests.playground.conftest import serve_web
 from tests.playground.factories import stored_logs
 from tests.playground.test_browser import CHROMIUM, PASSWORD, Browser, chromium, shots  # noqa: F401 - fixtures

@@ -725,11 +725,7 @@ def summarise(
     for name in order:
         print_pass(name, by_pass[name], summaries[name])
     print_warm_cold(ratio, summaries)
-    if freshness:
-        print("\nfreshness of branched VMs:")
-        for f in freshness:
-            said = ", ".join(f"{k} {v}" for k, v in f.items() if k not in ("test", "pass", "ok"))
-            print(f"  {_case_name(f['test'])} ({f['pass']} pass): {said}: {'ok' if f.get('ok') is True else 'FAILED'}")
+    print_freshness(freshness)
     for warning in warnings:
         print(f"WARNING: {warning}")
     print("\ntotals:")
@@ -750,24 +746,11 @@ def summarise(
         f"({tries} doctor runs over {len(boots)} boots, {canary_failures} failed to boot and were retried)"
     )
     print(f"  build {build_s:.0f} s, total {total_s / 60:.1f} min")
-    if failed:
-        verdict, code = "FAILED: a case was misclassified or left something behind", EXIT_FAILED
-    elif stale:
-        verdict, code = "FAILED: a freshness check found branched VMs that were not fresh", EXIT_FAILED
-    elif not canary_ok and any(doctor_said_no(b) for b in boots):
-        verdict, code = "FAILED: the canary microVM did not boot in the emulated host", EXIT_FAILED
-    elif not canary_ok:  # every boot failed before its doctor could report: QEMU's, proving nothing
-        verdict, code = "INFRASTRUCTURE FAILURE: the emulated host failed before its doctor reported", EXIT_INFRA
-    elif not finished or not cases:
-        verdict, code = (
-            f"INFRASTRUCTURE FAILURE: the emulated host did not finish the {'/'.join(passes)} passes",
-            EXIT_INFRA,
-        )
-    elif any(rc not in (0, PYTEST_NO_TESTS) for rc in rcs.values()):
-        verdict, code = "FAILED: pytest reported an error outside the cases", EXIT_FAILED
-    else:
-        verdict, code = "passed: every applicable case classified as expected, every audit green", EXIT_OK
-        verdict += ", every freshness record ok" if freshness else ""
+    verdict, code = _verdict(
+        failed=bool(failed), stale=bool(stale), canary_ok=canary_ok,
+        doctor_said_no=any(doctor_said_no(b) for b in boots), finished=finished and bool(cases), passes=passes,
+        rcs=rcs, freshness=bool(freshness),
+    )  # fmt: skip
     print(f"verdict: {verdict}")
     report = {
         "at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -785,21 +768,44 @@ def summarise(
         "warm_cold": ratio,
         "freshness": freshness,
         "warnings": warnings,
-        "boots": [
-            {
-                "number": b.number,
-                "seconds": round(b.seconds, 1),
-                "done": b.done,
-                "pytest_rc": b.pytest_rc,
-                "infra": b.infra,
-                "faults": b.faults,
-                "doctor": b.doctor,
-            }
-            for b in boots
-        ],
+        "boots": [_boot_facts(b) for b in boots],
         "records": records,
     }
     return code, report
+
+
+def _boot_facts(b: Boot) -> dict[str, Any]:
+    return {"number": b.number, "seconds": round(b.seconds, 1), "done": b.done, "pytest_rc": b.pytest_rc,
+            "infra": b.infra, "faults": b.faults, "doctor": b.doctor}  # fmt: skip
+
+
+def print_freshness(freshness: list[dict[str, Any]]) -> None:
+    if freshness:
+        print("\nfreshness of branched VMs:")
+        for f in freshness:
+            said = ", ".join(f"{k} {v}" for k, v in f.items() if k not in ("test", "pass", "ok"))
+            print(f"  {_case_name(f['test'])} ({f['pass']} pass): {said}: {'ok' if f.get('ok') is True else 'FAILED'}")
+
+
+def _verdict(
+    *, failed: bool, stale: bool, canary_ok: bool, doctor_said_no: bool, finished: bool, passes: tuple[str, ...],
+    rcs: dict[str, int | None], freshness: bool,
+) -> tuple[str, int]:  # fmt: skip
+    """What the passes prove, first reason first: Cordon's failure (1) or the emulated host's (3)."""
+    if failed:
+        return "FAILED: a case was misclassified or left something behind", EXIT_FAILED
+    if stale:
+        return "FAILED: a freshness check found branched VMs that were not fresh", EXIT_FAILED
+    if not canary_ok and doctor_said_no:
+        return "FAILED: the canary microVM did not boot in the emulated host", EXIT_FAILED
+    if not canary_ok:  # every boot failed before its doctor could report: QEMU's, proving nothing
+        return "INFRASTRUCTURE FAILURE: the emulated host failed before its doctor reported", EXIT_INFRA
+    if not finished:
+        return f"INFRASTRUCTURE FAILURE: the emulated host did not finish the {'/'.join(passes)} passes", EXIT_INFRA
+    if any(rc not in (0, PYTEST_NO_TESTS) for rc in rcs.values()):
+        return "FAILED: pytest reported an error outside the cases", EXIT_FAILED
+    verdict = "passed: every applicable case classified as expected, every audit green"
+    return verdict + (", every freshness record ok" if freshness else ""), EXIT_OK
 
 
 # --- main -------------------------------------------------------------------------------------
@@ -825,7 +831,7 @@ def done_entries(boots: list[Boot]) -> str:
     return "".join(done_entry(r.get("pass", ""), r["test"]) + "\n" for boot in boots for r in boot.records)
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m tests.vm", description=__doc__.split("\n\n")[0])
     parser.add_argument("--rebuild", action="store_true", help="rebuild the emulated host's root from scratch")
     parser.add_argument(
@@ -846,7 +852,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--script", type=Path, help="run this Python script in the emulated host instead of the doctor and battery"
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     if args.script is not None and not args.script.is_file():
         print(f"--script: no such file {args.script}", file=sys.stderr)
         return 64

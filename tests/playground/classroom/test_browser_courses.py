@@ -57,10 +57,26 @@ def test_a_student_submits_to_an_assignment_with_a_hidden_test_and_the_instructo
     shots: Path,  # noqa: F811
     tmp_path: Path,
 ) -> None:
+    ines = chromium.logged_in("ines")
+    course_url, code = _instructor_makes_a_course(ines, site, shots)
+    _instructor_writes_an_assignment(ines, chromium, shots)
+    _instructor_publishes_it_from_the_editor(ines, shots)
+    stu = chromium.logged_in("stu")
+    answers: list[tuple[str, Any]] = []
+    stu.on("response", lambda response: _collect(response, answers))
+    _student_joins_and_opens_the_assignment(stu, code, course_url, shots)
+    _student_runs_and_submits(stu, shots)
+    _nothing_of_the_hidden_test_reached_the_student(stu, answers)
+    _instructor_reads_the_grade_and_the_submission(ines, course_url, shots)
+    _someone_joins_by_the_link(chromium, site, code, course_url)
+    _instructor_imports_a_roster(ines, course_url, tmp_path)
+    _instructor_saves_the_policy(ines, chromium, shots)
+
+
+def _instructor_makes_a_course(ines: Any, base: str, shots_dir: Path) -> tuple[str, str]:
     from playwright.sync_api import expect
 
     # The instructor makes a course; its page shows the join code.
-    ines = chromium.logged_in("ines")
     ines.get_by_role("link", name="Courses").click()
     ines.fill("#course-title", "Programming 101")
     ines.get_by_role("button", name="Create course").click()
@@ -70,8 +86,13 @@ def test_a_student_submits_to_an_assignment_with_a_hidden_test_and_the_instructo
     expect(ines.locator(".role-badge")).to_have_text("instructor")
     code = ines.locator("#join-code").inner_text().strip()
     assert re.fullmatch(r"[A-Z0-9]{6,16}", code), code
-    expect(ines.locator("#join-link")).to_have_text(f"{site}/courses/join/{code}/")
-    ines.screenshot(path=shots / "course-new-1280.png", full_page=True)
+    expect(ines.locator("#join-link")).to_have_text(f"{base}/courses/join/{code}/")
+    ines.screenshot(path=shots_dir / "course-new-1280.png", full_page=True)
+    return course_url, code
+
+
+def _instructor_writes_an_assignment(ines: Any, browser: Browser, shots_dir: Path) -> None:
+    from playwright.sync_api import expect
 
     # An assignment with a visible and a hidden test; a refused save names the field at fault.
     ines.get_by_role("link", name="New assignment").click()
@@ -89,8 +110,8 @@ def test_a_student_submits_to_an_assignment_with_a_hidden_test_and_the_instructo
     hidden.get_by_label("Visibility", exact=True).select_option("hidden")
     ines.get_by_role("button", name="Save assignment").click()
     expect(ines.locator('[data-field="tests.1.name"] .field-error')).to_have_text("Test 2, Name: cannot be empty")
-    _expect_status_logged(chromium, "page", 422)
-    ines.screenshot(path=shots / "assignment-editor-error-1280.png", full_page=True)
+    _expect_status_logged(browser, "page", 422)
+    ines.screenshot(path=shots_dir / "assignment-editor-error-1280.png", full_page=True)
     hidden.get_by_label("Name", exact=True).fill("secret case")
     # A test with neither an expected output nor a check program: said in the form's words, beside it.
     ines.get_by_role("button", name="+ Add test").click()
@@ -100,14 +121,18 @@ def test_a_student_submits_to_an_assignment_with_a_hidden_test_and_the_instructo
     said = "Test 3: write a check program, or compare with an expected output"
     expect(third.locator(".field-error")).to_have_text(said)
     expect(ines.locator("#message")).to_have_text(f"Not saved: {said} (see the field marked below)")
-    _expect_status_logged(chromium, "page", 422)
+    _expect_status_logged(browser, "page", 422)
     third.get_by_role("button", name="remove test 3").click()
     ines.get_by_role("button", name="Save assignment").click()
     expect(ines.locator("#save-status")).to_have_text("saved")
     expect(ines.locator(".field-error")).to_have_count(0)
     assert re.search(r"/assignments/[0-9a-f-]{36}/edit/$", ines.url), ines.url
     expect(ines.locator("#draft-note")).to_be_visible()
-    ines.screenshot(path=shots / "assignment-editor-1280.png", full_page=True)
+    ines.screenshot(path=shots_dir / "assignment-editor-1280.png", full_page=True)
+
+
+def _instructor_publishes_it_from_the_editor(ines: Any, shots_dir: Path) -> None:
+    from playwright.sync_api import expect
 
     # A draft until published, from the editor itself: the confirmation lists what students will see.
     ines.get_by_role("button", name="Publish…").click()
@@ -115,7 +140,7 @@ def test_a_student_submits_to_an_assignment_with_a_hidden_test_and_the_instructo
     expect(dialog).to_be_visible()
     expect(dialog).to_contain_text("Tests shown in full (input and expected output): doubles 2")
     expect(dialog).to_contain_text("Tests shown by name, points and pass/fail only: secret case")
-    ines.screenshot(path=shots / "assignment-publish-1280.png")
+    ines.screenshot(path=shots_dir / "assignment-publish-1280.png")
     dialog.get_by_role("button", name="Publish", exact=True).click()
     expect(ines.locator("#message")).to_have_text("Published: the course's students see it.")
     expect(ines.locator("#publish-here")).to_be_hidden()
@@ -131,14 +156,15 @@ def test_a_student_submits_to_an_assignment_with_a_hidden_test_and_the_instructo
     dialog.get_by_role("button", name="Publish", exact=True).click()
     expect(ines.locator("#publishing")).to_contain_text("Published")
 
+
+def _student_joins_and_opens_the_assignment(stu: Any, code: str, course_url: str, shots_dir: Path) -> None:
+    from playwright.sync_api import expect
+
     # The student joins with the code, in a browser of their own.
-    stu = chromium.logged_in("stu")
-    answers: list[tuple[str, Any]] = []
-    stu.on("response", lambda response: _collect(response, answers))
     stu.get_by_role("link", name="Courses").click()
     _expect_ready(stu, "#courses-page")
     expect(stu.locator("#course-list")).to_contain_text("No courses yet")
-    stu.screenshot(path=shots / "courses-1280.png", full_page=True)
+    stu.screenshot(path=shots_dir / "courses-1280.png", full_page=True)
     stu.fill("#join-code", code.lower())
     stu.get_by_role("button", name="Join", exact=True).click()
     expect(stu).to_have_url(course_url)
@@ -146,7 +172,7 @@ def test_a_student_submits_to_an_assignment_with_a_hidden_test_and_the_instructo
     expect(stu.locator("#gradebook")).to_have_count(0)  # staff only
     row = stu.locator("#assignments tbody tr", has_text="Double")
     expect(row).to_contain_text("0 used, 3 left")
-    stu.screenshot(path=shots / "course-student-1280.png", full_page=True)
+    stu.screenshot(path=shots_dir / "course-student-1280.png", full_page=True)
     row.get_by_role("link", name="Double").click()
     _expect_ready(stu, "#assignment")
     expect(stu.locator("#instructions em")).to_have_text("3")
@@ -158,6 +184,10 @@ def test_a_student_submits_to_an_assignment_with_a_hidden_test_and_the_instructo
     expect(tests.nth(0)).to_contain_text("doubles 2")
     expect(tests.nth(1)).to_contain_text("secret case")
     expect(tests.nth(1)).to_contain_text("hidden")
+
+
+def _student_runs_and_submits(stu: Any, shots_dir: Path) -> None:
+    from playwright.sync_api import expect
 
     # Run: the student's own run with the stdin typed, followed live.
     _type_code(stu, stu.locator("#editor"), SOLUTION)
@@ -179,11 +209,15 @@ def test_a_student_submits_to_an_assignment_with_a_hidden_test_and_the_instructo
     )
     expect(stu.locator("#facts")).to_contain_text("2 of 3 left")
     expect(stu.locator("#history > li")).to_have_count(1)
-    stu.screenshot(path=shots / "assignment-graded-1280.png", full_page=True)
+    stu.screenshot(path=shots_dir / "assignment-graded-1280.png", full_page=True)
     stu.set_viewport_size({"width": 800, "height": 900})
-    stu.screenshot(path=shots / "assignment-graded-800.png", full_page=True)
+    stu.screenshot(path=shots_dir / "assignment-graded-800.png", full_page=True)
     assert stu.evaluate("document.documentElement.scrollWidth") <= 800  # no sideways scrolling
     stu.set_viewport_size({"width": 1280, "height": 900})
+
+
+def _nothing_of_the_hidden_test_reached_the_student(stu: Any, answers: list[tuple[str, Any]]) -> None:
+    from playwright.sync_api import expect
 
     # Nowhere on the page, nor in anything the API sent it, is the hidden test's input or output.
     stu.locator("#history details summary").first.click()
@@ -195,13 +229,17 @@ def test_a_student_submits_to_an_assignment_with_a_hidden_test_and_the_instructo
     for url, body in answers:
         _assert_hidden_absent(url, body)
 
+
+def _instructor_reads_the_grade_and_the_submission(ines: Any, course_url: str, shots_dir: Path) -> None:
+    from playwright.sync_api import expect
+
     # The instructor's grid shows the student's score; its cell opens the submission, hidden tests and all.
     ines.goto(course_url)
     _expect_ready(ines, "#course")
     cell = ines.locator('#gradebook tr[data-student="stu"] td.cell').first
     expect(cell).to_contain_text("2/2")
     expect(ines.locator("#members tbody")).to_contain_text("stu")
-    ines.screenshot(path=shots / "course-gradebook-1280.png", full_page=True)
+    ines.screenshot(path=shots_dir / "course-gradebook-1280.png", full_page=True)
     cell.get_by_role("link", name="stu, Double: 2/2").click()
     _expect_ready(ines, "#submission")
     expect(ines.locator("#staff-view")).to_contain_text("recorded")
@@ -212,15 +250,23 @@ def test_a_student_submits_to_an_assignment_with_a_hidden_test_and_the_instructo
     staff_secret.locator(".test-streams summary").click()  # what the student's program wrote
     expect(staff_secret.locator(".test-streams pre.io").first).to_have_text("42")
     expect(ines.locator("#result").get_by_role("link", name="test run")).to_have_count(2)
-    ines.screenshot(path=shots / "submission-staff-1280.png", full_page=True)
+    ines.screenshot(path=shots_dir / "submission-staff-1280.png", full_page=True)
+
+
+def _someone_joins_by_the_link(browser: Browser, base: str, code: str, course_url: str) -> None:
+    from playwright.sync_api import expect
 
     # Someone with the join link: the course's title, then Join.
-    ana = chromium.logged_in("ana")
-    ana.goto(f"{site}/courses/join/{code}/")
+    ana = browser.logged_in("ana")
+    ana.goto(f"{base}/courses/join/{code}/")
     expect(ana.locator("h1")).to_have_text("Join Programming 101")
     ana.get_by_role("button", name="Join Programming 101").click()
     expect(ana).to_have_url(course_url)
     expect(ana.locator(".role-badge")).to_have_text("student")
+
+
+def _instructor_imports_a_roster(ines: Any, course_url: str, tmp_path: Path) -> None:
+    from playwright.sync_api import expect
 
     # A roster: one invited, one already a member, one line not understood.
     ines.goto(course_url)
@@ -235,19 +281,23 @@ def test_a_student_submits_to_an_assignment_with_a_hidden_test_and_the_instructo
     )
     expect(ines.locator("#course-invitations tbody")).to_contain_text("newbie@example.org")
 
+
+def _instructor_saves_the_policy(ines: Any, browser: Browser, shots_dir: Path) -> None:
+    from playwright.sync_api import expect
+
     # The policy: a ceiling over the service's maximum is refused beside its field, then one within it saved.
     memory = ines.locator("#limits_ceiling-memory_mib")
     memory.fill(str(int(memory.get_attribute("max")) + 1))
     ines.get_by_role("button", name="Save policy").click()
     expect(ines.locator('[data-field="limits_ceiling.memory_mib"] .field-error')).to_contain_text("maximum")
-    _expect_status_logged(chromium, "page", 422)
+    _expect_status_logged(browser, "page", 422)
     memory.fill("512")
     ines.get_by_role("button", name="Save policy").click()
     expect(ines.locator("#policy-status")).to_have_text("saved")
     ines.reload()
     _expect_ready(ines, "#course")
     expect(ines.locator("#limits_ceiling-memory_mib")).to_have_value("512")
-    ines.screenshot(path=shots / "course-staff-1280.png", full_page=True)
+    ines.screenshot(path=shots_dir / "course-staff-1280.png", full_page=True)
 
 
 def _expect_ready(page: Any, selector: str) -> None:

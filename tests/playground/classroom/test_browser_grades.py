@@ -154,6 +154,12 @@ def test_the_staff_adjust_a_score_give_an_extension_and_find_a_copied_pair(
     ines.fill("#extension-reason", "ill")
     ines.get_by_role("button", name="Give extension").click()
     expect(ines.locator('#extensions li[data-student="sam"]')).to_contain_text("(ill)")
+    _the_similarity_report_finds_the_copy(course, ines, shots, site)
+    _the_grid_opens_every_attempt_and_the_student_sees_the_adjustment(chromium, course, ines, shots, site)
+
+
+def _the_similarity_report_finds_the_copy(course: Any, ines: Any, shots_dir: Any, base: Any) -> None:
+    from playwright.sync_api import expect
 
     # The similarity report: made in the background, the copy found, the honest one not.
     ines.get_by_role("button", name="Check similarity").click()
@@ -162,29 +168,35 @@ def test_the_staff_adjust_a_score_give_an_extension_and_find_a_copied_pair(
     pairs = report.locator("ol.pairs li")
     expect(pairs).to_have_count(1)
     expect(pairs.first).to_contain_text(re.compile(r"(stu and sue|sue and stu)"))
-    ines.screenshot(path=shots / "assignment-staff-1280.png", full_page=True)
-    expect_fits_a_phone(ines, shots / "assignment-staff-390.png")
+    ines.screenshot(path=shots_dir / "assignment-staff-1280.png", full_page=True)
+    expect_fits_a_phone(ines, shots_dir / "assignment-staff-390.png")
     pairs.first.get_by_role("link").click()
     _expect_ready(ines, "#similarity-pair")
     expect(ines.locator("#side-a mark").first).to_be_visible()
     expect(ines.locator("#side-b mark").first).to_be_visible()
     marked = ines.locator("#side-a mark").all_inner_texts() + ines.locator("#side-b mark").all_inner_texts()
     assert any("append" in text for text in marked), marked
-    ines.screenshot(path=shots / "similarity-pair-1280.png", full_page=True)
-    expect_fits_a_phone(ines, shots / "similarity-pair-390.png")
+    ines.screenshot(path=shots_dir / "similarity-pair-1280.png", full_page=True)
+    expect_fits_a_phone(ines, shots_dir / "similarity-pair-390.png")
 
     # An adjustment from the rubric on stu's submission; stu sees the points and the comment.
-    ines.goto(f"{site}/submissions/{course['submissions']['stu']}/")
+    ines.goto(f"{base}/submissions/{course['submissions']['stu']}/")
     _expect_ready(ines, "#submission")
     ines.locator("#adjust-rubric").select_option(label="-1: no comments")
     ines.get_by_role("button", name="Adjust").click()
     expect(ines.locator("#result .adjustments li")).to_contain_text("no comments")
     expect(ines.locator("#result .score")).to_have_text("3/4")
-    ines.screenshot(path=shots / "submission-adjusted-1280.png", full_page=True)
-    expect_fits_a_phone(ines, shots / "submission-adjusted-390.png")
+    ines.screenshot(path=shots_dir / "submission-adjusted-1280.png", full_page=True)
+    expect_fits_a_phone(ines, shots_dir / "submission-adjusted-390.png")
+
+
+def _the_grid_opens_every_attempt_and_the_student_sees_the_adjustment(
+    browser: Any, course: Any, ines: Any, shots_dir: Any, base: Any
+) -> None:
+    from playwright.sync_api import expect
 
     # The grid's attempts link opens every attempt of the student.
-    ines.goto(f"{site}/courses/{course['course']}/")
+    ines.goto(f"{base}/courses/{course['course']}/")
     _expect_ready(ines, "#course")
     cell = ines.locator('#gradebook tr[data-student="stu"] td.cell').first
     expect(cell).to_contain_text("3/4")
@@ -193,17 +205,17 @@ def test_the_staff_adjust_a_score_give_an_extension_and_find_a_copied_pair(
     _expect_ready(ines, "#student-record")
     expect(ines.locator("table.attempts tbody tr")).to_have_count(1)
     expect(ines.locator("table.attempts")).to_contain_text("3/4")
-    ines.screenshot(path=shots / "student-record-1280.png", full_page=True)
-    expect_fits_a_phone(ines, shots / "student-record-390.png")
+    ines.screenshot(path=shots_dir / "student-record-1280.png", full_page=True)
+    expect_fits_a_phone(ines, shots_dir / "student-record-390.png")
 
     # The student: the adjusted score with its comment, and a late submission that spends a late day.
-    stu = chromium.logged_in("stu")
-    stu.goto(f"{site}/submissions/{course['submissions']['stu']}/")
+    stu = browser.logged_in("stu")
+    stu.goto(f"{base}/submissions/{course['submissions']['stu']}/")
     _expect_ready(stu, "#submission")
     expect(stu.locator("#result .score")).to_have_text("3/4")
     expect(stu.locator("#result .adjustments")).to_contain_text("no comments")
     expect(stu.locator("#adjust-form")).to_have_count(0)
-    stu.goto(f"{site}/assignments/{course['assignment']}/")
+    stu.goto(f"{base}/assignments/{course['assignment']}/")
     _expect_ready(stu, "#assignment")
     expect(stu.locator("#facts")).to_contain_text("0 late days used, 3 left")
     expect(stu.locator("#submit-note")).to_contain_text("spends late days")
@@ -212,8 +224,8 @@ def test_the_staff_adjust_a_score_give_an_extension_and_find_a_copied_pair(
     stu.reload()
     _expect_ready(stu, "#assignment")
     expect(stu.locator("#facts")).to_contain_text("1 late day used, 2 left")
-    stu.screenshot(path=shots / "assignment-late-day-1280.png", full_page=True)
-    expect_fits_a_phone(stu, shots / "assignment-late-day-390.png")
+    stu.screenshot(path=shots_dir / "assignment-late-day-1280.png", full_page=True)
+    expect_fits_a_phone(stu, shots_dir / "assignment-late-day-390.png")
 
 
 TRACEBACK = b'Traceback (most recent call last):\n  File "/tmp/main.py", line 3, in <module>\n    print(1 // n)\n' \
@@ -225,7 +237,7 @@ def crashed(transactional_db: None) -> dict[str, str]:
     """A student's submission whose program crashed on a visible test and on a hidden one, as the
     grader leaves it (its test runs finished, their logs stored)."""
     from playground.models import RunKind, TestResult
-    from tests.playground.classroom.test_courses_access import finished_run
+    from tests.playground.classroom.course_world import finished_run
     from tests.playground.factories import stored_logs
 
     ines = User.objects.create_user("ines", password=PASSWORD)

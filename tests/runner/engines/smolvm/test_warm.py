@@ -146,19 +146,7 @@ def test_ready_branches_are_fresh_at_hand_over_bound_by_the_run_and_used_once(
         retried += again
     finally:
         pool.close()
-    figures = freshness(runs)
-    reads = [json.loads(r.stdout.decode().strip().splitlines()[-1]) for r, _, _ in runs if r.stdout.strip()]
-    figures["distinct_hash"] = len({r["hash"] for r in reads}) == len(reads)
-    figures["distinct_uuid4"] = len({r["uuid4"] for r in reads}) == len(reads)
-    figures["tmp"] = [r["tmp"] for r in reads]
-    figures["sandbox_starts"] = [r.sandbox_start for r, _, _ in runs]
-    figures["ready_start_s"] = [
-        round(sum(r.timings.get(k) or 0.0 for k in ("staging_s", "handover_s", "boot_s")), 3) for r, _, _ in runs
-    ]
-    figures["refresh_s"] = [r.timings.get("refresh_s") for r, _, _ in runs]
-    figures["bomb"] = f"{bomb.outcome.value} ({bomb.sandbox_start}, {bomb.vm_start})"
-    figures["retries"] = retried
-    figures["ok"] = figures["ok"] and figures["sandbox_starts"] == ["ready"] * BRANCHES
+    figures, reads = _ready_figures(runs, bomb, retried)
     record_property("cordon_freshness", figures)
 
     assert figures["sandbox_starts"] == ["ready"] * BRANCHES, [r.engine_note for r, _, _ in runs]
@@ -174,6 +162,27 @@ def test_ready_branches_are_fresh_at_hand_over_bound_by_the_run_and_used_once(
         assert result.cleanup_ok and "single use" in [c.name for c in result.cleanup], result.cleanup
     assert bomb.outcome is Outcome.MEMORY_LIMIT and bomb.sandbox_start == "ready", (bomb.reason, bomb.engine_note)
     assert bomb.cleanup_ok, [c for c in bomb.cleanup if not c.ok]
+
+
+def _ready_figures(
+    runs: list[tuple[RunResult, float, float]], bomb: RunResult, retried: list[str]
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The freshness record of runs handed ready branches (freshness's, and what the probe read in
+    each: its hash seed, a uuid4, /tmp), and the probe's reads."""
+    figures = freshness(runs)
+    reads = [json.loads(r.stdout.decode().strip().splitlines()[-1]) for r, _, _ in runs if r.stdout.strip()]
+    figures["distinct_hash"] = len({r["hash"] for r in reads}) == len(reads)
+    figures["distinct_uuid4"] = len({r["uuid4"] for r in reads}) == len(reads)
+    figures["tmp"] = [r["tmp"] for r in reads]
+    figures["sandbox_starts"] = [r.sandbox_start for r, _, _ in runs]
+    figures["ready_start_s"] = [
+        round(sum(r.timings.get(k) or 0.0 for k in ("staging_s", "handover_s", "boot_s")), 3) for r, _, _ in runs
+    ]
+    figures["refresh_s"] = [r.timings.get("refresh_s") for r, _, _ in runs]
+    figures["bomb"] = f"{bomb.outcome.value} ({bomb.sandbox_start}, {bomb.vm_start})"
+    figures["retries"] = retried
+    figures["ok"] = figures["ok"] and figures["sandbox_starts"] == ["ready"] * BRANCHES
+    return figures, reads
 
 
 def _probe_result(run_id: str, urandom: str, at: float, vm_start: str = "branch") -> RunResult:
